@@ -1,0 +1,17 @@
+/* The Lua state as the engine sets it up: libraries, C modules and the
+** compiled-in runtime, all reached through package.preload. */
+#ifndef COZY_HOST_H
+#define COZY_HOST_H
+
+#include "lua.h"
+
+#define COZY_MIGRATE_SCRIPTS_ENV "COZY_MIGRATE_SCRIPTS"
+
+void cozy_host_open(lua_State *L);
+
+/* C modules of the engine (core/modules.c). */
+int luaopen_cozy_json(lua_State *L);
+int luaopen_cozy_sys(lua_State *L);
+int luaopen_cjson(lua_State *L);
+
+#endif

@@ -1,0 +1,13 @@
+/* The engine's C modules, registered in package.preload by host.c. */
+#include "lauxlib.h"
+
+#include "host.h"
+
+const luaL_Reg cozy_c_modules[] = {
+  {"cozy.json", luaopen_cozy_json},
+  {"cozy.sys", luaopen_cozy_sys},
+  /* raw lua-cjson, so that test helpers written independently of the engine
+  ** (spec/support) find it inside the host without loading a second copy */
+  {"cjson", luaopen_cjson},
+  {NULL, NULL}
+};

@@ -1,0 +1,145 @@
+/*
+** cozy.sys: the few operating-system facilities the runtime needs and Lua's
+** standard library lacks. Not reachable from migrations (the sandbox does not
+** offer it).
+*/
+#include <dirent.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "lua.h"
+#include "lauxlib.h"
+
+#include "embedded.h"
+
+#ifndef COZY_MIGRATE_VERSION
+#define COZY_MIGRATE_VERSION "0.0.0-dev"
+#endif
+
+static int push_errno(lua_State *L, const char *what) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: %s", what, strerror(errno));
+  return 2;
+}
+
+/* Seconds on a clock that never jumps, for durations and deadlines. */
+static int sys_monotime(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+  return 1;
+}
+
+/* Wall-clock time with sub-second precision, for timestamps. */
+static int sys_time(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+  return 1;
+}
+
+static int sys_sleep(lua_State *L) {
+  lua_Number s = luaL_checknumber(L, 1);
+  struct timespec ts;
+  luaL_argcheck(L, s >= 0, 1, "negative duration");
+  ts.tv_sec = (time_t)s;
+  ts.tv_nsec = (long)((s - (lua_Number)ts.tv_sec) * 1e9);
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+  return 0;
+}
+
+static int sys_getpid(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)getpid());
+  return 1;
+}
+
+static int sys_hostname(lua_State *L) {
+  char buf[256];
+  if (gethostname(buf, sizeof buf) != 0) return push_errno(L, "gethostname");
+  buf[sizeof buf - 1] = '\0';
+  lua_pushstring(L, buf);
+  return 1;
+}
+
+static int sys_sha256(lua_State *L) {
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int mdlen = 0, i;
+  char hex[2 * EVP_MAX_MD_SIZE + 1];
+  if (!EVP_Digest(s, len, md, &mdlen, EVP_sha256(), NULL))
+    return luaL_error(L, "sha256 failed");
+  for (i = 0; i < mdlen; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+  lua_pushlstring(L, hex, 2 * mdlen);
+  return 1;
+}
+
+/* Names in a directory, sorted by the caller if it cares; nil, err on failure. */
+static int sys_listdir(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  DIR *d = opendir(path);
+  struct dirent *e;
+  int n = 0;
+  if (d == NULL) return push_errno(L, path);
+  lua_newtable(L);
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    lua_pushstring(L, e->d_name);
+    lua_rawseti(L, -2, ++n);
+  }
+  closedir(d);
+  return 1;
+}
+
+/* "file", "directory", "other" or nil; second result: executable by us. */
+static int sys_stat(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  struct stat st;
+  if (stat(path, &st) != 0) return push_errno(L, path);
+  lua_pushstring(L, S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "directory" : "other");
+  lua_pushboolean(L, access(path, X_OK) == 0);
+  return 2;
+}
+
+/* The migrations compiled into this build: { {name=, path=, source=}, ... }. */
+static int sys_builtin_migrations(lua_State *L) {
+  int i;
+  lua_newtable(L);
+  for (i = 0; cozy_embedded_migrations[i].name != NULL; i++) {
+    const struct cozy_embedded *e = &cozy_embedded_migrations[i];
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, e->name);
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, e->path);
+    lua_setfield(L, -2, "path");
+    lua_pushlstring(L, (const char *)e->data, e->size);
+    lua_setfield(L, -2, "source");
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+static const luaL_Reg sys_funcs[] = {
+  {"monotime", sys_monotime},
+  {"time", sys_time},
+  {"sleep", sys_sleep},
+  {"getpid", sys_getpid},
+  {"hostname", sys_hostname},
+  {"sha256", sys_sha256},
+  {"listdir", sys_listdir},
+  {"stat", sys_stat},
+  {"builtin_migrations", sys_builtin_migrations},
+  {NULL, NULL}
+};
+
+int luaopen_cozy_sys(lua_State *L) {
+  luaL_newlib(L, sys_funcs);
+  lua_pushliteral(L, COZY_MIGRATE_VERSION);
+  lua_setfield(L, -2, "version");
+  return 1;
+}

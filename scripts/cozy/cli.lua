@@ -1,0 +1,191 @@
+-- The command line: parses the contract of design.md and dispatches to one
+-- module per command (cozy.cmd.<name>), each returning an exit status.
+local sys = require "cozy.sys"
+
+local cli = {}
+
+-- Exit statuses (design.md): 0 done, 1 a migration or API call failed,
+-- 2 usage/configuration/invalid migration set, 3 lock held by another runner.
+cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_LOCKED = 0, 1, 2, 3
+
+cli.usage = [==[
+Usage: cozy-migrate COMMAND [OPTIONS]
+
+Commands:
+  run     [--target N] [--dry-run] [--server-dry-run]   apply pending migrations
+  plan    [--target N] [--server-dry-run]               what run would change, nothing written
+  status  [--output text|json]                          version, target, pending, lock, history
+  check   [--migration N] [--output text|json]          read-only preflight and each pending check()
+  list    [--output text|json]                          migrations known to this build
+  new NAME                                              scaffold migrations/NN-NAME.lua and its spec
+  lua [SCRIPT [ARGS...]] | lua -e CODE                  Lua 5.4 interpreter with the engine's modules
+
+Common options:
+  --kubeconfig PATH         kubeconfig file (else $KUBECONFIG, in-cluster, ~/.kube/config)
+  --context NAME            kubeconfig context (else current-context)
+  --namespace NS            namespace of the version ConfigMap and the lock (else $NAMESPACE, cozy-system)
+  --migrations DIR          read migrations from DIR instead of the ones built in
+  --log-format text|json    log line format (default text)
+  --request-timeout SECONDS per-request timeout (default 30)
+  --lock-timeout SECONDS    how long to wait for another runner's lock (default 300)
+  -v                        more detail (repeatable)
+  --version                 print the version and exit
+  --help                    print this help and exit
+
+Exit status: 0 done or nothing to do; 1 a migration or an API call failed;
+2 usage, configuration or an invalid migration set; 3 the lock is held.
+]==]
+
+local commands = {
+  run = true, plan = true, status = true, check = true, list = true, new = true,
+}
+
+-- option name -> kind: "flag", "count", or a value parser
+local function number_value(name)
+  return function(v)
+    local n = tonumber(v)
+    if n == nil or n < 0 then
+      error({ usage = ("%s expects a non-negative number, got %q"):format(name, v) })
+    end
+    return n
+  end
+end
+
+local function integer_value(name)
+  return function(v)
+    local n = math.tointeger(tonumber(v))
+    if n == nil or n < 0 then
+      error({ usage = ("%s expects a non-negative integer, got %q"):format(name, v) })
+    end
+    return n
+  end
+end
+
+local function one_of(name, ...)
+  local allowed = { ... }
+  return function(v)
+    for _, a in ipairs(allowed) do
+      if a == v then return v end
+    end
+    error({ usage = ("%s must be one of %s, got %q"):format(name, table.concat(allowed, "|"), v) })
+  end
+end
+
+local function string_value(v) return v end
+
+local options = {
+  ["--kubeconfig"] = string_value,
+  ["--context"] = string_value,
+  ["--namespace"] = string_value,
+  ["--migrations"] = string_value,
+  ["--log-format"] = one_of("--log-format", "text", "json"),
+  ["--request-timeout"] = number_value("--request-timeout"),
+  ["--lock-timeout"] = number_value("--lock-timeout"),
+  ["--target"] = integer_value("--target"),
+  ["--migration"] = integer_value("--migration"),
+  ["--output"] = one_of("--output", "text", "json"),
+  ["--dry-run"] = "flag",
+  ["--server-dry-run"] = "flag",
+  ["-v"] = "count",
+}
+
+-- Which command-specific options each command accepts (common ones always).
+local command_options = {
+  run = { ["--target"] = true, ["--dry-run"] = true, ["--server-dry-run"] = true },
+  plan = { ["--target"] = true, ["--server-dry-run"] = true },
+  status = { ["--output"] = true, ["--target"] = true },
+  check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true },
+  list = { ["--output"] = true },
+  new = {},
+}
+local common = {
+  ["--kubeconfig"] = true, ["--context"] = true, ["--namespace"] = true,
+  ["--migrations"] = true, ["--log-format"] = true, ["--request-timeout"] = true,
+  ["--lock-timeout"] = true, ["-v"] = true,
+}
+
+local function key(opt)
+  return (opt:gsub("^%-+", ""):gsub("%-", "_"))
+end
+
+-- Parses argv (1-based, without the program name). Returns command, opts, args;
+-- raises { usage = message } on misuse.
+function cli.parse(argv)
+  local command = argv[1]
+  if command == nil then error({ usage = "no command given" }) end
+  if not commands[command] then
+    error({ usage = ("unknown command %q"):format(command) })
+  end
+  local opts, args = { v = 0 }, {}
+  local i = 2
+  while i <= #argv do
+    local a = argv[i]
+    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
+    name = name or a
+    local kind = options[name]
+    if a == "--" then
+      for j = i + 1, #argv do args[#args + 1] = argv[j] end
+      break
+    elseif kind == nil then
+      if a:sub(1, 1) == "-" and a ~= "-" then
+        error({ usage = ("unknown option %q"):format(a) })
+      end
+      args[#args + 1] = a
+    else
+      if not (common[name] or command_options[command][name]) then
+        error({ usage = ("option %s does not apply to '%s'"):format(name, command) })
+      end
+      if kind == "flag" then
+        if inline then error({ usage = ("option %s takes no value"):format(name) }) end
+        opts[key(name)] = true
+      elseif kind == "count" then
+        opts.v = opts.v + 1
+      else
+        local v = inline
+        if v == nil then
+          i = i + 1
+          v = argv[i]
+          if v == nil then error({ usage = ("option %s needs a value"):format(name) }) end
+        end
+        opts[key(name)] = kind(v)
+      end
+    end
+    i = i + 1
+  end
+  return command, opts, args
+end
+
+-- Entry point from core/main.c: argv[0] is the program name.
+function cli.main(argv)
+  local first = argv[1]
+  if first == "--version" then
+    io.stdout:write("cozy-migrate ", sys.version, " (", _VERSION, ")\n")
+    return cli.EXIT_OK
+  elseif first == "--help" or first == "-h" or first == "help" then
+    io.stdout:write(cli.usage)
+    return cli.EXIT_OK
+  elseif first == "lua" then
+    return require("cozy.cmd.lua").run(argv)
+  end
+  local rest = table.move(argv, 1, #argv, 1, {})
+  local ok, command, opts, args = pcall(cli.parse, rest)
+  if not ok then
+    local err = command
+    if type(err) == "table" and err.usage then
+      io.stderr:write("cozy-migrate: ", err.usage, "\n", "Try 'cozy-migrate --help'.\n")
+      return cli.EXIT_USAGE
+    end
+    error(err, 0)
+  end
+  local found, impl = pcall(require, "cozy.cmd." .. command)
+  if not found then
+    if tostring(impl):find("module 'cozy.cmd." .. command .. "' not found", 1, true) then
+      io.stderr:write("cozy-migrate: command '", command, "' is not available in this build\n")
+      return cli.EXIT_USAGE
+    end
+    error(impl, 0)
+  end
+  return impl.run(opts, args)
+end
+
+return cli
