@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian machine: installs what is needed,
+# builds the engine twice (plain, and with ASan+UBSan) and runs every spec
+# through ctest against each build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+hack/install-deps.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+status=0
+for variant in build:OFF build-asan:ON; do
+  dir=${variant%%:*}
+  sanitize=${variant##*:}
+  echo "=== $dir (SANITIZE=$sanitize) ==="
+  cmake -S . -B "$dir" -DSANITIZE="$sanitize" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+  # abort_on_error: a sanitizer report fails the test that triggered it
+  ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$dir" --output-on-failure -j "$jobs" || status=1
+done
+exit $status
