@@ -1,0 +1,306 @@
+-- Test helper: runs spec/support/fake-apiserver as a child process and talks to
+-- its control endpoints.  Busted specs use it like this:
+--
+--   local fake = require "spec.support.fake"
+--   local srv = fake.start{ fixtures = { "spec/fixtures/x.json" }, tls = true, token = "t" }
+--   finally(function() srv:stop() end)          -- or teardown(), or `local srv <close> = ...`
+--
+-- See spec/support/README.md for the whole API.
+
+local ok, json = pcall(require, "cozy.json")
+if not ok then json = require "cjson" end
+
+local fake = {}
+
+local READY_TIMEOUT = 10      -- seconds to wait for the server to listen
+local POLL = 0.05             -- seconds between polls
+
+-- The server sits next to this file, wherever the specs are run from.
+local here = (debug.getinfo(1, "S").source:match("^@(.*)[/\\][^/\\]*$")) or "spec/support"
+fake.server_path = here .. "/fake-apiserver"
+fake.python = os.getenv("FAKE_APISERVER_PYTHON") or "/usr/bin/python3"
+fake.kubectl_path = os.getenv("KUBECTL") or "kubectl"
+
+local function q(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local data = f:read("a")
+  f:close()
+  return data
+end
+
+local function write_file(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
+local function sh(cmd)
+  local okay, how, code = os.execute(cmd)
+  if how == "exit" then return code end
+  return okay and 0 or 128 + (code or 0)
+end
+
+local function capture(cmd)
+  local p = assert(io.popen(cmd, "r"))
+  local out = p:read("a")
+  p:close()
+  return out
+end
+
+local function sleep(seconds)
+  sh("sleep " .. seconds)
+end
+
+local function encode(v)
+  if type(v) == "table" and next(v) == nil and v ~= nil then
+    return "[]"   -- every empty table this helper sends is a list (fixtures, rules)
+  end
+  return json.encode(v)
+end
+
+fake.json = json
+fake.sleep = sleep
+fake.quote = q
+
+-- A fixture given as a Lua table may be a List or a plain array of objects.
+local function fixture_text(fixture)
+  if type(fixture) == "string" then
+    local data = read_file(fixture)
+    if not data then error("fake: cannot read fixture " .. fixture, 3) end
+    return data
+  end
+  if type(fixture) ~= "table" then error("fake: a fixture is a path or a table", 3) end
+  if fixture.items or fixture.kind then return json.encode(fixture) end
+  return '{"apiVersion":"v1","kind":"List","items":' .. encode(fixture) .. "}"
+end
+
+local Server = {}
+Server.__index = Server
+
+--- Starts a server. opts: fixtures (list of paths or tables), tls (bool),
+--- token (string), latency_ms (number), deny (list of "verb:group:resource" or
+--- {verb=, group=, resource=}), listen ("127.0.0.1:0").
+function fake.start(opts)
+  opts = opts or {}
+  local dir = capture("mktemp -d -t fake-apiserver-spec.XXXXXX"):gsub("%s+$", "")
+  assert(dir ~= "", "fake: mktemp failed")
+  local self = setmetatable({ dir = dir, token = opts.token, kubeconfig = dir .. "/kubeconfig" }, Server)
+  local args = { q(fake.python), q(fake.server_path), "--listen", q(opts.listen or "127.0.0.1:0"),
+                 "--ready-file", q(dir .. "/ready"), "--kubeconfig-out", q(self.kubeconfig) }
+  for i, fixture in ipairs(opts.fixtures or {}) do
+    local path = dir .. "/fixture-" .. i .. ".json"
+    write_file(path, fixture_text(fixture))
+    args[#args + 1] = "--fixture " .. q(path)
+  end
+  if opts.tls then
+    self.ca = dir .. "/ca.pem"
+    args[#args + 1] = "--tls --ca-out " .. q(self.ca)
+  end
+  if opts.token then args[#args + 1] = "--token " .. q(opts.token) end
+  if opts.latency_ms then args[#args + 1] = "--latency-ms " .. q(opts.latency_ms) end
+  for _, d in ipairs(opts.deny or {}) do
+    if type(d) == "table" then d = (d.verb or "*") .. ":" .. (d.group or "") .. ":" .. (d.resource or "*") end
+    args[#args + 1] = "--deny " .. q(d)
+  end
+  sh(table.concat(args, " ") .. " >" .. q(dir .. "/stdout") .. " 2>" .. q(dir .. "/stderr")
+     .. " </dev/null & echo $! >" .. q(dir .. "/pid"))
+  self.pid = tonumber((read_file(dir .. "/pid") or ""):match("%d+"))
+  if not self.pid then
+    self:stop()
+    error("fake: could not start " .. fake.server_path, 2)
+  end
+  for _ = 1, math.floor(READY_TIMEOUT / POLL) do
+    local url = read_file(dir .. "/ready")
+    if url and url:match("^https?://") then
+      self.url = url:gsub("%s+$", "")
+      return self
+    end
+    if not self:alive() then break end
+    sleep(POLL)
+  end
+  local err = self:stderr()
+  self:stop()
+  error("fake: server did not become ready: " .. (err ~= "" and err or "(no output)"), 2)
+end
+
+function Server:alive()
+  return self.pid ~= nil and not self.stopped and sh("kill -0 " .. self.pid .. " 2>/dev/null") == 0
+end
+
+--- The server's stderr so far (for error messages).
+function Server:stderr()
+  return read_file(self.dir .. "/stderr") or ""
+end
+
+--- Terminates the server and removes its files; safe to call twice.
+function Server:stop()
+  if self.stopped then return end
+  if self.pid then
+    sh("kill -TERM " .. self.pid .. " 2>/dev/null")
+    local gone = false
+    for _ = 1, math.floor(5 / POLL) do
+      if sh("kill -0 " .. self.pid .. " 2>/dev/null") ~= 0 then gone = true break end
+      sleep(POLL)
+    end
+    if not gone then sh("kill -KILL " .. self.pid .. " 2>/dev/null") end
+  end
+  self.stopped = true
+  if self.dir and self.dir:match("fake%-apiserver%-spec") then sh("rm -rf " .. q(self.dir)) end
+end
+Server.__close = Server.stop
+Server.__gc = Server.stop
+
+local function parse_headers(raw)
+  local headers = {}
+  -- with redirects or 100-continue there can be several blocks: keep the last
+  local last = raw
+  for block in raw:gmatch("HTTP/[^\r\n]*\r?\n.-\r?\n\r?\n") do last = block end
+  for name, value in last:gmatch("([%w%-]+):%s*([^\r\n]*)") do
+    headers[name:lower()] = value
+  end
+  return headers
+end
+
+--- One HTTP request against the server, via the curl CLI.
+--- srv:request(method, path[, opts]) or srv:request{method=, path=, ...};
+--- opts: body (string, or a table to JSON-encode), content_type, token (false: send none),
+--- headers ({name = value}), timeout (seconds).
+--- Returns {status = n (0 if the connection was dropped), body = s, json = decoded or nil,
+--- headers = {lowercase-name = value}, error = curl's message when status is 0}.
+function Server:request(method, path, opts)
+  if type(method) == "table" then
+    opts = method
+    method, path = opts.method, opts.path
+  end
+  opts = opts or {}
+  local dir = self.dir
+  local args = { "curl", "-sS", "-X", q(method or "GET"), "-o", q(dir .. "/resp.body"), "-D", q(dir .. "/resp.headers"),
+                 "-w", "'%{http_code}'", "--max-time", tostring(opts.timeout or 30) }
+  if self.ca then args[#args + 1] = "--cacert " .. q(self.ca) end
+  local token = opts.token
+  if token == nil then token = self.token end
+  if token then args[#args + 1] = "-H " .. q("Authorization: Bearer " .. token) end
+  if opts.body ~= nil then
+    local body = type(opts.body) == "table" and json.encode(opts.body) or opts.body
+    write_file(dir .. "/req.body", body)
+    args[#args + 1] = "--data-binary @" .. q(dir .. "/req.body")
+    args[#args + 1] = "-H " .. q("Content-Type: " .. (opts.content_type or "application/json"))
+  elseif opts.content_type then
+    args[#args + 1] = "-H " .. q("Content-Type: " .. opts.content_type)
+  end
+  for name, value in pairs(opts.headers or {}) do
+    args[#args + 1] = "-H " .. q(name .. ": " .. value)
+  end
+  os.remove(dir .. "/resp.body")
+  os.remove(dir .. "/resp.headers")
+  args[#args + 1] = q(self.url .. path)
+  local out = capture(table.concat(args, " ") .. " 2>" .. q(dir .. "/curl.err"))
+  local res = { status = tonumber(out:match("(%d+)%s*$")) or 0 }
+  res.body = read_file(dir .. "/resp.body") or ""
+  res.headers = parse_headers(read_file(dir .. "/resp.headers") or "")
+  if res.status == 0 then res.error = read_file(dir .. "/curl.err") end
+  if res.body ~= "" then
+    local okay, decoded = pcall(json.decode, res.body)
+    if okay then res.json = decoded end
+  end
+  return res
+end
+
+-- control endpoints: no token, errors are fatal to the spec
+function Server:control(method, path, body)
+  local res = self:request(method, path, { body = body, token = false })
+  if res.status ~= 200 then
+    error(("fake: %s %s answered %d: %s %s"):format(method, path, res.status, res.body, res.error or ""), 3)
+  end
+  return res.json
+end
+
+--- Every stored object (decoded items of /_fake/objects).
+function Server:objects()
+  return self:control("GET", "/_fake/objects").items
+end
+
+--- One stored object or nil.  kind is "ConfigMap" or "Kind.group" ("VirtualMachine.kubevirt.io");
+--- namespace is nil for cluster-scoped objects.
+function Server:object(kind, namespace, name)
+  local k, group = kind:match("^([^.]+)%.(.+)$")
+  k = k or kind
+  for _, o in ipairs(self:objects()) do
+    local g = (o.apiVersion or ""):match("^(.*)/") or ""
+    local m = o.metadata or {}
+    if o.kind == k and (group == nil or g == group) and m.name == name
+        and (m.namespace or nil) == (namespace or nil) then
+      return o
+    end
+  end
+  return nil
+end
+
+--- The request log: {method, path, query, content_type, body, status, user_agent[, fault]}.
+--- filter (optional): {method = "PATCH", path = "lua pattern"} keeps the matching entries.
+function Server:requests(filter)
+  local log = self:control("GET", "/_fake/requests")
+  if not filter then return log end
+  local out = {}
+  for _, e in ipairs(log) do
+    if (not filter.method or e.method == filter.method)
+        and (not filter.path or tostring(e.path):match(filter.path)) then
+      out[#out + 1] = e
+    end
+  end
+  return out
+end
+
+function Server:clear_requests()
+  self:control("DELETE", "/_fake/requests")
+end
+
+--- Adds fault rules (see README); they fire in order, first match wins.
+function Server:faults(rules)
+  return self:control("POST", "/_fake/faults", encode(rules))
+end
+
+function Server:clear_faults()
+  self:control("DELETE", "/_fake/faults")
+end
+
+--- Replaces the deny rules set at run time: list of {verb=, group=, resource=[, namespace=]}.
+function Server:deny(rules)
+  self:control("POST", "/_fake/denies", encode(rules))
+end
+
+--- Reloads the whole state from a fixture (path, List table or array of objects).
+function Server:reset(fixture)
+  self:control("POST", "/_fake/reset", fixture_text(fixture or {}))
+end
+
+--- Emulated etcd compaction: every continue token issued so far expires (410).
+function Server:compact()
+  return self:control("POST", "/_fake/compact")
+end
+
+--- Runs kubectl against the server.  srv:kubectl("get", "cm", "-n", "x") or
+--- srv:kubectl{ "apply", "-f", "-", stdin = "..." }.
+--- Returns {ok = bool, code = n, stdout = s, stderr = s}.
+function Server:kubectl(first, ...)
+  local argv = type(first) == "table" and first or { first, ... }
+  local parts = { q(fake.kubectl_path), "--kubeconfig=" .. q(self.kubeconfig),
+                  "--cache-dir=" .. q(self.dir .. "/kubecache") }
+  for _, a in ipairs(argv) do parts[#parts + 1] = q(a) end
+  local stdin = "/dev/null"
+  if argv.stdin then
+    stdin = self.dir .. "/kubectl.stdin"
+    write_file(stdin, argv.stdin)
+  end
+  local code = sh(table.concat(parts, " ") .. " <" .. q(stdin) .. " >" .. q(self.dir .. "/kubectl.out")
+                  .. " 2>" .. q(self.dir .. "/kubectl.err"))
+  return { ok = code == 0, code = code, stdout = read_file(self.dir .. "/kubectl.out") or "",
+           stderr = read_file(self.dir .. "/kubectl.err") or "" }
+end
+
+return fake
