@@ -68,13 +68,21 @@ fake.sleep = sleep
 fake.quote = q
 
 -- A fixture given as a Lua table may be a List or a plain array of objects.
-local function fixture_text(fixture)
+local fixture_text
+function fixture_text(fixture)
   if type(fixture) == "string" then
     local data = read_file(fixture)
     if not data then error("fake: cannot read fixture " .. fixture, 3) end
     return data
   end
   if type(fixture) ~= "table" then error("fake: a fixture is a path or a table", 3) end
+  if type(fixture[1]) == "string" then
+    -- several fixture files: a JSON array of Lists, kept verbatim (no decode/encode
+    -- round trip, which plain cjson would make lossy)
+    local texts = {}
+    for i, path in ipairs(fixture) do texts[i] = fixture_text(path) end
+    return "[" .. table.concat(texts, ",") .. "]"
+  end
   if fixture.items or fixture.kind then return json.encode(fixture) end
   return '{"apiVersion":"v1","kind":"List","items":' .. encode(fixture) .. "}"
 end
@@ -274,9 +282,12 @@ function Server:deny(rules)
   self:control("POST", "/_fake/denies", encode(rules))
 end
 
---- Reloads the whole state from a fixture (path, List table or array of objects).
+--- Reloads the whole state from a fixture: a path, a list of paths, a List table or an
+--- array of objects.
 function Server:reset(fixture)
   self:control("POST", "/_fake/reset", fixture_text(fixture or {}))
+  -- kubectl's discovery cache would remember the previous state's resource types
+  sh("rm -rf " .. q(self.dir .. "/kubecache"))
 end
 
 --- Emulated etcd compaction: every continue token issued so far expires (410).
