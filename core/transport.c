@@ -1,10 +1,361 @@
-/* cozy.transport: placeholder until the libcurl transport lands. */
+/*
+** cozy.transport: a Kubernetes API client connection for Lua.
+**
+**   local t, err = transport.new{ kubeconfig=, context=, request_timeout=30,
+**       connect_timeout=10, qps=20, burst=40, token_refresh=60,
+**       retry = { max_attempts=10, max_time=120, base_delay=0.25, max_delay=30 } }
+**   -- err (config problems) = { file=, field=, message= }
+**   t:info()   --> { server=, namespace=, source=, context=, cluster=, user=,
+**                    insecure=, auth=, token_file= }  (no secret in it)
+**   t:request(method, path, { query=, body=, content_type=, retry_safe=,
+**                              timeout=, on_retry=function(attempt) end })
+**     --> status (0: transport failure), body (string or nil), attempts
+**   t:close()  (also __gc and __close)
+**
+** Runtime failures are returned, never raised: cozy.kube turns them into
+** structured errors. Retries happen here (see docs/transport.md for the
+** rule): 429 always, 500/502/503/504 and transport errors only when the
+** request is a read or the caller marked it retry-safe; one immediate retry
+** after a 401 when the token comes from a file that can be re-read.
+** Secrets (token, client key) never leave C memory.
+*/
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "lua.h"
 #include "lauxlib.h"
 
 #include "host.h"
+#include "transport.h"
+
+#define TRANSPORT_MT "cozy.transport"
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc;
+
+static void global_init(void) {
+  global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static struct cozy_transport *check_transport(lua_State *L) {
+  struct cozy_transport *t = luaL_checkudata(L, 1, TRANSPORT_MT);
+  if (t->closed) luaL_argerror(L, 1, "transport is closed");
+  return t;
+}
+
+static double opt_number(lua_State *L, int idx, const char *key, double dflt, double min) {
+  double v;
+  lua_getfield(L, idx, key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return dflt;
+  }
+  if (!lua_isnumber(L, -1)) luaL_error(L, "option '%s' must be a number", key);
+  v = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  if (v < min) luaL_error(L, "option '%s' must be >= %f", key, min);
+  return v;
+}
+
+static const char *opt_string(lua_State *L, int idx, const char *key) {
+  const char *s;
+  lua_getfield(L, idx, key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "option '%s' must be a string", key);
+  s = lua_tostring(L, -1);
+  lua_pop(L, 1); /* still referenced by the options table */
+  return s;
+}
+
+static int t_gc(lua_State *L) {
+  struct cozy_transport *t = luaL_checkudata(L, 1, TRANSPORT_MT);
+  if (!t->closed) {
+    cozy_http_cleanup(t);
+    cozy_kubeconfig_free(&t->kc);
+    t->closed = 1;
+  }
+  return 0;
+}
+
+static int t_new(lua_State *L) {
+  struct cozy_transport *t;
+  struct cozy_config_error err;
+  const char *path, *context;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  pthread_once(&global_once, global_init);
+  if (global_rc != CURLE_OK) return luaL_error(L, "curl_global_init failed: %s", curl_easy_strerror(global_rc));
+  path = opt_string(L, 1, "kubeconfig");
+  context = opt_string(L, 1, "context");
+  t = lua_newuserdatauv(L, sizeof *t, 0);
+  memset(t, 0, sizeof *t);
+  t->closed = 1; /* until fully set up, __gc has nothing to free */
+  luaL_setmetatable(L, TRANSPORT_MT);
+  t->request_timeout = opt_number(L, 1, "request_timeout", 30, 0);
+  t->connect_timeout = opt_number(L, 1, "connect_timeout", 10, 0.001);
+  t->qps = opt_number(L, 1, "qps", 20, 0);
+  t->burst = opt_number(L, 1, "burst", 40, 1);
+  t->token_refresh = opt_number(L, 1, "token_refresh", 60, 0);
+  t->retry.max_attempts = 10;
+  t->retry.max_time = 120;
+  t->retry.base_delay = 0.25;
+  t->retry.max_delay = 30;
+  lua_getfield(L, 1, "retry");
+  if (lua_istable(L, -1)) {
+    int r = lua_gettop(L);
+    t->retry.max_attempts = (int)opt_number(L, r, "max_attempts", 10, 1);
+    t->retry.max_time = opt_number(L, r, "max_time", 120, 0);
+    t->retry.base_delay = opt_number(L, r, "base_delay", 0.25, 0);
+    t->retry.max_delay = opt_number(L, r, "max_delay", 30, 0);
+  } else if (!lua_isnil(L, -1)) {
+    return luaL_error(L, "option 'retry' must be a table");
+  }
+  lua_pop(L, 1);
+  if (cozy_kubeconfig_load(path, context, &t->kc, &err) != 0) {
+    lua_pushnil(L);
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, err.file);
+    lua_setfield(L, -2, "file");
+    lua_pushstring(L, err.field);
+    lua_setfield(L, -2, "field");
+    lua_pushstring(L, err.message);
+    lua_setfield(L, -2, "message");
+    return 2;
+  }
+  t->closed = 0;
+  t->tokens = t->burst;
+  t->refilled_at = t->token_read_at = cozy_monotime();
+  t->seed = (unsigned int)((size_t)t ^ (size_t)(t->refilled_at * 1e6));
+  if (cozy_http_init(t) != 0) return luaL_error(L, "curl_easy_init failed");
+  return 1;
+}
+
+static void set_str(lua_State *L, const char *k, const char *v) {
+  if (v == NULL) return;
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static int t_info(lua_State *L) {
+  struct cozy_transport *t = check_transport(L);
+  lua_newtable(L);
+  set_str(L, "server", t->kc.server);
+  set_str(L, "namespace", t->kc.namespace);
+  set_str(L, "source", t->kc.source);
+  set_str(L, "context", t->kc.context);
+  set_str(L, "cluster", t->kc.cluster);
+  set_str(L, "user", t->kc.user);
+  set_str(L, "token_file", t->kc.token_file);
+  lua_pushboolean(L, t->kc.insecure);
+  lua_setfield(L, -2, "insecure");
+  set_str(L, "auth", t->kc.cert.data ? "client-certificate"
+                     : t->kc.token_file ? "token-file"
+                     : t->kc.token.data ? "token" : "none");
+  set_str(L, "ca", t->kc.ca.data ? "configured" : t->kc.insecure ? "none" : "system");
+  lua_pushnumber(L, t->request_timeout);
+  lua_setfield(L, -2, "request_timeout");
+  lua_pushnumber(L, t->qps);
+  lua_setfield(L, -2, "qps");
+  lua_pushnumber(L, t->burst);
+  lua_setfield(L, -2, "burst");
+  return 1;
+}
+
+static int t_close(lua_State *L) {
+  luaL_checkudata(L, 1, TRANSPORT_MT);
+  return t_gc(L);
+}
+
+/* A transport failure's reason, and whether retrying it can help. */
+static const char *curl_reason(CURLcode rc, int *transient) {
+  *transient = 1;
+  switch (rc) {
+    case CURLE_COULDNT_CONNECT: return "ConnectionRefused";
+    case CURLE_COULDNT_RESOLVE_HOST: return "DNSError";
+    case CURLE_OPERATION_TIMEDOUT: return "Timeout";
+    case CURLE_GOT_NOTHING: return "EOF";
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE: return "ConnectionReset";
+    case CURLE_SSL_CONNECT_ERROR: return "TLSHandshake";
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+      *transient = 0;
+      return "TLSVerification";
+    default:
+      *transient = 0;
+      return "TransportError";
+  }
+}
+
+static int status_transient(long code) {
+  return code == 429 || code == 500 || code == 502 || code == 503 || code == 504;
+}
+
+/* Pushes { code=, reason=, message=, retry_after= } for one attempt. */
+static void push_attempt(lua_State *L, struct cozy_transport *t, CURLcode rc, long status,
+                         const char *reason, double elapsed) {
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, rc == CURLE_OK ? status : 0);
+  lua_setfield(L, -2, "code");
+  if (rc != CURLE_OK) {
+    lua_pushstring(L, reason);
+    lua_setfield(L, -2, "reason");
+    lua_pushstring(L, t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc));
+    lua_setfield(L, -2, "message");
+  } else if (t->retry_after >= 0) {
+    lua_pushnumber(L, t->retry_after);
+    lua_setfield(L, -2, "retry_after");
+  }
+  lua_pushnumber(L, elapsed);
+  lua_setfield(L, -2, "elapsed_s");
+}
+
+static double backoff(struct cozy_transport *t, int n) {
+  double d = t->retry.base_delay;
+  double jitter;
+  while (--n > 0 && d < t->retry.max_delay) d *= 2;
+  if (d > t->retry.max_delay) d = t->retry.max_delay;
+  /* jitter in [0.5, 1.5): spreads clients that failed together */
+  jitter = 0.5 + (double)rand_r(&t->seed) / ((double)RAND_MAX + 1.0);
+  return d * jitter;
+}
+
+static int t_request(lua_State *L) {
+  struct cozy_transport *t = check_transport(L);
+  const char *method = luaL_checkstring(L, 2);
+  const char *path = luaL_checkstring(L, 3);
+  const char *query = NULL, *body = NULL, *ctype = NULL;
+  size_t body_len = 0;
+  int retry_safe = 0, read, n = 0, did_401 = 0, on_retry = 0, attempts_idx;
+  double timeout, start, elapsed;
+  const char *url;
+  luaL_Buffer b;
+  CURLcode rc;
+  long status = 0;
+
+  luaL_argcheck(L, path[0] == '/', 3, "path must start with '/'");
+  luaL_checktype(L, 4, LUA_TTABLE);
+  lua_settop(L, 4);
+  query = opt_string(L, 4, "query");
+  ctype = opt_string(L, 4, "content_type");
+  lua_getfield(L, 4, "body");
+  if (!lua_isnil(L, -1)) body = luaL_checklstring(L, -1, &body_len);
+  lua_pop(L, 1); /* kept alive by the options table */
+  lua_getfield(L, 4, "retry_safe");
+  retry_safe = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  timeout = opt_number(L, 4, "timeout", t->request_timeout, 0);
+  lua_getfield(L, 4, "on_retry"); /* index 5 */
+  on_retry = lua_isfunction(L, 5);
+  read = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+
+  luaL_buffinit(L, &b);
+  luaL_addstring(&b, t->kc.server);
+  luaL_addstring(&b, path);
+  if (query && *query) {
+    luaL_addchar(&b, '?');
+    luaL_addstring(&b, query);
+  }
+  luaL_pushresult(&b); /* index 6 */
+  url = lua_tostring(L, 6);
+  lua_newtable(L);     /* index 7: attempts */
+  attempts_idx = 7;
+
+  start = cozy_monotime();
+  for (;;) {
+    const char *reason = NULL;
+    int transient = 0, retry = 0;
+    double delay = 0;
+    cozy_ratelimit_wait(t);
+    if (t->kc.token_file && t->token_refresh > 0 && cozy_monotime() - t->token_read_at >= t->token_refresh)
+      cozy_http_reload_token(t);
+    rc = cozy_http_perform(t, method, url, body, body_len, ctype, timeout, &status);
+    n++;
+    elapsed = cozy_monotime() - start;
+    if (rc != CURLE_OK) {
+      reason = curl_reason(rc, &transient);
+      retry = transient && (read || retry_safe);
+    } else if (status == 401 && !did_401 && t->kc.token_file) {
+      /* the token may have been rotated under us: re-read it and try once more */
+      did_401 = 1;
+      cozy_http_reload_token(t);
+      push_attempt(L, t, rc, status, NULL, elapsed);
+      lua_rawseti(L, attempts_idx, n);
+      if (on_retry) {
+        lua_pushvalue(L, 5);
+        lua_rawgeti(L, attempts_idx, n);
+        lua_call(L, 1, 0);
+      }
+      continue;
+    } else if (status_transient(status)) {
+      retry = status == 429 || read || retry_safe;
+    }
+    push_attempt(L, t, rc, status, reason, elapsed);
+    if (retry) {
+      delay = t->retry_after >= 0 && rc == CURLE_OK ? t->retry_after : backoff(t, n);
+      if (delay > t->retry.max_delay) delay = t->retry.max_delay;
+      if (n >= t->retry.max_attempts || elapsed + delay > t->retry.max_time) retry = 0;
+    }
+    if (retry) {
+      lua_pushnumber(L, delay);
+      lua_setfield(L, -2, "after_s");
+    }
+    lua_rawseti(L, attempts_idx, n);
+    if (!retry) break;
+    if (on_retry) {
+      lua_pushvalue(L, 5);
+      lua_rawgeti(L, attempts_idx, n);
+      lua_call(L, 1, 0);
+    }
+    cozy_sleep(delay);
+  }
+  if (rc != CURLE_OK) {
+    lua_pushinteger(L, 0);
+    lua_pushnil(L);
+  } else {
+    lua_pushinteger(L, status);
+    lua_pushlstring(L, t->body ? t->body : "", t->body_len);
+  }
+  lua_pushvalue(L, attempts_idx);
+  return 3;
+}
+
+static const luaL_Reg t_methods[] = {
+  {"request", t_request},
+  {"info", t_info},
+  {"close", t_close},
+  {NULL, NULL}
+};
+
+static const luaL_Reg t_meta[] = {
+  {"__gc", t_gc},
+  {"__close", t_gc},
+  {"__index", NULL},
+  {NULL, NULL}
+};
+
+static const luaL_Reg funcs[] = {
+  {"new", t_new},
+  {NULL, NULL}
+};
 
 int luaopen_cozy_transport(lua_State *L) {
-  lua_newtable(L);
+  if (luaL_newmetatable(L, TRANSPORT_MT)) {
+    luaL_setfuncs(L, t_meta, 0);
+    luaL_newlib(L, t_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushliteral(L, TRANSPORT_MT);
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
+  luaL_newlib(L, funcs);
+  lua_pushliteral(L, "cozy-migrate/" COZY_MIGRATE_VERSION);
+  lua_setfield(L, -2, "user_agent");
   return 1;
 }

@@ -1,0 +1,505 @@
+/*
+** Kubeconfig and in-cluster configuration (see kubeconfig.h).
+**
+** The YAML is loaded into libyaml documents and walked by key; with a
+** $KUBECONFIG list, every file is loaded and a named cluster, user or context
+** is taken from the first file that has it, as kubectl merges them. Error
+** messages name the file and the field, never a value (values may be secret).
+*/
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <yaml.h>
+
+#include "kubeconfig.h"
+
+#define MAX_FILES 16
+
+struct kfile {
+  char *path;
+  char *dir; /* relative paths in this file resolve against it */
+  yaml_document_t doc;
+  int loaded;
+};
+
+struct loader {
+  struct kfile files[MAX_FILES];
+  int nfiles;
+  struct cozy_config_error *err;
+};
+
+static int fail(struct cozy_config_error *err, const char *file, const char *field,
+                const char *fmt, ...) {
+  va_list ap;
+  snprintf(err->file, sizeof err->file, "%s", file ? file : "");
+  snprintf(err->field, sizeof err->field, "%s", field ? field : "");
+  va_start(ap, fmt);
+  vsnprintf(err->message, sizeof err->message, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+void cozy_blob_free(struct cozy_blob *b) {
+  if (b->data) {
+    OPENSSL_cleanse(b->data, b->len);
+    free(b->data);
+  }
+  b->data = NULL;
+  b->len = 0;
+}
+
+void cozy_blob_rtrim(struct cozy_blob *b) {
+  while (b->len > 0 && isspace((unsigned char)b->data[b->len - 1])) b->data[--b->len] = '\0';
+}
+
+int cozy_read_file(const char *path, struct cozy_blob *out) {
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  size_t len = 0, cap = 0, n;
+  if (f == NULL) return -1;
+  for (;;) {
+    if (cap - len < 4096) {
+      /* grow by copying so a secret never lingers in a freed block */
+      size_t ncap = cap ? cap * 2 : 8192;
+      char *nbuf = malloc(ncap + 1);
+      if (nbuf == NULL) { int e = errno; if (buf) { OPENSSL_cleanse(buf, cap); free(buf); } fclose(f); errno = e; return -1; }
+      if (buf) { memcpy(nbuf, buf, len); OPENSSL_cleanse(buf, cap); free(buf); }
+      buf = nbuf;
+      cap = ncap;
+    }
+    n = fread(buf + len, 1, cap - len, f);
+    len += n;
+    if (n == 0) break;
+  }
+  if (ferror(f)) { int e = errno ? errno : EIO; OPENSSL_cleanse(buf, cap); free(buf); fclose(f); errno = e; return -1; }
+  fclose(f);
+  buf[len] = '\0';
+  out->data = buf;
+  out->len = len;
+  return 0;
+}
+
+/* "where.key" for messages; a field path longer than the buffer is cut. */
+static void join(char *dst, size_t n, const char *where, const char *key) {
+  if (snprintf(dst, n, "%s.%s", where, key) >= (int)n) dst[n - 1] = '\0';
+}
+
+/* ---- YAML walking ---- */
+
+static yaml_node_t *map_get(yaml_document_t *doc, yaml_node_t *map, const char *key) {
+  yaml_node_pair_t *p;
+  if (map == NULL || map->type != YAML_MAPPING_NODE) return NULL;
+  for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = yaml_document_get_node(doc, p->key);
+    if (k && k->type == YAML_SCALAR_NODE && strcmp((const char *)k->data.scalar.value, key) == 0)
+      return yaml_document_get_node(doc, p->value);
+  }
+  return NULL;
+}
+
+static int is_null(yaml_node_t *n) {
+  const char *v;
+  if (n == NULL) return 1;
+  if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
+  v = (const char *)n->data.scalar.value;
+  return *v == '\0' || strcmp(v, "null") == 0 || strcmp(v, "~") == 0 || strcmp(v, "Null") == 0 ||
+         strcmp(v, "NULL") == 0;
+}
+
+/* A string field: 0 absent, 1 present (*out set), -1 wrong type (err set). */
+static int get_str(struct loader *ld, struct kfile *f, yaml_node_t *map, const char *key,
+                   const char *where, const char **out) {
+  yaml_node_t *n = map_get(&f->doc, map, key);
+  char field[256];
+  if (is_null(n)) return 0;
+  if (n->type != YAML_SCALAR_NODE) {
+    join(field, sizeof field, where, key);
+    return fail(ld->err, f->path, field, "%s: %s must be a string", f->path, field);
+  }
+  *out = (const char *)n->data.scalar.value;
+  return 1;
+}
+
+/* The entry of list `section` (clusters, users, contexts) named `name`, from
+** the first file that has it; *inner is its `kind` mapping (cluster, user, context). */
+static struct kfile *find_named(struct loader *ld, const char *section, const char *kind,
+                                const char *name, yaml_node_t **inner) {
+  int i;
+  for (i = 0; i < ld->nfiles; i++) {
+    struct kfile *f = &ld->files[i];
+    yaml_node_t *root = yaml_document_get_root_node(&f->doc);
+    yaml_node_t *list = map_get(&f->doc, root, section);
+    yaml_node_item_t *it;
+    if (list == NULL || list->type != YAML_SEQUENCE_NODE) continue;
+    for (it = list->data.sequence.items.start; it < list->data.sequence.items.top; it++) {
+      yaml_node_t *e = yaml_document_get_node(&f->doc, *it);
+      yaml_node_t *n = map_get(&f->doc, e, "name");
+      if (n && n->type == YAML_SCALAR_NODE && strcmp((const char *)n->data.scalar.value, name) == 0) {
+        *inner = map_get(&f->doc, e, kind);
+        return f;
+      }
+    }
+  }
+  return NULL;
+}
+
+static char *resolve_path(struct kfile *f, const char *p) {
+  char *out;
+  size_t n;
+  if (p[0] == '/' || f->dir == NULL) return strdup(p);
+  n = strlen(f->dir) + strlen(p) + 2;
+  out = malloc(n);
+  if (out) snprintf(out, n, "%s/%s", f->dir, p);
+  return out;
+}
+
+static int b64decode(const char *in, struct cozy_blob *out) {
+  size_t n = strlen(in), i, m = 0, pad = 0;
+  char *clean = malloc(n + 1);
+  unsigned char *buf;
+  int len;
+  if (clean == NULL) return -1;
+  for (i = 0; i < n; i++)
+    if (!isspace((unsigned char)in[i])) clean[m++] = in[i];
+  clean[m] = '\0';
+  if (m == 0 || m % 4 != 0) { OPENSSL_cleanse(clean, n); free(clean); return -1; }
+  if (clean[m - 1] == '=') pad++;
+  if (clean[m - 2] == '=') pad++;
+  buf = malloc(m / 4 * 3 + 1);
+  if (buf == NULL) { OPENSSL_cleanse(clean, n); free(clean); return -1; }
+  len = EVP_DecodeBlock(buf, (const unsigned char *)clean, (int)m);
+  OPENSSL_cleanse(clean, n);
+  free(clean);
+  if (len < 0) { free(buf); return -1; }
+  out->len = (size_t)len - pad;
+  buf[out->len] = '\0';
+  out->data = (char *)buf;
+  return 0;
+}
+
+/* A PEM blob from `<key>-data` (base64) or `<key>` (a file path). */
+static int get_blob(struct loader *ld, struct kfile *f, yaml_node_t *map, const char *key,
+                    const char *where, struct cozy_blob *out) {
+  char datakey[96], field[256];
+  const char *v = NULL;
+  int r;
+  snprintf(datakey, sizeof datakey, "%s-data", key);
+  if ((r = get_str(ld, f, map, datakey, where, &v)) < 0) return -1;
+  if (r == 1) {
+    join(field, sizeof field, where, datakey);
+    if (b64decode(v, out) != 0)
+      return fail(ld->err, f->path, field, "%s: %s is not valid base64", f->path, field);
+    return 0;
+  }
+  if ((r = get_str(ld, f, map, key, where, &v)) < 0) return -1;
+  if (r == 1) {
+    char *p = resolve_path(f, v);
+    join(field, sizeof field, where, key);
+    if (p == NULL) return fail(ld->err, f->path, field, "out of memory");
+    if (cozy_read_file(p, out) != 0) {
+      fail(ld->err, f->path, field, "%s: %s: cannot read %s: %s", f->path, field, p, strerror(errno));
+      free(p);
+      return -1;
+    }
+    free(p);
+  }
+  return 0;
+}
+
+static int load_file(struct loader *ld, const char *path, int must_exist) {
+  struct kfile *f = &ld->files[ld->nfiles];
+  yaml_parser_t parser;
+  FILE *fp;
+  yaml_node_t *root;
+  const char *slash;
+  if (ld->nfiles >= MAX_FILES)
+    return fail(ld->err, path, "", "too many kubeconfig files (at most %d)", MAX_FILES);
+  fp = fopen(path, "rb");
+  if (fp == NULL) {
+    if (!must_exist && errno == ENOENT) return 0;
+    return fail(ld->err, path, "", "%s: cannot read kubeconfig: %s", path, strerror(errno));
+  }
+  memset(f, 0, sizeof *f);
+  f->path = strdup(path);
+  slash = strrchr(path, '/');
+  f->dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : NULL;
+  yaml_parser_initialize(&parser);
+  yaml_parser_set_input_file(&parser, fp);
+  if (!yaml_parser_load(&parser, &f->doc)) {
+    fail(ld->err, path, "", "%s: malformed YAML at line %lu column %lu: %s", path,
+         (unsigned long)parser.problem_mark.line + 1, (unsigned long)parser.problem_mark.column + 1,
+         parser.problem ? parser.problem : "parse error");
+    yaml_parser_delete(&parser);
+    fclose(fp);
+    free(f->path);
+    free(f->dir);
+    return -1;
+  }
+  yaml_parser_delete(&parser);
+  fclose(fp);
+  f->loaded = 1;
+  ld->nfiles++;
+  root = yaml_document_get_root_node(&f->doc);
+  if (root != NULL && root->type != YAML_MAPPING_NODE)
+    return fail(ld->err, path, "", "%s: a kubeconfig must be a YAML mapping", path);
+  return 0;
+}
+
+static void loader_free(struct loader *ld) {
+  int i;
+  for (i = 0; i < ld->nfiles; i++) {
+    /* the document may hold a token or key: wipe scalars before freeing */
+    yaml_node_t *n;
+    for (n = ld->files[i].doc.nodes.start; n < ld->files[i].doc.nodes.top; n++)
+      if (n->type == YAML_SCALAR_NODE) OPENSSL_cleanse(n->data.scalar.value, n->data.scalar.length);
+    yaml_document_delete(&ld->files[i].doc);
+    free(ld->files[i].path);
+    free(ld->files[i].dir);
+  }
+  ld->nfiles = 0;
+}
+
+void cozy_kubeconfig_free(struct cozy_kubeconfig *kc) {
+  free(kc->source);
+  free(kc->context);
+  free(kc->cluster);
+  free(kc->user);
+  free(kc->server);
+  free(kc->namespace);
+  free(kc->token_file);
+  cozy_blob_free(&kc->ca);
+  cozy_blob_free(&kc->cert);
+  cozy_blob_free(&kc->key);
+  cozy_blob_free(&kc->token);
+  memset(kc, 0, sizeof *kc);
+}
+
+static int load_token_file(struct cozy_kubeconfig *kc, struct cozy_config_error *err,
+                           const char *file, const char *field) {
+  if (cozy_read_file(kc->token_file, &kc->token) != 0)
+    return fail(err, file, field, "%s: %s: cannot read token file %s: %s", file, field,
+                kc->token_file, strerror(errno));
+  cozy_blob_rtrim(&kc->token);
+  return 0;
+}
+
+/* The selected context, cluster and user, from the loaded files. */
+static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kubeconfig *kc) {
+  struct cozy_config_error *err = ld->err;
+  const char *ctxname = want, *v;
+  const char *first = ld->files[0].path;
+  char where[256], field[256];
+  yaml_node_t *ctx = NULL, *cl = NULL, *us = NULL, *n;
+  struct kfile *f;
+  int i, r;
+
+  if (ctxname == NULL || *ctxname == '\0') {
+    ctxname = NULL;
+    for (i = 0; i < ld->nfiles && ctxname == NULL; i++) {
+      f = &ld->files[i];
+      r = get_str(ld, f, yaml_document_get_root_node(&f->doc), "current-context", "", &v);
+      if (r < 0) return -1;
+      if (r == 1 && *v) ctxname = v;
+    }
+    if (ctxname == NULL)
+      return fail(err, first, "current-context",
+                  "%s: current-context is not set and no --context was given", first);
+  }
+  kc->context = strdup(ctxname);
+  f = find_named(ld, "contexts", "context", ctxname, &ctx);
+  if (f == NULL || ctx == NULL || ctx->type != YAML_MAPPING_NODE)
+    return fail(err, first, want ? "--context" : "current-context",
+                "%s: context \"%s\" not found in contexts", first, ctxname);
+  snprintf(where, sizeof where, "contexts[%s].context", ctxname);
+  if ((r = get_str(ld, f, ctx, "namespace", where, &v)) < 0) return -1;
+  if (r == 1 && *v) kc->namespace = strdup(v);
+  if ((r = get_str(ld, f, ctx, "cluster", where, &v)) <= 0) {
+    if (r == 0) {
+      join(field, sizeof field, where, "cluster");
+      fail(err, f->path, field, "%s: %s is missing", f->path, field);
+    }
+    return -1;
+  }
+  kc->cluster = strdup(v);
+  if ((r = get_str(ld, f, ctx, "user", where, &v)) < 0) return -1;
+  kc->user = r == 1 ? strdup(v) : NULL;
+
+  /* cluster */
+  f = find_named(ld, "clusters", "cluster", kc->cluster, &cl);
+  snprintf(where, sizeof where, "clusters[%s].cluster", kc->cluster);
+  if (f == NULL || cl == NULL || cl->type != YAML_MAPPING_NODE)
+    return fail(err, first, where, "%s: cluster \"%s\" (of context \"%s\") not found in clusters",
+                first, kc->cluster, ctxname);
+  if ((r = get_str(ld, f, cl, "server", where, &v)) <= 0) {
+    if (r == 0) {
+      join(field, sizeof field, where, "server");
+      fail(err, f->path, field, "%s: %s is missing", f->path, field);
+    }
+    return -1;
+  }
+  join(field, sizeof field, where, "server");
+  if (strncmp(v, "https://", 8) != 0 && strncmp(v, "http://", 7) != 0)
+    return fail(err, f->path, field, "%s: %s must be an http:// or https:// URL", f->path, field);
+  kc->server = strdup(v);
+  while (strlen(kc->server) > 8 && kc->server[strlen(kc->server) - 1] == '/')
+    kc->server[strlen(kc->server) - 1] = '\0';
+  n = map_get(&f->doc, cl, "insecure-skip-tls-verify");
+  if (!is_null(n)) {
+    const char *b = n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : "";
+    join(field, sizeof field, where, "insecure-skip-tls-verify");
+    if (strcasecmp(b, "true") == 0) kc->insecure = 1;
+    else if (strcasecmp(b, "false") != 0)
+      return fail(err, f->path, field, "%s: %s must be true or false", f->path, field);
+  }
+  if (get_blob(ld, f, cl, "certificate-authority", where, &kc->ca) < 0) return -1;
+  if ((r = get_str(ld, f, cl, "proxy-url", where, &v)) < 0) return -1;
+  if (r == 1 && *v) {
+    join(field, sizeof field, where, "proxy-url");
+    return fail(err, f->path, field, "%s: %s is not supported", f->path, field);
+  }
+  if ((r = get_str(ld, f, cl, "tls-server-name", where, &v)) < 0) return -1;
+  if (r == 1 && *v) {
+    join(field, sizeof field, where, "tls-server-name");
+    return fail(err, f->path, field, "%s: %s is not supported", f->path, field);
+  }
+
+  /* user: no user means anonymous */
+  if (kc->user == NULL) return 0;
+  f = find_named(ld, "users", "user", kc->user, &us);
+  snprintf(where, sizeof where, "users[%s].user", kc->user);
+  if (f == NULL)
+    return fail(err, first, where, "%s: user \"%s\" (of context \"%s\") not found in users", first,
+                kc->user, ctxname);
+  if (us == NULL || is_null(us)) return 0;
+  if (us->type != YAML_MAPPING_NODE)
+    return fail(err, f->path, where, "%s: %s must be a mapping", f->path, where);
+  if (!is_null(map_get(&f->doc, us, "exec"))) {
+    join(field, sizeof field, where, "exec");
+    return fail(err, f->path, field,
+                "%s: %s: exec credential plugins are not supported by cozy-migrate; "
+                "use a token, tokenFile or client certificate", f->path, field);
+  }
+  if (!is_null(map_get(&f->doc, us, "auth-provider"))) {
+    join(field, sizeof field, where, "auth-provider");
+    return fail(err, f->path, field,
+                "%s: %s: auth-provider plugins are not supported by cozy-migrate; "
+                "use a token, tokenFile or client certificate", f->path, field);
+  }
+  if (!is_null(map_get(&f->doc, us, "username")) || !is_null(map_get(&f->doc, us, "password"))) {
+    join(field, sizeof field, where, "username");
+    return fail(err, f->path, field, "%s: %s: basic authentication is not supported", f->path, field);
+  }
+  if (get_blob(ld, f, us, "client-certificate", where, &kc->cert) < 0) return -1;
+  if (get_blob(ld, f, us, "client-key", where, &kc->key) < 0) return -1;
+  if ((kc->cert.data == NULL) != (kc->key.data == NULL)) {
+    join(field, sizeof field, where, kc->cert.data ? "client-key" : "client-certificate");
+    return fail(err, f->path, field, "%s: %s is missing (a client certificate needs its key)",
+                f->path, field);
+  }
+  if ((r = get_str(ld, f, us, "token", where, &v)) < 0) return -1;
+  if (r == 1 && *v) {
+    kc->token.len = strlen(v);
+    kc->token.data = strdup(v);
+  }
+  if ((r = get_str(ld, f, us, "tokenFile", where, &v)) < 0) return -1;
+  if (r == 1 && *v) {
+    kc->token_file = resolve_path(f, v);
+    if (kc->token.data == NULL) {
+      join(field, sizeof field, where, "tokenFile");
+      if (load_token_file(kc, err, f->path, field) < 0) return -1;
+    }
+  }
+  return 0;
+}
+
+static char *sa_path(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *p = malloc(n);
+  if (p) snprintf(p, n, "%s/%s", dir, name);
+  return p;
+}
+
+static int in_cluster(struct cozy_kubeconfig *kc, struct cozy_config_error *err) {
+  const char *host = getenv("KUBERNETES_SERVICE_HOST");
+  const char *port = getenv("KUBERNETES_SERVICE_PORT");
+  const char *dir = getenv(COZY_SA_DIR_ENV);
+  char *p;
+  size_t n;
+  struct cozy_blob ns = {NULL, 0};
+  if (dir == NULL || *dir == '\0') dir = COZY_SA_DIR_DEFAULT;
+  if (port == NULL || *port == '\0')
+    return fail(err, "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_PORT",
+                "in-cluster configuration: KUBERNETES_SERVICE_HOST is set but KUBERNETES_SERVICE_PORT is not");
+  kc->source = strdup("in-cluster");
+  n = strlen(host) + strlen(port) + 16;
+  kc->server = malloc(n);
+  if (strchr(host, ':') != NULL && host[0] != '[') /* IPv6 literal */
+    snprintf(kc->server, n, "https://[%s]:%s", host, port);
+  else
+    snprintf(kc->server, n, "https://%s:%s", host, port);
+  kc->token_file = sa_path(dir, "token");
+  if (load_token_file(kc, err, kc->token_file, "token") < 0) return -1;
+  p = sa_path(dir, "ca.crt");
+  if (cozy_read_file(p, &kc->ca) != 0) {
+    fail(err, p, "ca.crt", "in-cluster configuration: cannot read %s: %s", p, strerror(errno));
+    free(p);
+    return -1;
+  }
+  free(p);
+  p = sa_path(dir, "namespace");
+  if (cozy_read_file(p, &ns) == 0) {
+    cozy_blob_rtrim(&ns);
+    if (ns.len > 0) kc->namespace = strdup(ns.data);
+    cozy_blob_free(&ns);
+  }
+  free(p);
+  return 0;
+}
+
+int cozy_kubeconfig_load(const char *path, const char *context, struct cozy_kubeconfig *kc,
+                         struct cozy_config_error *err) {
+  struct loader ld;
+  const char *env = getenv("KUBECONFIG");
+  int rc = 0;
+  memset(kc, 0, sizeof *kc);
+  memset(&ld, 0, sizeof ld);
+  memset(err, 0, sizeof *err);
+  ld.err = err;
+  if (path != NULL && *path != '\0') {
+    rc = load_file(&ld, path, 1);
+    if (rc == 0) kc->source = strdup(path);
+  } else if (env != NULL && *env != '\0') {
+    /* missing files in the list are skipped, as kubectl does */
+    char *list = strdup(env), *save = NULL, *p;
+    for (p = strtok_r(list, ":", &save); p && rc == 0; p = strtok_r(NULL, ":", &save))
+      if (*p) rc = load_file(&ld, p, 0);
+    free(list);
+    if (rc == 0 && ld.nfiles == 0)
+      rc = fail(err, env, "KUBECONFIG", "no file named in KUBECONFIG exists (%s)", env);
+    if (rc == 0) kc->source = strdup(env);
+  } else if (getenv("KUBERNETES_SERVICE_HOST") && *getenv("KUBERNETES_SERVICE_HOST")) {
+    rc = in_cluster(kc, err);
+    if (rc != 0) cozy_kubeconfig_free(kc);
+    return rc;
+  } else {
+    const char *home = getenv("HOME");
+    char def[1024];
+    snprintf(def, sizeof def, "%s/.kube/config", home ? home : "");
+    rc = load_file(&ld, def, 0);
+    if (rc == 0 && ld.nfiles == 0)
+      rc = fail(err, def, "",
+                "no cluster configuration: no --kubeconfig, no KUBECONFIG, not in a cluster "
+                "(KUBERNETES_SERVICE_HOST unset), and %s does not exist", def);
+    if (rc == 0) kc->source = strdup(def);
+  }
+  if (rc == 0) rc = from_kubeconfig(&ld, context, kc);
+  loader_free(&ld);
+  if (rc != 0) cozy_kubeconfig_free(kc);
+  return rc;
+}

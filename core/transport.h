@@ -1,0 +1,52 @@
+/* The HTTP transport of one client: a libcurl easy handle (connection reuse),
+** its configuration, a token bucket and the bearer token. One per client,
+** used by one thread at a time; nothing here is process-wide except
+** curl_global_init. */
+#ifndef COZY_TRANSPORT_H
+#define COZY_TRANSPORT_H
+
+#include <curl/curl.h>
+
+#include "kubeconfig.h"
+
+struct cozy_retry_policy {
+  int max_attempts;     /* including the first */
+  double max_time;      /* seconds from the first attempt; no retry starts after it */
+  double base_delay;    /* first backoff without Retry-After */
+  double max_delay;     /* cap of one backoff and of an honoured Retry-After */
+};
+
+struct cozy_transport {
+  CURL *curl;
+  char errbuf[CURL_ERROR_SIZE];
+  struct curl_slist *headers;
+  struct cozy_kubeconfig kc;
+  double request_timeout;  /* seconds; 0 = none */
+  double connect_timeout;
+  double token_refresh;    /* re-read token_file at least this often (seconds) */
+  double token_read_at;    /* monotonic time of the last read */
+  struct cozy_retry_policy retry;
+  /* token bucket */
+  double qps, burst, tokens, refilled_at;
+  /* the response being received */
+  char *body;
+  size_t body_len, body_cap;
+  double retry_after;      /* Retry-After seconds, or -1 */
+  unsigned int seed;       /* for jitter, per client */
+  int closed;
+};
+
+/* transport_http.c */
+int cozy_http_init(struct cozy_transport *t);
+void cozy_http_cleanup(struct cozy_transport *t);
+/* One attempt. Returns the CURLcode; *status is the HTTP status (0 if none). */
+CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url,
+                           const char *body, size_t body_len, const char *content_type,
+                           double timeout, long *status);
+/* Re-reads the token file; 0 ok (or no file), -1 on failure (old token kept). */
+int cozy_http_reload_token(struct cozy_transport *t);
+void cozy_ratelimit_wait(struct cozy_transport *t);
+double cozy_monotime(void);
+void cozy_sleep(double seconds);
+
+#endif

@@ -1,0 +1,242 @@
+/*
+** One HTTP exchange over the client's libcurl easy handle, following curl's
+** own examples: one error buffer per handle, CURLINFO_RESPONSE_CODE rather
+** than CURLOPT_FAILONERROR (error bodies are metav1.Status objects we want),
+** NOSIGNAL (threads), connect and total timeouts, stall detection, TCP
+** keepalive, and peer verification always on unless the kubeconfig itself
+** says insecure-skip-tls-verify.
+*/
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <openssl/crypto.h>
+
+#include "transport.h"
+
+#ifndef COZY_MIGRATE_VERSION
+#define COZY_MIGRATE_VERSION "0.0.0-dev"
+#endif
+
+double cozy_monotime(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void cozy_sleep(double s) {
+  struct timespec ts;
+  if (s <= 0) return;
+  ts.tv_sec = (time_t)s;
+  ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+/* Token bucket: `burst` requests at once, then `qps` per second. Retries
+** take a token too: they are load on the apiserver like any request. */
+void cozy_ratelimit_wait(struct cozy_transport *t) {
+  double now;
+  if (t->qps <= 0) return;
+  now = cozy_monotime();
+  t->tokens += (now - t->refilled_at) * t->qps;
+  if (t->tokens > t->burst) t->tokens = t->burst;
+  t->refilled_at = now;
+  if (t->tokens < 1) {
+    double wait = (1 - t->tokens) / t->qps;
+    cozy_sleep(wait);
+    t->tokens = 1;
+    t->refilled_at = cozy_monotime();
+  }
+  t->tokens -= 1;
+}
+
+int cozy_http_reload_token(struct cozy_transport *t) {
+  struct cozy_blob fresh = {NULL, 0};
+  if (t->kc.token_file == NULL) return 0;
+  t->token_read_at = cozy_monotime();
+  if (cozy_read_file(t->kc.token_file, &fresh) != 0) return -1;
+  cozy_blob_rtrim(&fresh);
+  if (fresh.len == 0) {
+    cozy_blob_free(&fresh);
+    return -1; /* a file being rewritten: keep the token we have */
+  }
+  cozy_blob_free(&t->kc.token);
+  t->kc.token = fresh;
+  return 0;
+}
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
+  struct cozy_transport *t = ud;
+  size_t n = size * nmemb;
+  if (t->body_len + n + 1 > t->body_cap) {
+    size_t cap = t->body_cap ? t->body_cap : 16384;
+    char *nb;
+    while (cap < t->body_len + n + 1) cap *= 2;
+    nb = realloc(t->body, cap);
+    if (nb == NULL) return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
+    t->body = nb;
+    t->body_cap = cap;
+  }
+  memcpy(t->body + t->body_len, ptr, n);
+  t->body_len += n;
+  t->body[t->body_len] = '\0';
+  return n;
+}
+
+static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
+  struct cozy_transport *t = ud;
+  size_t n = size * nitems;
+  static const char name[] = "retry-after:";
+  if (n > sizeof name - 1 && strncasecmp(buf, name, sizeof name - 1) == 0) {
+    char tmp[64];
+    size_t len = n - (sizeof name - 1);
+    char *end;
+    double v;
+    if (len >= sizeof tmp) len = sizeof tmp - 1;
+    memcpy(tmp, buf + sizeof name - 1, len);
+    tmp[len] = '\0';
+    v = strtod(tmp, &end);
+    /* seconds only; an HTTP date is not sent by the apiserver */
+    if (end != tmp && v >= 0) t->retry_after = v;
+  } else if (n >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
+    t->retry_after = -1; /* a new response (after a redirect or 100) */
+  }
+  return n;
+}
+
+int cozy_http_init(struct cozy_transport *t) {
+  CURL *c = curl_easy_init();
+  struct curl_blob blob;
+  if (c == NULL) return -1;
+  t->curl = c;
+  t->errbuf[0] = '\0';
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, t->errbuf);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 1L);
+  curl_easy_setopt(c, CURLOPT_USERAGENT, "cozy-migrate/" COZY_MIGRATE_VERSION);
+  curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, ""); /* every encoding curl supports: gzip */
+  curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 30L);
+  curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 15L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(t->connect_timeout * 1000));
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https,http");
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, t);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, t);
+  /* The apiserver is not reached through a proxy configured for the shell. */
+  curl_easy_setopt(c, CURLOPT_PROXY, "");
+  if (t->kc.insecure) {
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+  } else {
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+  }
+  if (t->kc.ca.data) {
+    blob.data = t->kc.ca.data;
+    blob.len = t->kc.ca.len;
+    blob.flags = CURL_BLOB_COPY;
+    curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
+  }
+  if (t->kc.cert.data && t->kc.key.data) {
+    blob.data = t->kc.cert.data;
+    blob.len = t->kc.cert.len;
+    blob.flags = CURL_BLOB_COPY;
+    curl_easy_setopt(c, CURLOPT_SSLCERT_BLOB, &blob);
+    curl_easy_setopt(c, CURLOPT_SSLCERTTYPE, "PEM");
+    blob.data = t->kc.key.data;
+    blob.len = t->kc.key.len;
+    curl_easy_setopt(c, CURLOPT_SSLKEY_BLOB, &blob);
+    curl_easy_setopt(c, CURLOPT_SSLKEYTYPE, "PEM");
+  }
+  return 0;
+}
+
+static void free_headers(struct cozy_transport *t) {
+  struct curl_slist *h;
+  /* the Authorization line is a secret: wipe every line before freeing */
+  for (h = t->headers; h != NULL; h = h->next) OPENSSL_cleanse(h->data, strlen(h->data));
+  curl_slist_free_all(t->headers);
+  t->headers = NULL;
+}
+
+void cozy_http_cleanup(struct cozy_transport *t) {
+  free_headers(t);
+  if (t->curl) curl_easy_cleanup(t->curl);
+  t->curl = NULL;
+  if (t->body) {
+    OPENSSL_cleanse(t->body, t->body_cap);
+    free(t->body);
+  }
+  t->body = NULL;
+  t->body_len = t->body_cap = 0;
+}
+
+static int add_header(struct cozy_transport *t, const char *line) {
+  struct curl_slist *n = curl_slist_append(t->headers, line);
+  if (n == NULL) return -1;
+  t->headers = n;
+  return 0;
+}
+
+CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url,
+                           const char *body, size_t body_len, const char *content_type,
+                           double timeout, long *status) {
+  CURL *c = t->curl;
+  CURLcode rc;
+  char line[256];
+  *status = 0;
+  t->body_len = 0;
+  if (t->body) t->body[0] = '\0';
+  t->retry_after = -1;
+  t->errbuf[0] = '\0';
+  free_headers(t);
+  if (add_header(t, "Accept: application/json") != 0) return CURLE_OUT_OF_MEMORY;
+  if (add_header(t, "Expect:") != 0) return CURLE_OUT_OF_MEMORY; /* no 100-continue round trip */
+  if (body != NULL && content_type != NULL) {
+    snprintf(line, sizeof line, "Content-Type: %s", content_type);
+    if (add_header(t, line) != 0) return CURLE_OUT_OF_MEMORY;
+  }
+  if (t->kc.token.data != NULL && t->kc.token.len > 0) {
+    size_t n = t->kc.token.len + sizeof "Authorization: Bearer ";
+    char *auth = malloc(n);
+    int bad;
+    if (auth == NULL) return CURLE_OUT_OF_MEMORY;
+    snprintf(auth, n, "Authorization: Bearer %s", t->kc.token.data);
+    bad = add_header(t, auth);
+    OPENSSL_cleanse(auth, n);
+    free(auth);
+    if (bad) return CURLE_OUT_OF_MEMORY;
+  }
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, t->headers);
+  curl_easy_setopt(c, CURLOPT_NOBODY, strcmp(method, "HEAD") == 0 ? 1L : 0L);
+  if (body != NULL) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  } else if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
+    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, NULL);
+  } else {
+    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  }
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout > 0 ? (long)(timeout * 1000) : 0L);
+  /* Stall detection: under 1 byte/s for 30 s (or the whole timeout, if shorter)
+  ** means a dead peer, even with no overall timeout set. */
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                   (long)(timeout > 0 && timeout < 30 ? (timeout < 1 ? 1 : timeout) : 30));
+  rc = curl_easy_perform(c);
+  if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+  /* the token must not stay in a header list longer than the request */
+  free_headers(t);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+  return rc;
+}

@@ -1,0 +1,439 @@
+-- cozy.kube: the Kubernetes client migrations and the runner use
+-- (docs/engine-api.md is the contract, docs/transport.md the behaviour).
+--
+-- The C module cozy.transport owns configuration, TLS, auth, retries and the
+-- rate limit; this module owns resources and paths, structured errors,
+-- retry-safety of writes, pagination, the conflict-aware update loop and
+-- dry runs.
+local transport = require "cozy.transport"
+local json = require "cozy.json"
+local sys = require "cozy.sys"
+local errors = require "cozy.kube.errors"
+local patch = require "cozy.kube.patch"
+local pager = require "cozy.kube.pager"
+
+local kube = {
+  Error = errors.Error,
+  ConfigError = errors.ConfigError,
+  is_error = errors.is_error,
+  patch = patch,
+}
+
+-- Defaults, documented in docs/transport.md.
+kube.defaults = {
+  request_timeout = 30,
+  qps = 20,
+  burst = 40,
+  page_limit = 500,
+  -- the update loop: client-go's DefaultBackoff is 4 steps of 10 ms x5
+  -- (jitter 0.1); we allow more attempts, grow slower and cap the wait, so a
+  -- busy object (a VM whose status virt-controller keeps writing) still gets
+  -- its change in without multi-second sleeps.
+  update = { attempts = 8, base_delay = 0.01, factor = 3, max_delay = 2, jitter = 0.5 },
+}
+
+local JSON_PATCH = "application/json-patch+json"
+local MERGE_PATCH = "application/merge-patch+json"
+local JSON = "application/json"
+
+local Client = {}
+Client.__index = Client
+
+local Resource = {}
+Resource.__index = Resource
+
+local function urlescape(s)
+  return (tostring(s):gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end))
+end
+kube.urlescape = urlescape
+
+-- Query parameters in a fixed order: a list of { key, value } pairs.
+local function encode_query(pairs_)
+  local out = {}
+  for _, kv in ipairs(pairs_) do
+    if kv[2] ~= nil then out[#out + 1] = urlescape(kv[1]) .. "=" .. urlescape(kv[2]) end
+  end
+  return table.concat(out, "&")
+end
+
+local function query_table(pairs_)
+  local t = {}
+  for _, kv in ipairs(pairs_) do
+    if kv[2] ~= nil then t[kv[1]] = kv[2] end
+  end
+  return t
+end
+
+-- The connect options that are plain data (no functions): enough to open an
+-- independent client in another Lua state (e.g. a lease renewer thread).
+local plain_keys = { "kubeconfig", "context", "request_timeout", "connect_timeout", "qps", "burst",
+  "token_refresh", "retry", "dry_run", "page_limit", "update" }
+
+local function warn(self, message, fields)
+  if self.log then
+    self.log:warn(message, fields)
+  else
+    local parts = { "cozy-migrate: warning: ", message }
+    for k, v in pairs(fields or {}) do parts[#parts + 1] = (" %s=%s"):format(k, tostring(v)) end
+    io.stderr:write(table.concat(parts), "\n")
+  end
+end
+
+local function debug(self, message, fields)
+  if self.log then self.log:debug(message, fields) end
+end
+
+function kube.connect(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("kube.connect: options must be a table", 2) end
+  local dry = opts.dry_run
+  if dry ~= nil and dry ~= "server" and dry ~= "client" then
+    error(("kube.connect: dry_run must be nil, \"server\" or \"client\", got %q"):format(tostring(dry)), 2)
+  end
+  local t, cerr = transport.new {
+    kubeconfig = opts.kubeconfig, context = opts.context,
+    request_timeout = opts.request_timeout or kube.defaults.request_timeout,
+    connect_timeout = opts.connect_timeout,
+    qps = opts.qps or kube.defaults.qps, burst = opts.burst or kube.defaults.burst,
+    token_refresh = opts.token_refresh, retry = opts.retry,
+  }
+  if t == nil then
+    error(errors.config { file = cerr.file, field = cerr.field ~= "" and cerr.field or nil, message = cerr.message })
+  end
+  local info = t:info()
+  local options = {}
+  for _, k in ipairs(plain_keys) do options[k] = opts[k] end
+  local update = {}
+  for k, v in pairs(kube.defaults.update) do update[k] = v end
+  for k, v in pairs(opts.update or {}) do update[k] = v end
+  local self = setmetatable({
+    namespace = info.namespace,
+    server = info.server,
+    info = info,
+    options = options,
+    dry_run = dry,
+    record = opts.record,
+    log = opts.log,
+    page_limit = opts.page_limit or kube.defaults.page_limit,
+    update_policy = update,
+    stats = { requests = 0, writes = 0, retries = 0, conflicts = 0, list_restarts = 0, recorded = 0 },
+    _t = t,
+  }, Client)
+  if info.insecure then
+    warn(self, "insecure-skip-tls-verify is set in the kubeconfig: the API server's certificate is NOT verified",
+      { cluster = info.cluster, kubeconfig = info.source })
+  end
+  debug(self, "connected", { server = info.server, source = info.source, context = info.context,
+    auth = info.auth, qps = info.qps, burst = info.burst })
+  return self
+end
+
+function Client:close()
+  if self._t then self._t:close() end
+end
+
+-- One API call. Returns the decoded body (nil when empty), the status and the
+-- attempts; raises kube.Error for any non-2xx answer or transport failure.
+-- spec = { query = {{k,v},...}, body = lua value, content_type =, retry_safe =, write = }
+function Client:call(method, path, spec)
+  spec = spec or {}
+  local query = spec.query or {}
+  local body = spec.body
+  if spec.write and self.dry_run == "server" then
+    query = table.move(query, 1, #query, 1, {})
+    query[#query + 1] = { "dryRun", "All" }
+  end
+  local qs = encode_query(query)
+  local shown = qs ~= "" and (path .. "?" .. qs) or path
+  local status, raw, attempts = self._t:request(method, path, {
+    query = qs,
+    body = body ~= nil and json.encode(body) or nil,
+    content_type = body ~= nil and (spec.content_type or JSON) or nil,
+    retry_safe = spec.retry_safe,
+    timeout = spec.timeout,
+    on_retry = function(a)
+      warn(self, "retrying API request", { method = method, path = shown, code = a.code,
+        reason = a.reason, after_s = a.after_s and ("%.2f"):format(a.after_s) or nil })
+    end,
+  })
+  local stats = self.stats
+  stats.requests = stats.requests + #attempts
+  stats.retries = stats.retries + #attempts - 1
+  if spec.write then stats.writes = stats.writes + 1 end
+  if status == 0 then error(errors.from_transport(method, shown, attempts)) end
+  local decoded
+  if raw ~= nil and raw ~= "" then
+    local ok, v = pcall(json.decode, raw)
+    if ok then decoded = v elseif status >= 200 and status < 300 then
+      error(errors.new { method = method, path = shown, code = status, reason = "InvalidResponse",
+        message = "the server's answer is not JSON: " .. tostring(v), attempts = attempts })
+    end
+  end
+  if status < 200 or status >= 300 then
+    error(errors.from_response(method, shown, status, decoded, raw, attempts))
+  end
+  return decoded, status, attempts
+end
+
+-- Resources ------------------------------------------------------------------
+
+function Client:resource(api_version, plural, opts)
+  if type(api_version) ~= "string" or type(plural) ~= "string" then
+    error("resource(api_version, plural [, opts]) expects two strings", 2)
+  end
+  opts = opts or {}
+  local base = api_version:find("/", 1, true) and ("/apis/" .. api_version) or ("/api/" .. api_version)
+  return setmetatable({
+    client = self,
+    api_version = api_version,
+    plural = plural,
+    namespaced = opts.namespaced ~= false,
+    base = base,
+  }, Resource)
+end
+
+function Resource:collection_path(ns)
+  if self.namespaced and ns ~= nil then
+    return ("%s/namespaces/%s/%s"):format(self.base, urlescape(ns), self.plural)
+  end
+  return ("%s/%s"):format(self.base, self.plural)
+end
+
+function Resource:path(ns, name)
+  return self:collection_path(ns) .. "/" .. urlescape(name)
+end
+
+-- (ns, name, ...) for namespaced resources, (name, ...) for cluster-scoped.
+local function target(self, level, ...)
+  if self.namespaced then
+    local ns, name = ...
+    if type(ns) ~= "string" or type(name) ~= "string" then
+      error(("%s is namespaced: expected (namespace, name, ...)"):format(self.plural), level + 1)
+    end
+    return ns, name, select(3, ...)
+  end
+  local name = ...
+  if type(name) ~= "string" then
+    error(("%s is cluster-scoped: expected (name, ...)"):format(self.plural), level + 1)
+  end
+  return nil, name, select(2, ...)
+end
+
+local function fill_type(self, obj, kind)
+  if type(obj) == "table" then
+    if obj.apiVersion == nil then obj.apiVersion = self.api_version end
+    if obj.kind == nil and kind then obj.kind = kind end
+  end
+  return obj
+end
+
+function Resource:_get(ns, name)
+  return (self.client:call("GET", self:path(ns, name)))
+end
+
+function Resource:get(...)
+  local ns, name = target(self, 2, ...)
+  return self:_get(ns, name)
+end
+
+function Resource:find(...)
+  local ns, name = target(self, 2, ...)
+  local ok, obj = pcall(self._get, self, ns, name)
+  if ok then return obj end
+  if errors.is_error(obj) and obj.absent == "object" then return nil end
+  error(obj, 0)
+end
+
+local function record(self, method, path, query, ctype, body)
+  local c = self.client
+  c.stats.recorded = c.stats.recorded + 1
+  if c.record then
+    c.record { method = method, path = path, query = query_table(query), content_type = ctype, body = body }
+  end
+end
+
+-- Did any attempt end in a way that leaves the write's fate unknown?
+local function uncertain(attempts)
+  for _, a in ipairs(attempts or {}) do
+    if a.code == 0 or a.code == 500 or a.code == 502 or a.code == 503 or a.code == 504 then return true end
+  end
+  return false
+end
+
+function Resource:create(obj)
+  if type(obj) ~= "table" or type(obj.metadata) ~= "table" then
+    error("create(obj): obj.metadata is required", 2)
+  end
+  local ns = obj.metadata.namespace
+  if self.namespaced and ns == nil then
+    error(("create(obj): %s is namespaced and obj.metadata.namespace is not set"):format(self.plural), 2)
+  end
+  local path = self:collection_path(ns)
+  fill_type(self, obj)
+  local c = self.client
+  if c.dry_run == "client" then
+    record(self, "POST", path, {}, JSON, obj)
+    return patch.deepcopy(obj)
+  end
+  -- A named create may be repeated: a second POST cannot create a second
+  -- object, and an AlreadyExists after an uncertain attempt is resolved by
+  -- reading the object back (docs/transport.md). generateName cannot.
+  local named = obj.metadata.name ~= nil
+  local ok, res = pcall(c.call, c, "POST", path, { body = obj, write = true, retry_safe = named })
+  if ok then return res end
+  if errors.is_error(res) and res.code == 409 and res.reason == "AlreadyExists" and named
+      and uncertain(res.attempts) and c.dry_run == nil then
+    local current = self:find(ns, obj.metadata.name) or {}
+    local sent = patch.deepcopy(obj)
+    sent.metadata.resourceVersion = nil
+    if patch.contains(current, sent) then
+      warn(c, "create: an earlier attempt landed; the object read back matches what was sent",
+        { path = path, name = obj.metadata.name, attempts = #res.attempts })
+      return current
+    end
+    res.message = res.message .. " (an earlier attempt may have landed, but the object read back differs from what was sent)"
+  end
+  error(res, 0)
+end
+
+function Resource:_merge_patch(ns, name, p, base)
+  local path = self:path(ns, name)
+  local c = self.client
+  if c.dry_run == "client" then
+    local current = base or self:_get(ns, name)
+    record(self, "PATCH", path, {}, MERGE_PATCH, p)
+    return patch.merge_patch(current, p)
+  end
+  -- Applying the same merge patch twice yields the same object, but a replay
+  -- after an uncertain first attempt could overwrite another writer's change
+  -- made in between; only a resourceVersion precondition makes it safe.
+  local safe = type(p.metadata) == "table" and p.metadata.resourceVersion ~= nil
+  return (c:call("PATCH", path, { body = p, content_type = MERGE_PATCH, write = true, retry_safe = safe }))
+end
+
+function Resource:merge_patch(...)
+  local ns, name, p = target(self, 2, ...)
+  if type(p) ~= "table" then error("merge_patch: the patch must be a table", 2) end
+  return self:_merge_patch(ns, name, p)
+end
+
+local function as_ops(ops)
+  if getmetatable(ops) == nil then json.array(ops) end
+  return ops
+end
+
+function Resource:_json_patch(ns, name, ops, base)
+  local path = self:path(ns, name)
+  local c = self.client
+  as_ops(ops)
+  if c.dry_run == "client" then
+    local current = base or self:_get(ns, name)
+    local ok, res = pcall(patch.json_patch, current, ops)
+    if not ok then
+      local msg = type(res) == "table" and res.patch_error or tostring(res)
+      error(errors.new { method = "PATCH", path = path, code = 422, reason = "Invalid",
+        message = "client dry run: " .. msg, details = { name = name }, attempts = {} })
+    end
+    record(self, "PATCH", path, {}, JSON_PATCH, ops)
+    return res
+  end
+  -- a leading test makes a replay fail instead of applying twice
+  local safe = type(ops[1]) == "table" and ops[1].op == "test"
+  return (c:call("PATCH", path, { body = ops, content_type = JSON_PATCH, write = true, retry_safe = safe }))
+end
+
+function Resource:json_patch(...)
+  local ns, name, ops = target(self, 2, ...)
+  if type(ops) ~= "table" then error("json_patch: ops must be an array of operations", 2) end
+  return self:_json_patch(ns, name, ops)
+end
+
+function Resource:delete(...)
+  local ns, name = target(self, 2, ...)
+  local path = self:path(ns, name)
+  local c = self.client
+  if c.dry_run == "client" then
+    self:_get(ns, name) -- an absent object raises, as the real delete would
+    record(self, "DELETE", path, {}, nil, nil)
+    return nil
+  end
+  c:call("DELETE", path, { write = true })
+  return nil
+end
+
+-- The conflict-aware update loop (docs/engine-api.md).
+function Resource:update(a, ...)
+  local obj, ns, name, mutate
+  if type(a) == "table" then
+    obj, mutate = a, ...
+    local md = obj.metadata or {}
+    ns, name = md.namespace, md.name
+    if type(name) ~= "string" or (self.namespaced and type(ns) ~= "string") then
+      error("update(obj, mutate): obj.metadata must name the object", 2)
+    end
+  else
+    ns, name, mutate = target(self, 2, a, ...)
+  end
+  if type(mutate) ~= "function" then error("update: mutate must be a function", 2) end
+  local c = self.client
+  local policy = c.update_policy
+  local delay = policy.base_delay
+  local maybe_applied = false
+  local last_err
+  for attempt = 1, policy.attempts do
+    if obj == nil then obj = self:_get(ns, name) end
+    local rv = obj.metadata and obj.metadata.resourceVersion
+    if rv == nil then error(("update: %s has no metadata.resourceVersion"):format(self:path(ns, name)), 2) end
+    -- mutate gets its own copy: the object must stay intact as the base of a
+    -- client dry run, and mutate must not be able to change it behind us
+    local ops = mutate(patch.deepcopy(obj))
+    if ops == nil or next(ops) == nil then return obj, maybe_applied end
+    local full = json.array { { op = "test", path = "/metadata/resourceVersion", value = rv } }
+    for i = 1, #ops do full[i + 1] = ops[i] end
+    local ok, res = pcall(self._json_patch, self, ns, name, full, obj)
+    if ok then return res, true end
+    if not errors.is_error(res) then error(res, 0) end
+    local ours = res.code == 409
+    local fresh
+    if res.code == 422 then
+      -- our test failed if the object moved on; otherwise one of mutate's ops did
+      fresh = self:_get(ns, name)
+      ours = fresh.metadata.resourceVersion ~= rv
+    end
+    if not ours then error(res, 0) end
+    if uncertain(res.attempts) then maybe_applied = true end
+    last_err = res
+    c.stats.conflicts = c.stats.conflicts + 1
+    debug(c, "update conflict: re-reading and recomputing", { path = self:path(ns, name), attempt = attempt,
+      code = res.code, resourceVersion = rv })
+    obj = fresh
+    if attempt < policy.attempts then
+      local d = math.min(delay, policy.max_delay)
+      sys.sleep(d * (1 - policy.jitter / 2 + policy.jitter * math.random()))
+      delay = delay * policy.factor
+    end
+  end
+  last_err.message = ("%s (gave up after %d conflicting attempts)"):format(last_err.message, policy.attempts)
+  error(last_err, 0)
+end
+
+-- Pagination hidden: see cozy.kube.pager.
+function Resource:list(opts)
+  opts = opts or {}
+  if self.namespaced == false and opts.namespace ~= nil then
+    error(("%s is cluster-scoped: list takes no namespace"):format(self.plural), 2)
+  end
+  return pager.new(self, opts)
+end
+
+-- Raw access for the runner (e.g. /version): decoded body, raises on failure.
+function Client:get_path(path, query)
+  return (self:call("GET", path, { query = query }))
+end
+
+kube.Client = Client
+kube.Resource = Resource
+kube._encode_query = encode_query
+kube._fill_type = fill_type
+
+return kube

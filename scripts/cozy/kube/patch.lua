@@ -1,0 +1,179 @@
+-- Local JSON values work for cozy.kube: deep copy and comparison, RFC 6901
+-- pointers, RFC 6902 JSON patch and RFC 7386 merge patch applied in memory.
+-- Used by dry_run = "client" (the result a write would have) and by the
+-- create read-back rule (is what the server holds what we sent?).
+local json = require "cozy.json"
+
+local patch = {}
+
+local null = json.null
+local array_mt, object_mt = json.array_mt, json.object_mt
+
+local function is_array(t)
+  local mt = getmetatable(t)
+  if mt ~= nil and mt == array_mt then return true end
+  if mt ~= nil and mt == object_mt then return false end
+  return rawget(t, 1) ~= nil
+end
+patch.is_array = is_array
+
+local function deepcopy(v)
+  if type(v) ~= "table" then return v end
+  local c = {}
+  for k, x in pairs(v) do c[k] = deepcopy(x) end
+  return setmetatable(c, getmetatable(v))
+end
+patch.deepcopy = deepcopy
+
+local function equal(a, b)
+  if a == b then return true end
+  if type(a) ~= "table" or type(b) ~= "table" then
+    -- 1 and 1.0 are the same JSON number
+    return type(a) == "number" and type(b) == "number" and a == b
+  end
+  for k, v in pairs(a) do
+    if not equal(v, b[k]) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+patch.equal = equal
+
+-- Is every field of `want` present with the same value in `got`? (Arrays
+-- compare whole.) Server-set metadata is not in `want` and so not compared.
+local function contains(got, want)
+  if type(want) ~= "table" or type(got) ~= "table" then return equal(got, want) end
+  if is_array(want) then return equal(got, want) end
+  for k, v in pairs(want) do
+    if not contains(got[k], v) then return false end
+  end
+  return true
+end
+patch.contains = contains
+
+local function unescape(token)
+  return (token:gsub("~1", "/"):gsub("~0", "~"))
+end
+
+-- Splits an RFC 6901 pointer into tokens; "" is the whole document.
+function patch.pointer(p)
+  if p == "" then return {} end
+  if p:sub(1, 1) ~= "/" then error(("invalid JSON pointer %q"):format(p), 0) end
+  local tokens = {}
+  for token in (p:sub(2) .. "/"):gmatch("(.-)/") do tokens[#tokens + 1] = unescape(token) end
+  return tokens
+end
+
+local function index(container, token, path, allow_end)
+  if is_array(container) then
+    if allow_end and token == "-" then return #container + 1 end
+    local i = token:match("^%d+$") and tonumber(token)
+    if i == nil or (token ~= "0" and token:sub(1, 1) == "0") then
+      error(("path %q: %q is not an array index"):format(path, token), 0)
+    end
+    return i + 1
+  end
+  return token
+end
+
+-- Parent container and key of the pointer's target.
+local function locate(doc, path, allow_end)
+  local tokens = patch.pointer(path)
+  if #tokens == 0 then return nil, nil end
+  local cur = doc
+  for i = 1, #tokens - 1 do
+    if type(cur) ~= "table" then error(("path %q does not exist"):format(path), 0) end
+    cur = cur[index(cur, tokens[i], path)]
+    if cur == nil then error(("path %q does not exist"):format(path), 0) end
+  end
+  if type(cur) ~= "table" then error(("path %q does not exist"):format(path), 0) end
+  return cur, index(cur, tokens[#tokens], path, allow_end)
+end
+
+local function get(doc, path)
+  local parent, key = locate(doc, path)
+  if parent == nil then return doc end
+  local v = parent[key]
+  if v == nil then error(("path %q does not exist"):format(path), 0) end
+  return v
+end
+
+local function remove(doc, path)
+  local parent, key = locate(doc, path)
+  if parent == nil then error("cannot remove the whole document", 0) end
+  if parent[key] == nil then error(("path %q does not exist"):format(path), 0) end
+  local v = parent[key]
+  if is_array(parent) then table.remove(parent, key) else parent[key] = nil end
+  return v
+end
+
+local function add(doc, path, value)
+  local parent, key = locate(doc, path, true)
+  if parent == nil then return value end
+  if is_array(parent) then
+    if key > #parent + 1 then error(("path %q: index out of range"):format(path), 0) end
+    table.insert(parent, key, value)
+  else
+    parent[key] = value
+  end
+  return doc
+end
+
+-- Applies RFC 6902 ops to a copy of doc; raises { patch_error = message }
+-- (a failed test has test_failed = true), as the server answers 422.
+function patch.json_patch(doc, ops)
+  doc = deepcopy(doc)
+  for n, op in ipairs(ops) do
+    local ok, err = pcall(function()
+      local kind, path = op.op, op.path
+      if type(path) ~= "string" then error("op has no path", 0) end
+      if kind == "add" then
+        doc = add(doc, path, deepcopy(op.value))
+      elseif kind == "remove" then
+        remove(doc, path)
+      elseif kind == "replace" then
+        get(doc, path)
+        local parent, key = locate(doc, path)
+        if parent == nil then doc = deepcopy(op.value) else parent[key] = deepcopy(op.value) end
+      elseif kind == "move" then
+        local v = remove(doc, op.from)
+        doc = add(doc, path, v)
+      elseif kind == "copy" then
+        doc = add(doc, path, deepcopy(get(doc, op.from)))
+      elseif kind == "test" then
+        local okget, v = pcall(get, doc, path)
+        if not okget or not equal(v, op.value) then
+          error({ test_failed = true, message = ("test operation at %q failed"):format(path) })
+        end
+      else
+        error(("unknown op %q"):format(tostring(kind)), 0)
+      end
+    end)
+    if not ok then
+      if type(err) == "table" then
+        err.patch_error = ("op %d: %s"):format(n, err.message)
+        error(err, 0)
+      end
+      error({ patch_error = ("op %d (%s %s): %s"):format(n, tostring(op.op), tostring(op.path), tostring(err)) }, 0)
+    end
+  end
+  return doc
+end
+
+-- RFC 7386 on a copy of target.
+function patch.merge_patch(target, p)
+  if type(p) ~= "table" or is_array(p) then return deepcopy(p) end
+  if type(target) ~= "table" or is_array(target) then target = {} else target = deepcopy(target) end
+  for k, v in pairs(p) do
+    if v == null then
+      target[k] = nil
+    else
+      target[k] = patch.merge_patch(target[k], v)
+    end
+  end
+  return target
+end
+
+return patch
