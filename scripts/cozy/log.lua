@@ -1,0 +1,164 @@
+-- cozy.log: the engine's logger. One line per event on a stream (stderr by
+-- default): "text" for people, "json" (one object per line) for log
+-- collectors. A logger can be tagged (`log:with{migration = 59}`): the tags
+-- are added to every line it writes, so a migration's lines say whose they are.
+local json = require "cozy.json"
+local sys = require "cozy.sys"
+local proc = require "cozy.proc"
+
+local log = {}
+
+local levels = { error = 0, warn = 0, info = 0, debug = 1 }
+
+-- Progress lines are rate limited to one per this many seconds.
+log.progress_interval = 5
+
+local Logger = {}
+Logger.__index = Logger
+
+local function iso8601(t)
+  local whole = math.floor(t)
+  local ms = math.floor((t - whole) * 1000)
+  return os.date("!%Y-%m-%dT%H:%M:%S", whole) .. (".%03dZ"):format(ms)
+end
+log.iso8601 = iso8601
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+-- Text values: bare when they are simple words, quoted otherwise, so that a
+-- line stays one line and splits unambiguously on spaces.
+local function text_value(v)
+  if type(v) == "table" then
+    local ok, s = pcall(json.encode, v)
+    v = ok and s or tostring(v)
+  else
+    v = tostring(v)
+  end
+  if v ~= "" and not v:find("[%s\"=]") then return v end
+  return ("%q"):format(v):gsub("\\\n", "\\n")
+end
+
+local function merged(tags, fields)
+  local all = {}
+  for k, v in pairs(tags) do all[k] = v end
+  if fields then
+    for k, v in pairs(fields) do all[k] = v end
+  end
+  return all
+end
+
+function Logger:enabled(level)
+  return (levels[level] or 0) <= self.verbosity
+end
+
+function Logger:write(level, message, fields)
+  if not self:enabled(level) then return end
+  local all = merged(self.tags, fields)
+  local line
+  if self.format == "json" then
+    local obj = { ts = iso8601(sys.time()), level = level, msg = tostring(message) }
+    for k, v in pairs(all) do
+      if obj[k] == nil then obj[k] = v end
+    end
+    local ok, s = pcall(json.encode, obj)
+    line = ok and s or json.encode({ ts = obj.ts, level = level, msg = tostring(message) })
+  else
+    local parts = { iso8601(sys.time()), ("%-5s"):format(level:upper()), tostring(message) }
+    for _, k in ipairs(sorted_keys(all)) do
+      parts[#parts + 1] = tostring(k) .. "=" .. text_value(all[k])
+    end
+    line = table.concat(parts, " ")
+  end
+  local root = self.root
+  if root.bar_active then
+    -- a progress bar occupies the current terminal line: clear it first
+    root.stream:write("\r\27[K")
+    root.bar_active = false
+  end
+  root.stream:write(line, "\n")
+  root.stream:flush()
+  if root.sink then root.sink(level, message, all) end
+end
+
+function Logger:info(message, fields) self:write("info", message, fields) end
+function Logger:warn(message, fields) self:write("warn", message, fields) end
+function Logger:error(message, fields) self:write("error", message, fields) end
+function Logger:debug(message, fields) self:write("debug", message, fields) end
+
+-- A logger writing to the same stream with more tags.
+function Logger:with(tags)
+  local child = setmetatable({}, { __index = self })
+  child.tags = merged(self.tags, tags)
+  return child
+end
+
+local Progress = {}
+Progress.__index = Progress
+
+local function bar(done, total, width)
+  if not total or total <= 0 then return "" end
+  local filled = math.floor(width * math.min(done, total) / total)
+  return "[" .. ("#"):rep(filled) .. ("."):rep(width - filled) .. "] "
+end
+
+-- Reports n_done (of total) at most every log.progress_interval seconds;
+-- on a terminal, redraws a bar in place instead.
+function Progress:step(n_done)
+  self.done_count = n_done or (self.done_count + 1)
+  local now = sys.monotime()
+  if self.logger.tty and self.logger.format == "text" then
+    if now - self.last_draw < 0.2 then return end
+    self.last_draw = now
+    local root = self.logger.root
+    root.stream:write("\r\27[K", bar(self.done_count, self.total, 30), self.label, " ",
+      tostring(self.done_count), self.total and ("/" .. self.total) or "")
+    root.stream:flush()
+    root.bar_active = true
+    return
+  end
+  if now - self.last_line < log.progress_interval then return end
+  self.last_line = now
+  self.logger:info("progress", { task = self.label, done = self.done_count, total = self.total })
+end
+
+function Progress:done()
+  self.logger:info("progress done", { task = self.label, done = self.done_count, total = self.total,
+    seconds = ("%.1f"):format(sys.monotime() - self.started) })
+end
+
+function Logger:progress(label, total)
+  local now = sys.monotime()
+  return setmetatable({
+    logger = self, label = tostring(label), total = total, done_count = 0,
+    started = now, last_line = now, last_draw = 0,
+  }, Progress)
+end
+
+-- opts: format ("text"|"json"), verbosity (0 = info, 1 = debug), stream
+-- (default io.stderr), tty (draw bars; default: the stream is stderr and a
+-- terminal), sink (function(level, message, fields), for tests and summaries).
+function log.new(opts)
+  opts = opts or {}
+  local format = opts.format or "text"
+  if format ~= "text" and format ~= "json" then
+    error(("cozy.log: unknown format %q"):format(tostring(format)), 2)
+  end
+  local stream = opts.stream or io.stderr
+  local tty = opts.tty
+  if tty == nil then
+    tty = stream == io.stderr and proc.isatty(2) and os.getenv("TERM") ~= "dumb"
+  end
+  local logger = setmetatable({
+    format = format, verbosity = opts.verbosity or 0, stream = stream,
+    tty = tty, tags = {}, sink = opts.sink, bar_active = false,
+  }, Logger)
+  logger.root = logger
+  return logger
+end
+
+return log

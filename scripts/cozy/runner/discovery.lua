@@ -1,0 +1,192 @@
+-- Finding and validating migrations. Everything here happens before the
+-- engine talks to the cluster, so an invalid set is refused (exit 2) without
+-- a single write.
+--
+-- A migration set comes from the binary (the shipped migrations/*.lua) or
+-- from a directory (--migrations DIR), which may also hold legacy
+-- executables: `NN` or `NN-name` with the run bit.
+local errors = require "cozy.runner.errors"
+local sandbox = require "cozy.sandbox"
+local sys = require "cozy.sys"
+
+local discovery = {}
+
+-- An invalid migration set raises errors kind "invalid" (exit 2), naming the file.
+local function invalid(file, message, fmt_args)
+  if fmt_args then message = message:format(table.unpack(fmt_args)) end
+  errors.raise("invalid", file and (file .. ": " .. message) or message, { file = file })
+end
+
+function discovery.is_invalid(e)
+  return errors.is(e, "invalid")
+end
+
+-- What a migration table may hold. `permissions` lets `check` ask the API
+-- server (SelfSubjectAccessReview) whether this runner may do what the
+-- migration needs.
+local allowed_keys = { description = true, run = true, check = true, permissions = true }
+
+-- Validates the table a migration file returned; raises "invalid" naming the file.
+function discovery.validate_definition(def, file)
+  if type(def) ~= "table" then
+    invalid(file, "must return a table { description = ..., run = function(ctx) ... end }, got %s", { type(def) })
+  end
+  for k in pairs(def) do
+    if not allowed_keys[k] then
+      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, permissions)",
+        { tostring(k) })
+    end
+  end
+  if type(def.description) ~= "string" or not def.description:find("%S") then
+    invalid(file, "description must be a non-empty string")
+  end
+  if def.description:find("\n") then invalid(file, "description must be one line") end
+  if type(def.run) ~= "function" then invalid(file, "run must be a function(ctx)") end
+  if def.check ~= nil and type(def.check) ~= "function" then
+    invalid(file, "check must be a function(ctx) or absent")
+  end
+  if def.permissions ~= nil then
+    if type(def.permissions) ~= "table" then invalid(file, "permissions must be an array") end
+    for i, p in ipairs(def.permissions) do
+      if type(p) ~= "table" or type(p.verb) ~= "string" or type(p.resource) ~= "string"
+          or (p.group ~= nil and type(p.group) ~= "string") then
+        invalid(file, "permissions[%d] must be { verb = string, resource = string, group = string or nil }", { i })
+      end
+    end
+  end
+  return def
+end
+
+-- Parses a file name. Returns number, kind ("lua" | "legacy"), or nil for
+-- files that are not migrations (README, dot files, ...).
+function discovery.classify(filename)
+  if filename:sub(1, 1) == "." then return nil end
+  local n = filename:match("^(%d+)%-[^/]+%.lua$")
+  if n then return math.tointeger(tonumber(n)), "lua" end
+  if filename:match("%.lua$") then return nil end
+  n = filename:match("^(%d+)$") or filename:match("^(%d+)%-[^/]+$")
+  if n then return math.tointeger(tonumber(n)), "legacy" end
+  return nil
+end
+
+local function read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local data = f:read("a")
+  f:close()
+  return data
+end
+
+-- Loads a Lua migration's source into the sandbox and validates it.
+local function load_lua(m)
+  local def, err = sandbox.load(m.source, m.file)
+  if def == nil then
+    if err == nil then
+      invalid(m.file, "returned nothing: must return a table { description = ..., run = function(ctx) ... end }")
+    end
+    -- syntax errors already read "file:line: message"
+    errors.raise("invalid", tostring(err), { file = m.file })
+  end
+  m.definition = discovery.validate_definition(def, m.file)
+  m.description = def.description
+end
+
+local function entry(filename, number, kind, file, source, path)
+  return {
+    number = number,
+    name = (filename:gsub("%.lua$", "")),
+    filename = filename,
+    kind = kind,
+    file = file,        -- as shown to people: migrations/59-x.lua or DIR/59-x.lua
+    path = path,        -- on disk (legacy scripts are executed from it); nil when built in
+    source = source,
+    sha256 = sys.sha256(source),
+  }
+end
+
+-- Discovers the migration set. opts.migrations: a directory, else the
+-- built-in set. Returns { migrations = {sorted}, by_number = {}, origin = },
+-- raising errors kind "invalid" for a duplicate number, a Lua file that does not load or
+-- does not return a valid table, or a non-executable legacy file.
+function discovery.discover(opts)
+  local found = {}
+  local origin
+  if opts and opts.migrations then
+    local dir = opts.migrations:gsub("/+$", "")
+    origin = dir
+    local kind_of_dir = sys.stat(dir)
+    if kind_of_dir ~= "directory" then invalid(dir, "not a directory") end
+    local names = assert(sys.listdir(dir))
+    table.sort(names)
+    for _, filename in ipairs(names) do
+      local number, kind = discovery.classify(filename)
+      local path = dir .. "/" .. filename
+      if number then
+        local what, executable = sys.stat(path)
+        if what ~= "file" then invalid(path, "is not a regular file") end
+        if kind == "legacy" and not executable then
+          invalid(path, "looks like a legacy migration (NN or NN-name) but is not executable")
+        end
+        local source = assert(read_file(path))
+        found[#found + 1] = entry(filename, number, kind, path, source, path)
+      end
+    end
+  else
+    origin = "built-in"
+    for _, b in ipairs(sys.builtin_migrations()) do
+      local number, kind = discovery.classify(b.name)
+      if number and kind == "lua" then
+        found[#found + 1] = entry(b.name, number, kind, b.path, b.source, nil)
+      end
+    end
+  end
+  table.sort(found, function(a, b)
+    if a.number ~= b.number then return a.number < b.number end
+    return a.filename < b.filename
+  end)
+  local by_number = {}
+  for _, m in ipairs(found) do
+    local other = by_number[m.number]
+    if other then
+      invalid(m.file, "duplicate migration number %d (also %s)", { m.number, other.file })
+    end
+    by_number[m.number] = m
+  end
+  for _, m in ipairs(found) do
+    if m.kind == "lua" then
+      load_lua(m)
+    else
+      m.description = "legacy script"
+    end
+  end
+  return { migrations = found, by_number = by_number, origin = origin }
+end
+
+-- Highest migration number + 1 (the default target), or nil for an empty set.
+function discovery.default_target(set)
+  local last = set.migrations[#set.migrations]
+  return last and last.number + 1 or nil
+end
+
+-- The migrations that move `current` to `target`, in order; raises "invalid"
+-- for a gap.
+function discovery.pending(set, current, target)
+  local steps = {}
+  for n = current, target - 1 do
+    local m = set.by_number[n]
+    if m == nil then
+      invalid(set.origin, "no migration for version %d: a gap inside [%d, %d) (have: %s)",
+        { n, current, target, discovery.numbers(set) })
+    end
+    steps[#steps + 1] = m
+  end
+  return steps
+end
+
+function discovery.numbers(set)
+  local parts = {}
+  for _, m in ipairs(set.migrations) do parts[#parts + 1] = tostring(m.number) end
+  return #parts > 0 and table.concat(parts, ",") or "none"
+end
+
+return discovery

@@ -1,0 +1,268 @@
+-- The lock: coordination.k8s.io/v1 Lease `cozystack-migrations` in the
+-- engine's namespace, held while a run lasts.
+--
+-- Taking it: an absent Lease is created; a Lease with no holder, our own
+-- identity, or an expired one is taken with a JSON patch guarded by its
+-- resourceVersion (two runners racing: one wins, the other sees a conflict
+-- and looks again). A live Lease of another holder: wait up to the lock
+-- timeout, then exit 3. Expired means renewTime + leaseDurationSeconds is in
+-- the past by our clock, or we watched the Lease not change for a whole
+-- duration (the second rule protects against a skewed clock, as client-go
+-- leader election does).
+--
+-- Keeping it: a worker thread (cozy.worker, its own Lua state and kube
+-- client) renews it every duration/3 with a JSON patch that tests the
+-- holder. The main state checks, before every write, that the renewal is
+-- recent and nothing was lost (lease.Holder:check).
+local errors = require "cozy.runner.errors"
+local json = require "cozy.json"
+local proc = require "cozy.proc"
+local sys = require "cozy.sys"
+
+local lease = {}
+
+lease.NAME = "cozystack-migrations"
+lease.DEFAULT_DURATION = 30
+
+-- The lease duration; COZY_MIGRATE_LEASE_SECONDS shortens it (tests, and
+-- clusters that want a quicker takeover after a killed runner).
+function lease.duration()
+  local v = math.tointeger(tonumber(os.getenv("COZY_MIGRATE_LEASE_SECONDS") or ""))
+  if v and v >= 1 then return v end
+  return lease.DEFAULT_DURATION
+end
+
+-- Our identity: $POD_NAME in the Job, else host and pid.
+function lease.identity()
+  local pod = os.getenv("POD_NAME")
+  if pod and pod ~= "" then return pod end
+  return (sys.hostname() or "unknown-host") .. "-" .. sys.getpid()
+end
+
+-- metav1.MicroTime
+function lease.microtime(t)
+  local whole = math.floor(t)
+  return os.date("!%Y-%m-%dT%H:%M:%S", whole) .. (".%06dZ"):format(math.floor((t - whole) * 1e6))
+end
+
+-- days since 1970-01-01 of a civil date (Howard Hinnant's algorithm), so
+-- parsing does not depend on the local time zone as os.time would
+local function days_from_civil(y, m, d)
+  y = m <= 2 and y - 1 or y
+  local era = (y >= 0 and y or y - 399) // 400
+  local yoe = y - era * 400
+  local doy = (153 * (m + (m > 2 and -3 or 9)) + 2) // 5 + d - 1
+  local doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+  return era * 146097 + doe - 719468
+end
+
+-- RFC 3339 (UTC "Z" or an offset) to epoch seconds, or nil.
+function lease.parse_time(s)
+  if type(s) ~= "string" then return nil end
+  local y, mo, d, h, mi, sec, frac, zone = s:match("^(%d+)%-(%d+)%-(%d+)T(%d+):(%d+):(%d+)(%.?%d*)(.*)$")
+  if not y then return nil end
+  local t = days_from_civil(tonumber(y), tonumber(mo), tonumber(d)) * 86400
+    + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(sec)
+  if frac ~= "" and frac ~= "." then t = t + tonumber("0" .. frac) end
+  local sign, oh, om = zone:match("^([+-])(%d%d):?(%d%d)$")
+  if sign then
+    local off = tonumber(oh) * 3600 + tonumber(om) * 60
+    t = sign == "+" and t - off or t + off
+  elseif zone ~= "Z" and zone ~= "z" and zone ~= "" then
+    return nil
+  end
+  return t
+end
+
+local function holder_of(obj)
+  local h = obj and obj.spec and obj.spec.holderIdentity
+  if h == nil or h == json.null or h == "" then return nil end
+  return h
+end
+lease.holder_of = holder_of
+
+-- Seconds the lease is still valid for by its own times (negative: expired).
+function lease.remaining(obj, now)
+  local spec = obj.spec or {}
+  local renewed = lease.parse_time(spec.renewTime) or lease.parse_time(spec.acquireTime)
+  local duration = tonumber(spec.leaseDurationSeconds) or lease.DEFAULT_DURATION
+  if not renewed then return -1 end
+  return renewed + duration - now
+end
+
+local function leases_of(client)
+  return client:resource("coordination.k8s.io/v1", "leases")
+end
+
+local function is_conflict(e)
+  return type(e) == "table" and (e.code == 409 or e.code == 422)
+end
+
+local function new_spec(identity, duration, transitions, now)
+  local t = lease.microtime(now)
+  return {
+    holderIdentity = identity, leaseDurationSeconds = duration,
+    acquireTime = t, renewTime = t, leaseTransitions = transitions,
+  }
+end
+
+-- Takes the lock or raises errors kind "locked" (exit 3) after `timeout`
+-- seconds; kind "interrupted" if a signal arrives while waiting.
+-- opts: namespace, identity, duration, timeout, log. Returns the Lease.
+function lease.acquire(client, opts)
+  local leases = leases_of(client)
+  local log = opts.log
+  local deadline = sys.monotime() + (opts.timeout or 300)
+  local waiting_logged = false
+  local observed_rv, observed_at
+  while true do
+    if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
+    local obj = leases:find(opts.namespace, lease.NAME)
+    local now = sys.time()
+    if obj == nil then
+      local ok, res = pcall(leases.create, leases, {
+        apiVersion = "coordination.k8s.io/v1", kind = "Lease",
+        metadata = { name = lease.NAME, namespace = opts.namespace },
+        spec = new_spec(opts.identity, opts.duration, 0, now),
+      })
+      if ok then
+        log:info("lock acquired", { lease = lease.NAME, holder = opts.identity })
+        return res
+      end
+      if not is_conflict(res) then error(res, 0) end
+    else
+      local holder = holder_of(obj)
+      local rv = obj.metadata.resourceVersion
+      if rv ~= observed_rv then observed_rv, observed_at = rv, sys.monotime() end
+      local remaining = lease.remaining(obj, now)
+      local stale = sys.monotime() - observed_at > (tonumber(obj.spec and obj.spec.leaseDurationSeconds) or opts.duration)
+      local free = holder == nil or holder == opts.identity
+      if free or remaining < 0 or stale then
+        local transitions = math.tointeger(obj.spec and obj.spec.leaseTransitions) or 0
+        if holder ~= opts.identity then transitions = transitions + 1 end
+        local ok, res = pcall(leases.json_patch, leases, opts.namespace, lease.NAME, {
+          { op = "test", path = "/metadata/resourceVersion", value = rv },
+          { op = "add", path = "/spec", value = new_spec(opts.identity, opts.duration, transitions, now) },
+        })
+        if ok then
+          if not free then
+            log:warn("lock taken over from an expired holder", { lease = lease.NAME, previous = holder,
+              renewed = obj.spec.renewTime, expired_for_s = ("%.1f"):format(-remaining) })
+          else
+            log:info("lock acquired", { lease = lease.NAME, holder = opts.identity })
+          end
+          return res
+        end
+        if not is_conflict(res) then error(res, 0) end
+      else
+        local left = deadline - sys.monotime()
+        if left <= 0 then
+          errors.raise("locked", ("lock %s/%s is held by %s (renewed %s); gave up after %ss")
+            :format(opts.namespace, lease.NAME, holder, tostring(obj.spec.renewTime), tostring(opts.timeout)),
+            { holder = holder })
+        end
+        if not waiting_logged then
+          log:info("waiting for the lock", { lease = lease.NAME, holder = holder,
+            timeout_s = opts.timeout, expires_in_s = ("%.1f"):format(remaining) })
+          waiting_logged = true
+        end
+        sys.sleep(math.min(1, left, math.max(0.05, remaining + 0.05)))
+      end
+    end
+  end
+end
+
+-- Gives the lock up (holder cleared), if it is still ours. Best effort:
+-- an unreleased lease simply expires.
+function lease.release(client, opts)
+  local leases = leases_of(client)
+  local ok, err = pcall(function()
+    local now = lease.microtime(sys.time())
+    leases:json_patch(opts.namespace, lease.NAME, {
+      { op = "test", path = "/spec/holderIdentity", value = opts.identity },
+      { op = "add", path = "/spec/holderIdentity", value = "" },
+      { op = "add", path = "/spec/leaseDurationSeconds", value = 1 },
+      { op = "add", path = "/spec/renewTime", value = now },
+    })
+  end)
+  if ok then
+    opts.log:info("lock released", { lease = lease.NAME })
+  else
+    opts.log:warn("could not release the lock (it will expire)", { lease = lease.NAME, error = tostring(err) })
+  end
+  return ok
+end
+
+-- Worker entry (runs in its own thread and Lua state): renews until asked
+-- to stop; reports "lost" when the Lease is no longer ours or could not be
+-- renewed within its duration.
+function lease.renew_loop(payload, chan)
+  local cfg = json.decode(payload)
+  local kube = require "cozy.kube"
+  local log = require("cozy.log").new{ format = cfg.log_format, verbosity = cfg.verbosity }:with{ thread = "lease" }
+  local connect = cfg.connect
+  connect.log = log
+  local client = kube.connect(connect)
+  local leases = leases_of(client)
+  local interval = cfg.duration / 3
+  local last_ok = sys.monotime()
+  chan:ok()
+  while not chan:wait(interval) do
+    local ok, err = pcall(leases.json_patch, leases, cfg.namespace, lease.NAME, {
+      { op = "test", path = "/spec/holderIdentity", value = cfg.identity },
+      { op = "add", path = "/spec/renewTime", value = lease.microtime(sys.time()) },
+    })
+    if ok then
+      last_ok = sys.monotime()
+      chan:ok()
+      log:debug("lock renewed", { lease = lease.NAME })
+    elseif type(err) == "table" and (err.code == 422 or err.code == 404) then
+      chan:lost(("lock %s is no longer held by %s: %s"):format(lease.NAME, cfg.identity, tostring(err)))
+      return
+    else
+      log:warn("lock renewal failed, retrying", { lease = lease.NAME, error = tostring(err) })
+      if sys.monotime() - last_ok > cfg.duration then
+        chan:lost(("lock %s not renewed for %ds: %s"):format(lease.NAME, cfg.duration, tostring(err)))
+        return
+      end
+    end
+  end
+end
+
+local Holder = {}
+Holder.__index = Holder
+
+-- Starts renewing in the background. connect: plain-data kube.connect options.
+function lease.hold(opts, connect)
+  local worker = require "cozy.worker"
+  local payload = json.encode({
+    connect = { kubeconfig = connect.kubeconfig, context = connect.context,
+      request_timeout = connect.request_timeout },
+    namespace = opts.namespace, identity = opts.identity, duration = opts.duration,
+    log_format = opts.log.format, verbosity = opts.log.verbosity,
+  })
+  return setmetatable({ opts = opts, started = sys.monotime(),
+    worker = worker.start("cozy.runner.lease", "renew_loop", payload) }, Holder)
+end
+
+-- Raises errors kind "lost" unless the lock is certainly still ours for a
+-- while: called before every write.
+function Holder:check()
+  local lost = self.worker:lost()
+  if lost then errors.raise("lost", "lock lost: " .. lost) end
+  local last = self.worker:last_ok() or self.started
+  local age = sys.monotime() - last
+  -- leave a third of the duration as margin for the write itself
+  if age > self.opts.duration * 2 / 3 then
+    errors.raise("lost", ("lock lost: not renewed for %.1fs (duration %ds)"):format(age, self.opts.duration))
+  end
+end
+
+function Holder:stop()
+  if self.stopped then return end
+  self.stopped = true
+  local ok, err = self.worker:stop()
+  if not ok then self.opts.log:warn("lock renewal thread failed", { error = err }) end
+end
+
+return lease

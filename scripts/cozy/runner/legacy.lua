@@ -1,0 +1,54 @@
+-- Legacy migrations: executables `NN` or `NN-name`, as today's
+-- run-migrations.sh runs them. Each gets our environment plus what those
+-- scripts expect: NAMESPACE, CURRENT_VERSION (the version this script moves
+-- from), TARGET_VERSION, and KUBECONFIG when the engine was given a
+-- kubeconfig (in-cluster, kubectl finds the service account from the pod's
+-- environment, as it does today). Their stdout and stderr become log lines
+-- as they are written. They stamp N+1 themselves; the runner verifies it.
+local errors = require "cozy.runner.errors"
+local proc = require "cozy.proc"
+
+local legacy = {}
+
+-- The child's environment: ours, with `set` overriding (name -> value).
+function legacy.environment(set)
+  local env, seen = {}, {}
+  for name, value in pairs(set) do
+    env[#env + 1] = name .. "=" .. value
+    seen[name] = true
+  end
+  -- ours: read through /proc, the one place the whole environment is listed
+  local f = io.open("/proc/self/environ", "rb")
+  if f then
+    local all = f:read("a")
+    f:close()
+    for entry in all:gmatch("([^%z]+)") do
+      local name = entry:match("^([^=]+)=")
+      if name and not seen[name] then env[#env + 1] = entry end
+    end
+  end
+  table.sort(env)
+  return env
+end
+
+-- Runs migration m (kind "legacy"). opts: namespace, from, target,
+-- kubeconfig (path or nil), log. Raises unless the script exits 0.
+function legacy.run(m, opts)
+  local vars = {
+    NAMESPACE = opts.namespace,
+    CURRENT_VERSION = tostring(opts.from),
+    TARGET_VERSION = tostring(opts.target),
+  }
+  if opts.kubeconfig then vars.KUBECONFIG = opts.kubeconfig end
+  local log = opts.log
+  log:info("running legacy script", { file = m.file })
+  local how, code = proc.spawn({ m.path }, legacy.environment(vars), function(stream, line)
+    if stream == "stderr" then log:warn(line, { stream = stream }) else log:info(line, { stream = stream }) end
+  end)
+  if how ~= "exit" or code ~= 0 then
+    errors.raise("failed", ("legacy script %s %s %d"):format(m.file,
+      how == "exit" and "exited with status" or "was killed by signal", code), { exit = code })
+  end
+end
+
+return legacy

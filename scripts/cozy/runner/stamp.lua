@@ -1,0 +1,130 @@
+-- The version stamp: ConfigMap `cozystack-version` in the engine's namespace.
+--   data.version   the version the cluster is at, a decimal string
+--   data.history   a JSON array of the completed steps, newest last, at most
+--                  stamp.HISTORY_LIMIT entries (older ones are dropped)
+--   label platform.cozystack.io/no-delete: "true", after every write
+-- A step's stamp and its history record are one JSON patch, guarded by the
+-- ConfigMap's resourceVersion (kube's update() prepends the test), so a
+-- step is either stamped with its record or not at all.
+local errors = require "cozy.runner.errors"
+local json = require "cozy.json"
+
+-- marks a table as a JSON array (cozy.json); the identity before it exists
+local as_array = json.array or function(t) return t end
+
+local stamp = {}
+
+stamp.CONFIGMAP = "cozystack-version"
+stamp.LABEL = "platform.cozystack.io/no-delete"
+stamp.HISTORY_LIMIT = 100
+
+local function pointer_escape(s)
+  return (s:gsub("~", "~0"):gsub("/", "~1"))
+end
+
+-- The version in a ConfigMap, as an integer; raises for a malformed one.
+function stamp.version_of(cm)
+  local v = cm.data and cm.data.version
+  local n = type(v) == "string" and math.tointeger(tonumber(v:match("^%s*(%d+)%s*$")))
+  if not n then
+    errors.raise("failed", ("ConfigMap %s/%s has no valid data.version (%s): refusing to guess")
+      :format(cm.metadata and cm.metadata.namespace or "?", stamp.CONFIGMAP, v == nil and "absent" or ("%q"):format(tostring(v))))
+  end
+  return n
+end
+
+-- The history records, oldest first; a malformed history reads as empty,
+-- with the reason as second result (status reports it; the next stamp
+-- starts a fresh one).
+function stamp.history_of(cm)
+  local raw = cm and cm.data and cm.data.history
+  if raw == nil or raw == "" then return {} end
+  local ok, list = pcall(json.decode, raw)
+  if not ok or type(list) ~= "table" then
+    return {}, "data.history is not a JSON array: " .. tostring(ok and type(list) or list)
+  end
+  return list
+end
+
+local function encode_history(list)
+  local copy = {}
+  local first = math.max(1, #list - stamp.HISTORY_LIMIT + 1)
+  for i = first, #list do copy[#copy + 1] = list[i] end
+  return json.encode(as_array(copy))
+end
+
+-- JSON patch ops that set the label and, as given, data.version and a
+-- history record appended to data.history.
+function stamp.ops(cm, changes)
+  local ops = {}
+  local labels = cm.metadata and cm.metadata.labels
+  if type(labels) ~= "table" then
+    ops[#ops + 1] = { op = "add", path = "/metadata/labels", value = { [stamp.LABEL] = "true" } }
+  elseif labels[stamp.LABEL] ~= "true" then
+    ops[#ops + 1] = { op = "add", path = "/metadata/labels/" .. pointer_escape(stamp.LABEL), value = "true" }
+  end
+  local data = {}
+  if changes.version ~= nil then data.version = tostring(changes.version) end
+  if changes.record ~= nil then
+    local history = stamp.history_of(cm)
+    history[#history + 1] = changes.record
+    data.history = encode_history(history)
+  end
+  if type(cm.data) ~= "table" then
+    if next(data) ~= nil then ops[#ops + 1] = { op = "add", path = "/data", value = data } end
+  else
+    for _, k in ipairs({ "version", "history" }) do
+      if data[k] ~= nil then ops[#ops + 1] = { op = "add", path = "/data/" .. k, value = data[k] } end
+    end
+  end
+  return ops
+end
+
+-- The ConfigMap, or nil when it is absent (a fresh install).
+function stamp.read(cms, namespace)
+  return cms:find(namespace, stamp.CONFIGMAP)
+end
+
+-- Creates the ConfigMap at `version` (fresh install: nothing runs). If
+-- another runner created it first, returns theirs (second result false).
+function stamp.bootstrap(cms, namespace, version)
+  local ok, created = pcall(cms.create, cms, {
+    apiVersion = "v1", kind = "ConfigMap",
+    metadata = { name = stamp.CONFIGMAP, namespace = namespace, labels = { [stamp.LABEL] = "true" } },
+    data = { version = tostring(version), history = "[]" },
+  })
+  if ok then return created, true end
+  if type(created) == "table" and created.code == 409 then
+    return cms:get(namespace, stamp.CONFIGMAP), false
+  end
+  error(created, 0)
+end
+
+-- Stamps `to` after the step `from` -> `to` with its history record, in one
+-- write guarded by resourceVersion. A conflict re-reads; if the version is
+-- then no longer `from`, someone else moved it: fail closed.
+function stamp.advance(cms, cm, from, to, record)
+  local obj = cms:update(cm, function(current)
+    local v = stamp.version_of(current)
+    if v ~= from then
+      errors.raise("failed", ("version moved to %d while this runner stamped %d -> %d"):format(v, from, to))
+    end
+    return stamp.ops(current, { version = to, record = record })
+  end)
+  return obj
+end
+
+-- After a legacy script stamped by itself: adds its history record and the
+-- label, provided the version is still `to`.
+function stamp.record(cms, cm, to, record)
+  local obj = cms:update(cm, function(current)
+    local v = stamp.version_of(current)
+    if v ~= to then
+      errors.raise("failed", ("version moved to %d while this runner recorded step -> %d"):format(v, to))
+    end
+    return stamp.ops(current, { record = record })
+  end)
+  return obj
+end
+
+return stamp

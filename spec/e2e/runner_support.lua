@@ -1,0 +1,127 @@
+-- Helpers for the runner's e2e specs: run the binary (foreground or in the
+-- background), read its output, poll with a bound.
+local support = {}
+
+support.bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
+
+local function q(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+support.quote = q
+
+local function slurp(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+support.slurp = slurp
+
+function support.tmpdir()
+  local p = io.popen("mktemp -d -t cozy-runner-spec.XXXXXX")
+  local dir = p:read("l")
+  p:close()
+  return dir
+end
+
+local function command_line(args, env)
+  local parts = { "exec env" }
+  for k, v in pairs(env or {}) do
+    if v == false then parts[#parts + 1] = "-u " .. k else parts[#parts + 1] = q(k .. "=" .. v) end
+  end
+  parts[#parts + 1] = q(support.bin)
+  for _, a in ipairs(args) do parts[#parts + 1] = q(a) end
+  return table.concat(parts, " ")
+end
+
+-- Runs cozy-migrate; returns { code =, stdout =, stderr = }.
+-- env: name -> value, or false to unset (NAMESPACE, TARGET_VERSION... are
+-- unset unless given, so the host environment does not leak in).
+function support.run(args, env)
+  local dir = support.tmpdir()
+  local e = { NAMESPACE = false, TARGET_VERSION = false, CURRENT_VERSION = false, POD_NAME = false }
+  for k, v in pairs(env or {}) do e[k] = v end
+  local ok, how, code = os.execute(("(%s) >%s 2>%s </dev/null"):format(command_line(args, e),
+    q(dir .. "/out"), q(dir .. "/err")))
+  local res = { stdout = slurp(dir .. "/out") or "", stderr = slurp(dir .. "/err") or "" }
+  res.code = (how == "exit") and code or (128 + (code or 0))
+  if ok and how == "exit" then res.code = 0 end
+  os.execute("rm -rf " .. q(dir))
+  return res
+end
+
+local Proc = {}
+Proc.__index = Proc
+
+-- Starts cozy-migrate in the background; returns a Proc.
+function support.start(args, env)
+  local dir = support.tmpdir()
+  local e = { NAMESPACE = false, TARGET_VERSION = false, CURRENT_VERSION = false, POD_NAME = false }
+  for k, v in pairs(env or {}) do e[k] = v end
+  os.execute(("sh -c %s >/dev/null 2>&1 </dev/null &"):format(q(
+    ("%s >%s 2>%s </dev/null & echo $! >%s; wait $!; echo $? >%s"):format(
+      command_line(args, e), q(dir .. "/out"), q(dir .. "/err"), q(dir .. "/pid"), q(dir .. "/rc")))))
+  local self = setmetatable({ dir = dir }, Proc)
+  assert(support.poll(5, function()
+    self.pid = tonumber((slurp(dir .. "/pid") or ""):match("%d+"))
+    return self.pid
+  end), "background cozy-migrate did not start")
+  return self
+end
+
+function Proc:done()
+  local rc = slurp(self.dir .. "/rc")
+  return rc and rc:match("%d+") and tonumber(rc:match("%d+")) or nil
+end
+
+-- Waits (bounded) for exit; returns { code =, stdout =, stderr = }.
+function Proc:wait(timeout)
+  local code = support.poll(timeout or 60, function() return self:done() end)
+  assert(code, "cozy-migrate did not exit within " .. tostring(timeout or 60) .. "s: " .. self:stderr())
+  return { code = code, stdout = slurp(self.dir .. "/out") or "", stderr = self:stderr() }
+end
+
+function Proc:stderr() return slurp(self.dir .. "/err") or "" end
+
+function Proc:kill(sig)
+  os.execute("kill -" .. (sig or "KILL") .. " " .. self.pid .. " 2>/dev/null")
+end
+
+function Proc:cleanup()
+  if not self:done() then self:kill("KILL") end
+  support.poll(5, function() return self:done() end)
+  os.execute("rm -rf " .. q(self.dir))
+end
+
+-- Calls fn every `step` seconds until it returns a truthy value (returned)
+-- or `timeout` seconds pass (nil).
+function support.poll(timeout, fn, step)
+  local sys = require "cozy.sys"
+  local deadline = sys.monotime() + timeout
+  repeat
+    local v = fn()
+    if v then return v end
+    sys.sleep(step or 0.02)
+  until sys.monotime() > deadline
+  return nil
+end
+
+-- Requests of the fake that change state (what "no write" means).
+function support.writes(srv)
+  local out = {}
+  for _, r in ipairs(srv:requests()) do
+    if r.method ~= "GET" and r.method ~= "HEAD" and not r.path:match("selfsubjectaccessreviews") then
+      out[#out + 1] = r
+    end
+  end
+  return out
+end
+
+function support.lines(text)
+  local out = {}
+  for line in text:gmatch("[^\n]+") do out[#out + 1] = line end
+  return out
+end
+
+return support

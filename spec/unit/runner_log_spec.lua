@@ -1,0 +1,71 @@
+-- cozy.log: text and JSON lines, tags, verbosity, progress rate limit.
+local log = require "cozy.log"
+local json = require "cozy.json"
+
+local function capture()
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w+"))
+  return f, function()
+    f:flush()
+    local r = assert(io.open(path))
+    local s = r:read("a")
+    r:close()
+    f:close()
+    os.remove(path)
+    return s
+  end
+end
+
+describe("cozy.log", function()
+  it("writes text lines with sorted k=v fields, quoting when needed", function()
+    local f, read = capture()
+    local l = log.new{ stream = f }
+    l:info("hello world", { b = 2, a = "x y" })
+    local out = read()
+    assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ INFO  hello world a=\"x y\" b=2\n$", out)
+  end)
+
+  it("writes one JSON object per line with tags merged", function()
+    local f, read = capture()
+    local l = log.new{ stream = f, format = "json" }:with{ migration = "59-x" }
+    l:warn("careful", { n = 3 })
+    l:info("second")
+    local lines = {}
+    for line in read():gmatch("[^\n]+") do lines[#lines + 1] = json.decode(line) end
+    assert.equal(2, #lines)
+    assert.equal("warn", lines[1].level)
+    assert.equal("careful", lines[1].msg)
+    assert.equal(3, lines[1].n)
+    assert.equal("59-x", lines[2].migration)
+    assert.is_string(lines[1].ts)
+  end)
+
+  it("hides debug below -v", function()
+    local f, read = capture()
+    log.new{ stream = f }:debug("hidden")
+    assert.equal("", read())
+    f, read = capture()
+    log.new{ stream = f, verbosity = 1 }:debug("shown")
+    assert.matches("DEBUG shown", read())
+  end)
+
+  it("rate limits progress lines", function()
+    local f, read = capture()
+    local l = log.new{ stream = f, tty = false }
+    local p = l:progress("objects", 1000)
+    for i = 1, 1000 do p:step(i) end
+    p:done()
+    local out = read()
+    local n = select(2, out:gsub("\n", ""))
+    assert.is_true(n <= 2, "too many progress lines: " .. out)
+    assert.matches("progress done.*done=1000", out)
+  end)
+
+  it("feeds a sink (summaries, tests)", function()
+    local seen = {}
+    local f, read = capture()
+    log.new{ stream = f, sink = function(level, msg) seen[#seen + 1] = level .. ":" .. msg end }:error("boom")
+    read()
+    assert.same({ "error:boom" }, seen)
+  end)
+end)
