@@ -1,0 +1,106 @@
+-- Shared helpers of the transport e2e specs: a TLS + token fake API server
+-- with the transport fixture, a capturing logger, and request-log filters.
+local fake = require "spec.support.fake"
+local kube = require "cozy.kube"
+
+local support = {}
+
+support.TOKEN = "tok-6f1d2c9a-very-secret"
+support.FIXTURE = "spec/fixtures/transport/base.json"
+
+function support.start(opts)
+  opts = opts or {}
+  return fake.start { fixtures = opts.fixtures or { support.FIXTURE }, tls = true,
+    token = opts.token or support.TOKEN, latency_ms = opts.latency_ms }
+end
+
+-- A cozy.log-shaped logger that keeps every line, at every level.
+function support.logger()
+  local lines = {}
+  local l = { lines = lines, verbosity = 9 }
+  for _, level in ipairs { "debug", "info", "warn", "error" } do
+    l[level] = function(_, message, fields)
+      lines[#lines + 1] = { level = level, message = message, fields = fields or {} }
+    end
+  end
+  function l.text()
+    local out = {}
+    for _, ln in ipairs(lines) do
+      local parts = { ln.level, ln.message }
+      for k, v in pairs(ln.fields) do parts[#parts + 1] = tostring(k) .. "=" .. tostring(v) end
+      out[#out + 1] = table.concat(parts, " ")
+    end
+    return table.concat(out, "\n")
+  end
+  function l.count(level, pattern)
+    local n = 0
+    for _, ln in ipairs(lines) do
+      if ln.level == level and (pattern == nil or ln.message:find(pattern)) then n = n + 1 end
+    end
+    return n
+  end
+  return l
+end
+
+-- Connect to srv with fast retries so the specs stay quick.
+function support.connect(srv, opts)
+  opts = opts or {}
+  local o = {
+    kubeconfig = srv.kubeconfig,
+    request_timeout = 5,
+    retry = { max_attempts = 6, max_time = 30, base_delay = 0.05, max_delay = 2 },
+    log = opts.log or support.logger(),
+  }
+  for k, v in pairs(opts) do o[k] = v end
+  return kube.connect(o)
+end
+
+-- Request log entries for API paths (not discovery), optionally filtered.
+function support.api_requests(srv, method, pattern)
+  local out = {}
+  for _, e in ipairs(srv:requests()) do
+    if (method == nil or e.method == method) and (pattern == nil or tostring(e.path):find(pattern)) then
+      out[#out + 1] = e
+    end
+  end
+  return out
+end
+
+function support.object(srv, ns, name)
+  return srv:object("ConfigMap", ns, name)
+end
+
+function support.write_file(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
+function support.read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+function support.tmpdir()
+  local p = io.popen("mktemp -d -t cozy-transport.XXXXXX")
+  local d = p:read("l")
+  p:close()
+  return d
+end
+
+-- Runs the binary; returns exit code, stdout, stderr.
+function support.run(env, args)
+  local bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
+  local out, err = os.tmpname(), os.tmpname()
+  local ok, how, code = os.execute(("env %s %s %s >%s 2>%s </dev/null"):format(env or "", bin, args, out, err))
+  local o, e = support.read_file(out), support.read_file(err)
+  os.remove(out)
+  os.remove(err)
+  return (how == "exit" and (ok and 0 or code)) or 128 + (code or 0), o, e
+end
+
+support.fake = fake
+return support
