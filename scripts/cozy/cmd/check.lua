@@ -1,0 +1,178 @@
+-- `cozy-migrate check [--migration N] [--output text|json]`: read-only
+-- preflight. The API answers; this runner may do what the run needs (its
+-- own ConfigMap and Lease, plus each pending migration's declared
+-- `permissions`), asked with SelfSubjectAccessReview; each pending
+-- migration's check(ctx) and its findings (info, warn, block).
+-- Exit 0 when nothing blocks, 1 when a finding blocks, 2 for usage or an
+-- invalid set. check(ctx) gets a client in client dry-run mode, so even a
+-- careless check cannot write.
+local context = require "cozy.runner.context"
+local discovery = require "cozy.runner.discovery"
+local errors = require "cozy.runner.errors"
+local json = require "cozy.json"
+local runner = require "cozy.runner"
+local stamp = require "cozy.runner.stamp"
+
+local as_array = json.array or function(t) return t end
+
+local M = {}
+
+-- What the runner itself needs, in its namespace.
+local runner_permissions = {
+  { verb = "get", group = "", resource = "configmaps" },
+  { verb = "create", group = "", resource = "configmaps" },
+  { verb = "patch", group = "", resource = "configmaps" },
+  { verb = "get", group = "coordination.k8s.io", resource = "leases" },
+  { verb = "create", group = "coordination.k8s.io", resource = "leases" },
+  { verb = "patch", group = "coordination.k8s.io", resource = "leases" },
+}
+
+local function access_review(client, p, namespace)
+  local reviews = client:resource("authorization.k8s.io/v1", "selfsubjectaccessreviews", { namespaced = false })
+  local res = reviews:create{
+    apiVersion = "authorization.k8s.io/v1", kind = "SelfSubjectAccessReview", metadata = {},
+    spec = { resourceAttributes = { namespace = namespace, verb = p.verb, group = p.group or "",
+      resource = p.resource, subresource = p.subresource, name = p.name } },
+  }
+  return res.status and res.status.allowed == true, res.status and res.status.reason
+end
+
+local function perm_text(p)
+  return ("%s %s%s%s"):format(p.verb, p.resource, p.subresource and ("/" .. p.subresource) or "",
+    (p.group and p.group ~= "") and ("." .. p.group) or "")
+end
+
+function M.collect(opts, log)
+  local set = runner.discover(opts)
+  local namespace = runner.namespace(opts)
+  local target = runner.target(opts, set)
+  local client = runner.connect(opts, log)
+  local report = { namespace = namespace, target = target, findings = {}, permissions = {} }
+  local function finding(source, severity, message, fields)
+    report.findings[#report.findings + 1] = { migration = source, severity = severity, message = message,
+      fields = fields }
+  end
+
+  -- reachable?
+  local ok, version = pcall(client.get_path, client, "/version")
+  report.reachable = ok
+  if not ok then
+    finding("engine", "block", "API server not reachable: " .. runner.error_text(version))
+    return report
+  end
+  report.server_version = type(version) == "table" and version.gitVersion or nil
+
+  local cm = stamp.read(client:resource("v1", "configmaps"), namespace)
+  report.current = cm and stamp.version_of(cm) or json.null
+
+  -- which migrations: --migration N, else the pending ones
+  local checked = {}
+  if opts.migration then
+    local m = set.by_number[opts.migration]
+    if not m then
+      errors.raise("usage", ("no migration %d (have: %s)"):format(opts.migration, discovery.numbers(set)))
+    end
+    checked = { m }
+  elseif cm == nil then
+    finding("engine", "info", ("no %s ConfigMap: a fresh install, run would stamp %d and run nothing")
+      :format(stamp.CONFIGMAP, target))
+  else
+    local pok, pending = pcall(discovery.pending, set, report.current, target)
+    if not pok then
+      finding("engine", "block", runner.error_text(pending))
+    else
+      checked = pending
+    end
+  end
+
+  -- permissions
+  local wanted = {}
+  for _, p in ipairs(runner_permissions) do wanted[#wanted + 1] = { p = p, ns = namespace, source = "engine" } end
+  for _, m in ipairs(checked) do
+    for _, p in ipairs(m.definition and m.definition.permissions or {}) do
+      wanted[#wanted + 1] = { p = p, ns = p.namespace, source = m.name }
+    end
+  end
+  for _, w in ipairs(wanted) do
+    local aok, allowed, reason = pcall(access_review, client, w.p, w.ns)
+    local entry = { migration = w.source, verb = w.p.verb, group = w.p.group or "", resource = w.p.resource,
+      namespace = w.ns, allowed = aok and allowed or false }
+    report.permissions[#report.permissions + 1] = entry
+    if not aok then
+      finding(w.source, "warn", ("could not ask whether %s is allowed: %s"):format(perm_text(w.p),
+        runner.error_text(allowed)))
+    elseif not allowed then
+      finding(w.source, "block", ("not allowed: %s%s%s"):format(perm_text(w.p),
+        w.ns and (" in namespace " .. w.ns) or " in all namespaces", reason and reason ~= "" and (" (" .. reason .. ")") or ""))
+    end
+  end
+
+  -- each migration's check(ctx), with a client that cannot write
+  local dry = runner.connect(opts, log, { dry_run = "client", record = function(w)
+    log:warn("check() attempted a write (not sent)", { method = w.method, path = w.path })
+  end })
+  for _, m in ipairs(checked) do
+    if m.kind == "legacy" then
+      finding(m.name, "info", "legacy script: no check available")
+    elseif m.definition.check then
+      local findings = {}
+      local ctx = context.new{ client = dry, log = log:with{ migration = m.name }, namespace = namespace,
+        from = m.number, to = m.number + 1, mode = "check", findings = findings }
+      local cok, err = xpcall(m.definition.check, function(e)
+        if type(e) == "string" then return debug.traceback(e, 2) end
+        return e
+      end, ctx)
+      for _, f in ipairs(findings) do finding(m.name, f.severity, f.message, f.fields) end
+      if not cok then finding(m.name, "block", "check() failed: " .. runner.error_text(err)) end
+    else
+      finding(m.name, "info", "no check() defined")
+    end
+  end
+  return report
+end
+
+local function text(r)
+  local out = {}
+  local function add(fmt, ...) out[#out + 1] = fmt:format(...) end
+  add("namespace: %s  version: %s  target: %d  api: %s", r.namespace,
+    r.current == json.null and "none" or tostring(r.current), r.target,
+    r.reachable and ("reachable" .. (r.server_version and (" (" .. r.server_version .. ")") or "")) or "UNREACHABLE")
+  for _, p in ipairs(r.permissions) do
+    add("  %-7s %s %s%s%s", p.allowed and "allowed" or "DENIED", p.verb, p.resource,
+      p.group ~= "" and ("." .. p.group) or "", p.namespace and (" in " .. p.namespace) or " (all namespaces)")
+  end
+  local counts = { info = 0, warn = 0, block = 0 }
+  for _, f in ipairs(r.findings) do
+    counts[f.severity] = counts[f.severity] + 1
+    local fields = ""
+    if f.fields then
+      local parts = {}
+      for k, v in pairs(f.fields) do parts[#parts + 1] = tostring(k) .. "=" .. (type(v) == "table" and json.encode(v) or tostring(v)) end
+      table.sort(parts)
+      fields = "  " .. table.concat(parts, " ")
+    end
+    add("[%s] %s: %s%s", f.severity:upper(), f.migration, f.message, fields)
+  end
+  add("%d finding(s): %d block, %d warn, %d info", #r.findings, counts.block, counts.warn, counts.info)
+  return table.concat(out, "\n") .. "\n"
+end
+
+function M.run(opts)
+  return runner.protect(opts, function(log)
+    local r = M.collect(opts, log)
+    r.blocked = false
+    for _, f in ipairs(r.findings) do
+      if f.severity == "block" then r.blocked = true end
+    end
+    r.findings = as_array(r.findings)
+    r.permissions = as_array(r.permissions)
+    if opts.output == "json" then
+      io.stdout:write(json.encode(r), "\n")
+    else
+      io.stdout:write(text(r))
+    end
+    return r.blocked and 1 or 0
+  end)
+end
+
+return M

@@ -1,0 +1,114 @@
+-- `cozy-migrate status [--output text|json]`: the stamped version, the
+-- target, the pending migrations, the lock holder and the history, with a
+-- warning where a shipped file's sha256 differs from the recorded one.
+-- Read-only.
+local json = require "cozy.json"
+local lease = require "cozy.runner.lease"
+local runner = require "cozy.runner"
+local stamp = require "cozy.runner.stamp"
+local sys = require "cozy.sys"
+
+local as_array = json.array or function(t) return t end
+
+local M = {}
+
+-- Everything status shows, as plain data.
+function M.collect(opts, log)
+  local set = runner.discover(opts)
+  local namespace = runner.namespace(opts)
+  local target = runner.target(opts, set)
+  local client = runner.connect(opts, log)
+  local cm = stamp.read(client:resource("v1", "configmaps"), namespace)
+  local st = { namespace = namespace, target = target, origin = set.origin, pending = {}, history = {},
+    warnings = {} }
+  if cm == nil then
+    st.current = json.null
+    st.state = "not installed (the first run stamps the target)"
+  else
+    st.current = stamp.version_of(cm)
+    local history, why = stamp.history_of(cm)
+    if why then st.warnings[#st.warnings + 1] = why end
+    for _, rec in ipairs(history) do
+      local entry = {}
+      for k, v in pairs(rec) do entry[k] = v end
+      local shipped = type(rec.number) == "number" and set.by_number[math.tointeger(rec.number)]
+      if shipped and rec.sha256 and shipped.sha256 ~= rec.sha256 then
+        entry.sha256_mismatch = shipped.sha256
+        st.warnings[#st.warnings + 1] = ("migration %s: the shipped file's sha256 %s differs from the one that ran (%s)")
+          :format(tostring(rec.name), shipped.sha256, tostring(rec.sha256))
+      end
+      st.history[#st.history + 1] = entry
+    end
+    for n = st.current, target - 1 do
+      local m = set.by_number[n]
+      if m then
+        st.pending[#st.pending + 1] = { number = m.number, name = m.name, kind = m.kind, description = m.description }
+      else
+        st.pending[#st.pending + 1] = { number = n, missing = true }
+        st.warnings[#st.warnings + 1] = ("no migration for version %d: run would refuse (gap)"):format(n)
+      end
+    end
+    if st.current > target then
+      st.warnings[#st.warnings + 1] = ("version %d is ahead of the target %d"):format(st.current, target)
+    end
+    st.state = #st.pending == 0 and "up to date" or (#st.pending .. " pending")
+  end
+  local l = client:resource("coordination.k8s.io/v1", "leases"):find(namespace, lease.NAME)
+  if l and lease.holder_of(l) then
+    local remaining = lease.remaining(l, sys.time())
+    st.lock = { holder = lease.holder_of(l), renewed = l.spec.renewTime, expired = remaining < 0,
+      expires_in_s = math.floor(remaining * 10 + 0.5) / 10 }
+  else
+    st.lock = json.null
+  end
+  st.pending = as_array(st.pending)
+  st.history = as_array(st.history)
+  st.warnings = as_array(st.warnings)
+  return st
+end
+
+local function text(st)
+  local out = {}
+  local function add(fmt, ...) out[#out + 1] = fmt:format(...) end
+  add("namespace:  %s", st.namespace)
+  add("version:    %s", st.current == json.null and "none" or tostring(st.current))
+  add("target:     %d", st.target)
+  add("state:      %s", st.state)
+  if st.lock == json.null then
+    add("lock:       free")
+  else
+    add("lock:       held by %s (renewed %s, %s)", st.lock.holder, tostring(st.lock.renewed),
+      st.lock.expired and "expired" or ("expires in " .. st.lock.expires_in_s .. "s"))
+  end
+  if #st.pending > 0 then
+    add("pending:")
+    for _, p in ipairs(st.pending) do
+      if p.missing then add("  %-4d MISSING", p.number)
+      else add("  %-4d %-32s %-6s %s", p.number, p.name, p.kind, p.description) end
+    end
+  end
+  if #st.history > 0 then
+    add("history:")
+    for _, h in ipairs(st.history) do
+      add("  %s -> %s  %-32s %s .. %s  by %s (engine %s)%s", tostring(h.from), tostring(h.to), tostring(h.name),
+        tostring(h.started), tostring(h.finished), tostring(h.runner), tostring(h.engine),
+        h.sha256_mismatch and "  WARNING: sha256 differs from the shipped file" or "")
+    end
+  end
+  for _, w in ipairs(st.warnings) do add("warning: %s", w) end
+  return table.concat(out, "\n") .. "\n"
+end
+
+function M.run(opts)
+  return runner.protect(opts, function(log)
+    local st = M.collect(opts, log)
+    if opts.output == "json" then
+      io.stdout:write(json.encode(st), "\n")
+    else
+      io.stdout:write(text(st))
+    end
+    return 0
+  end)
+end
+
+return M
