@@ -1,11 +1,366 @@
-/* Placeholder until the lossless layer lands: exposes raw lua-cjson under
-** the cozy.json contract's names. Being replaced (issue 2, item 3). */
+/*
+** cozy.json: lossless JSON for the engine, built on lua-cjson 2.1.0.
+**
+** lua-cjson 2.1.0 (Debian's static liblua5.4-cjson.a) has three defects a
+** migration engine must not inherit: `[]` decodes to a table that encodes
+** as `{}`, every number decodes as a float, and numbers encode with at most
+** 14 significant digits. None of them can be fixed from outside once cjson
+** has built its tables (the digits are already gone, and cjson cannot tell
+** an empty array from an empty object), and cjson reports neither byte
+** offsets nor invalid UTF-8. So the split is:
+**
+**  - this layer owns the grammar: one validating pass over the input that
+**    builds the Lua values directly, reads every number itself (int64 stays
+**    a Lua integer, anything else goes through cjson's fpconv_strtod), marks
+**    arrays with a shared metatable (json.array_mt) and objects with another
+**    (json.object_mt), checks UTF-8, escapes and depth, and names the byte
+**    offset of whatever is wrong;
+**  - lua-cjson owns string escapes: a string token that contains a backslash
+**    is handed, already validated, to a private instance of cjson.decode,
+**    which turns \n, \u00e9 and surrogate pairs into UTF-8; on encode, a
+**    string that needs escaping goes through cjson.encode (json_encode.c).
+**    Strings without escapes (nearly all of a Kubernetes object) are pushed
+**    straight from the input, which pays for the validation.
+**
+** The private cjson instance (luaopen_cjson called, not required) keeps its
+** configuration away from anyone who requires "cjson" and changes it.
+** vendor/README.md has the longer story; docs/engine-api.md the Lua rules.
+*/
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "lua.h"
 #include "lauxlib.h"
 
 #include "host.h"
+#include "json.h"
+
+/* From lua-cjson's fpconv.c (exported by liblua5.4-cjson.a, no header):
+** strtod that ignores the C library's locale; luaopen_cjson initialises it. */
+double fpconv_strtod(const char *nptr, char **endptr);
+
+typedef struct Decoder {
+  lua_State *L;
+  const char *s; /* start of the input */
+  const char *e; /* its end; *e is the '\0' every Lua string ends with */
+  int depth;
+} Decoder;
+
+const unsigned char cozy_json_string_stop[256] = {
+  [0x00 ... 0x1F] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xFF] = 1
+};
+
+static int decode_error(Decoder *d, const char *at, const char *what) {
+  return luaL_error(d->L, "cozy.json: %s at byte %I", what,
+                    (lua_Integer)(at - d->s) + 1);
+}
+
+/* "unexpected end of input" or "unexpected character 'x'" at p. */
+static int unexpected(Decoder *d, const char *p, const char *wanted) {
+  char msg[96];
+  unsigned char c = (unsigned char)*p;
+  if (p == d->e)
+    return decode_error(d, p, lua_pushfstring(d->L, "unexpected end of input, expected %s", wanted));
+  if (c >= 0x20 && c < 0x7F)
+    snprintf(msg, sizeof msg, "unexpected character '%c', expected %s", c, wanted);
+  else
+    snprintf(msg, sizeof msg, "unexpected byte 0x%02X, expected %s", c, wanted);
+  return decode_error(d, p, msg);
+}
+
+static const char *skip_space(const char *p) {
+  while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') p++;
+  return p;
+}
+
+static int hexval(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* The code unit of the \uXXXX at p (p points at the backslash), or -1. */
+static long read_u_escape(const char *p) {
+  long v = 0;
+  int i;
+  if (p[0] != '\\' || p[1] != 'u') return -1;
+  for (i = 2; i < 6; i++) { /* stops at the first non-hex byte, '\0' included */
+    int h = hexval((unsigned char)p[i]);
+    if (h < 0) return -1;
+    v = v * 16 + h;
+  }
+  return v;
+}
+
+/* Checks the escape at p (a backslash) in the string token that starts at
+** str, and returns what follows it. cjson
+** would turn a lone surrogate into an error without an offset, so it never
+** sees one. */
+static const char *check_escape(Decoder *d, const char *str, const char *p) {
+  long u;
+  switch (p[1]) {
+    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+      return p + 2;
+    case 'u':
+      u = read_u_escape(p);
+      if (u < 0) decode_error(d, p, "invalid \\u escape (four hex digits expected)");
+      if (u >= 0xDC00 && u <= 0xDFFF)
+        decode_error(d, p, "invalid \\u escape (lone low surrogate)");
+      if (u >= 0xD800 && u <= 0xDBFF) {
+        long lo = read_u_escape(p + 6);
+        if (lo < 0xDC00 || lo > 0xDFFF)
+          decode_error(d, p, "invalid \\u escape (high surrogate without a low one)");
+        return p + 12;
+      }
+      return p + 6;
+    case '\0':
+      if (p + 1 == d->e) decode_error(d, str, "unterminated string");
+      /* FALLTHROUGH */
+    default:
+      return decode_error(d, p, "invalid escape"), p;
+  }
+}
+
+/* Pushes the string token at p (its opening quote); returns what follows. */
+static const char *decode_string(Decoder *d, const char *p) {
+  const char *q = p + 1;
+  int escaped = 0;
+  for (;;) {
+    unsigned char c;
+    while (!cozy_json_string_stop[(unsigned char)*q]) q++;
+    c = (unsigned char)*q;
+    if (c == '"') break;
+    if (c == '\\') {
+      escaped = 1;
+      q = check_escape(d, p, q);
+    } else if (c >= 0x80) {
+      size_t n = cozy_json_utf8_len((const unsigned char *)q);
+      if (n == 0) decode_error(d, q, "invalid UTF-8");
+      q += n;
+    } else if (q == d->e) {
+      decode_error(d, p, "unterminated string");
+    } else {
+      decode_error(d, q, "control character in string");
+    }
+  }
+  if (!escaped) {
+    lua_pushlstring(d->L, p + 1, (size_t)(q - p - 1));
+  } else { /* valid by now: let cjson unescape the whole token */
+    lua_State *L = d->L;
+    luaL_checkstack(L, 2, "cozy.json: string");
+    lua_pushvalue(L, COZY_JSON_CJSON_DECODE);
+    lua_pushlstring(L, p, (size_t)(q - p + 1));
+    lua_call(L, 1, 1);
+  }
+  return q + 1;
+}
+
+static int is_digit(int c) { return c >= '0' && c <= '9'; }
+
+/* Pushes the number at p; returns what follows. The grammar is RFC 8259's,
+** strictly (no leading zeros, '+', '.5', hex, NaN). An integer literal that
+** fits int64 becomes a Lua integer, exactly; any other number is a float. */
+static const char *decode_number(Decoder *d, const char *p) {
+  const char *q = p;
+  uint64_t acc = 0;
+  int neg = 0, integral = 1, overflow = 0;
+  if (*q == '-') { neg = 1; q++; }
+  if (*q == '0') {
+    q++;
+    if (is_digit((unsigned char)*q)) decode_error(d, q, "invalid number (leading zero)");
+  } else if (is_digit((unsigned char)*q)) {
+    for (; is_digit((unsigned char)*q); q++) {
+      unsigned digit = (unsigned)(*q - '0');
+      if (acc > (UINT64_MAX - digit) / 10) overflow = 1;
+      else acc = acc * 10 + digit;
+    }
+  } else {
+    unexpected(d, q, "a digit");
+  }
+  if (*q == '.') {
+    integral = 0;
+    if (!is_digit((unsigned char)*++q)) unexpected(d, q, "a digit after '.'");
+    while (is_digit((unsigned char)*q)) q++;
+  }
+  if (*q == 'e' || *q == 'E') {
+    integral = 0;
+    q++;
+    if (*q == '+' || *q == '-') q++;
+    if (!is_digit((unsigned char)*q)) unexpected(d, q, "a digit in the exponent");
+    while (is_digit((unsigned char)*q)) q++;
+  }
+  if (integral && !overflow && acc <= (uint64_t)INT64_MAX + neg) {
+    /* 0u - acc wraps to the two's complement, as Lua's own l_castU2S does */
+    lua_pushinteger(d->L, neg ? (lua_Integer)(0u - acc) : (lua_Integer)acc);
+  } else {
+    char *end;
+    double v = fpconv_strtod(p, &end);
+    if (end != q) decode_error(d, p, "invalid number");
+    if (v - v != 0) decode_error(d, p, "number out of range of a double");
+    lua_pushnumber(d->L, v);
+  }
+  return q;
+}
+
+static const char *decode_value(Decoder *d, const char *p);
+
+static void enter(Decoder *d, const char *p) {
+  if (++d->depth > COZY_JSON_MAX_DEPTH)
+    decode_error(d, p, "nesting deeper than " COZY_JSON_STR(COZY_JSON_MAX_DEPTH));
+  luaL_checkstack(d->L, 4, "cozy.json: nesting");
+}
+
+static const char *decode_object(Decoder *d, const char *p) {
+  lua_State *L = d->L;
+  enter(d, p);
+  lua_createtable(L, 0, 4);
+  lua_pushvalue(L, COZY_JSON_OBJECT_MT);
+  lua_setmetatable(L, -2);
+  p = skip_space(p + 1);
+  if (*p == '}') { d->depth--; return p + 1; }
+  for (;;) {
+    if (*p != '"') unexpected(d, p, "a string (object key)");
+    p = skip_space(decode_string(d, p));
+    if (*p != ':') unexpected(d, p, "':'");
+    p = decode_value(d, skip_space(p + 1));
+    lua_rawset(L, -3); /* a repeated key: the last one wins, as in cjson */
+    p = skip_space(p);
+    if (*p == ',') p = skip_space(p + 1);
+    else if (*p == '}') break;
+    else unexpected(d, p, "',' or '}'");
+  }
+  d->depth--;
+  return p + 1;
+}
+
+static const char *decode_array(Decoder *d, const char *p) {
+  lua_State *L = d->L;
+  lua_Integer n = 0;
+  enter(d, p);
+  lua_newtable(L);
+  lua_pushvalue(L, COZY_JSON_ARRAY_MT);
+  lua_setmetatable(L, -2);
+  p = skip_space(p + 1);
+  if (*p == ']') { d->depth--; return p + 1; }
+  for (;;) {
+    p = skip_space(decode_value(d, p));
+    lua_rawseti(L, -2, ++n);
+    if (*p == ',') p = skip_space(p + 1);
+    else if (*p == ']') break;
+    else unexpected(d, p, "',' or ']'");
+  }
+  d->depth--;
+  return p + 1;
+}
+
+static const char *decode_literal(Decoder *d, const char *p, const char *word, size_t len) {
+  if ((size_t)(d->e - p) < len || memcmp(p, word, len) != 0)
+    unexpected(d, p, "a JSON value");
+  return p + len;
+}
+
+/* Pushes the value at p (no leading space); returns what follows it. */
+static const char *decode_value(Decoder *d, const char *p) {
+  switch (*p) {
+    case '{': return decode_object(d, p);
+    case '[': return decode_array(d, p);
+    case '"': return decode_string(d, p);
+    case 't': lua_pushboolean(d->L, 1); return decode_literal(d, p, "true", 4);
+    case 'f': lua_pushboolean(d->L, 0); return decode_literal(d, p, "false", 5);
+    case 'n': lua_pushlightuserdata(d->L, NULL); return decode_literal(d, p, "null", 4);
+    case '-': case '0': case '1': case '2': case '3': case '4':
+    case '5': case '6': case '7': case '8': case '9':
+      return decode_number(d, p);
+    default:
+      return unexpected(d, p, "a JSON value"), p;
+  }
+}
+
+static int json_decode(lua_State *L) {
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  Decoder d;
+  const char *p;
+  d.L = L;
+  d.s = s;
+  d.e = s + len;
+  d.depth = 0;
+  p = skip_space(decode_value(&d, skip_space(s)));
+  if (p != d.e) unexpected(&d, p, "the end of input");
+  return 1;
+}
+
+/* json.array([t]): marks t (or a new table) as a JSON array. */
+static int json_array(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) {
+    lua_settop(L, 0);
+    lua_newtable(L);
+  }
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (lua_getmetatable(L, 1)) {
+    if (!lua_rawequal(L, -1, COZY_JSON_ARRAY_MT) && !lua_rawequal(L, -1, COZY_JSON_OBJECT_MT))
+      return luaL_argerror(L, 1, "table already has a metatable");
+    lua_pop(L, 1);
+  }
+  lua_settop(L, 1);
+  lua_pushvalue(L, COZY_JSON_ARRAY_MT);
+  lua_setmetatable(L, 1);
+  return 1;
+}
+
+/* json.object([t]): marks t (or a new table) as a JSON object. */
+static int json_object(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) {
+    lua_settop(L, 0);
+    lua_newtable(L);
+  }
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (lua_getmetatable(L, 1)) {
+    if (!lua_rawequal(L, -1, COZY_JSON_ARRAY_MT) && !lua_rawequal(L, -1, COZY_JSON_OBJECT_MT))
+      return luaL_argerror(L, 1, "table already has a metatable");
+    lua_pop(L, 1);
+  }
+  lua_settop(L, 1);
+  lua_pushvalue(L, COZY_JSON_OBJECT_MT);
+  lua_setmetatable(L, 1);
+  return 1;
+}
+
+static const luaL_Reg json_funcs[] = {
+  {"decode", json_decode},
+  {"encode", cozy_json_encode},
+  {"array", json_array},
+  {"object", json_object},
+  {NULL, NULL}
+};
+
+static void new_marker(lua_State *L, const char *name) {
+  lua_createtable(L, 0, 1);
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "__name");
+}
 
 int luaopen_cozy_json(lua_State *L) {
-  luaL_requiref(L, "cjson", luaopen_cjson, 0);
+  cozy_json_open_encoder(L);
+  luaL_newlibtable(L, json_funcs);
+  new_marker(L, "cozy.json.array");
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "array_mt");
+  new_marker(L, "cozy.json.object");
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -4, "object_mt");
+  /* a private cjson, whose settings nobody else can change */
+  lua_pushcfunction(L, luaopen_cjson);
+  lua_call(L, 0, 1);
+  lua_getfield(L, -1, "decode");
+  lua_getfield(L, -2, "encode");
+  lua_remove(L, -3);
+  luaL_setfuncs(L, json_funcs, 4);
+  lua_pushlightuserdata(L, NULL); /* the same value as cjson.null */
+  lua_setfield(L, -2, "null");
+  lua_pushinteger(L, COZY_JSON_MAX_DEPTH);
+  lua_setfield(L, -2, "max_depth");
   return 1;
 }
