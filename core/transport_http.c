@@ -227,6 +227,13 @@ CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const c
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
   }
+  /* libcurl silently re-sends a request whose reused connection dies before
+  ** any byte of the answer (Curl_retry_request). For a write that replay
+  ** would be invisible to our retry rule, and could apply it twice; so a
+  ** write always goes out on a connection opened for it, which then joins
+  ** the pool for the reads that follow. */
+  curl_easy_setopt(c, CURLOPT_FRESH_CONNECT,
+                   strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0 ? 0L : 1L);
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout > 0 ? (long)(timeout * 1000) : 0L);
   /* Stall detection: under 1 byte/s for 30 s (or the whole timeout, if shorter)
   ** means a dead peer, even with no overall timeout set. */

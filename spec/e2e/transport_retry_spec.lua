@@ -1,0 +1,180 @@
+-- Retries, one fault rule per behaviour (docs/transport.md): every retry is
+-- visible in the request log, no write is lost and none is applied twice.
+local support = require "spec.e2e.transport_support"
+local sys = require "cozy.sys"
+
+local SETTINGS = "/api/v1/namespaces/cozy%-system/configmaps/settings$"
+
+describe("cozy.kube retries", function()
+  local srv, client, cms, log
+  setup(function() srv = support.start() end)
+  teardown(function() if srv then srv:stop() end end)
+  before_each(function()
+    srv:reset { support.FIXTURE }
+    srv:clear_faults()
+    srv:clear_requests()
+    log = support.logger()
+    client = support.connect(srv, { log = log })
+    cms = client:resource("v1", "configmaps")
+  end)
+  after_each(function() client:close() end)
+
+  local function statuses(entries)
+    local out = {}
+    for i, e in ipairs(entries) do out[i] = e.status end
+    return out
+  end
+
+  it("retries a GET answered 503 three times with Retry-After, honouring it", function()
+    srv:faults { { method = "GET", path = "configmaps/settings", times = 3,
+      status = { code = 503, retry_after = 1 } } }
+    local t0 = sys.monotime()
+    local cm = cms:get("cozy-system", "settings")
+    local took = sys.monotime() - t0
+    assert.equal("prod", cm.data.mode)
+    assert.is_true(took >= 2.9, "Retry-After: 1 was not honoured (took " .. took .. "s)")
+    assert.same({ 503, 503, 503, 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.equal(4, client.stats.requests)
+    assert.equal(3, client.stats.retries)
+    assert.equal(3, log.count("warn", "retrying"))
+  end)
+
+  it("retries a 429 even on a write that is not retry-safe (it was not processed)", function()
+    srv:faults { { method = "PATCH", path = "configmaps/settings", times = 1,
+      status = { code = 429, retry_after = 0 } } }
+    local cm = cms:merge_patch("cozy-system", "settings", { data = { count = "2" } })
+    assert.equal("2", cm.data.count)
+    assert.same({ 429, 200 }, statuses(support.api_requests(srv, "PATCH", SETTINGS)))
+    assert.equal("2", support.object(srv, "cozy-system", "settings").data.count)
+  end)
+
+  it("does not retry a 503 on a write that is not retry-safe, and says so", function()
+    srv:faults { { method = "PATCH", path = "configmaps/settings", times = 1,
+      status = { code = 503, retry_after = 0 } } }
+    local ok, err = pcall(cms.merge_patch, cms, "cozy-system", "settings", { data = { count = "2" } })
+    assert.is_false(ok)
+    assert.equal(503, err.code)
+    assert.equal(1, #err.attempts)
+    assert.same({ 503 }, statuses(support.api_requests(srv, "PATCH", SETTINGS)))
+    assert.equal("1", support.object(srv, "cozy-system", "settings").data.count)
+  end)
+
+  it("retries a 5xx on a JSON patch guarded by a test, applying it once", function()
+    srv:faults { { method = "PATCH", path = "configmaps/settings", times = 2, status = { code = 500 } } }
+    local rv = support.object(srv, "cozy-system", "settings").metadata.resourceVersion
+    local cm = cms:json_patch("cozy-system", "settings", {
+      { op = "test", path = "/metadata/resourceVersion", value = rv },
+      { op = "replace", path = "/data/count", value = "5" } })
+    assert.equal("5", cm.data.count)
+    assert.same({ 500, 500, 200 }, statuses(support.api_requests(srv, "PATCH", SETTINGS)))
+  end)
+
+  it("retries a GET whose connection was reset", function()
+    srv:faults { { method = "GET", path = "configmaps/settings", times = 1, reset = true } }
+    local cm = cms:get("cozy-system", "settings")
+    assert.equal("prod", cm.data.mode)
+    assert.same({ 0, 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.equal(1, client.stats.retries)
+    assert.matches("ConnectionReset", log.text()..(" "):rep(0)) -- the retry line names the reason
+  end)
+
+  it("does not retry a reset merge patch (its fate is unknown) and reports it", function()
+    srv:faults { { method = "PATCH", path = "configmaps/settings", times = 1, reset = true } }
+    local ok, err = pcall(cms.merge_patch, cms, "cozy-system", "settings", { data = { count = "9" } })
+    assert.is_false(ok)
+    assert.equal(0, err.code)
+    assert.equal("ConnectionReset", err.reason)
+    assert.equal(1, #support.api_requests(srv, "PATCH", SETTINGS))
+  end)
+
+  it("retries a GET that outlives the request timeout", function()
+    client:close()
+    client = support.connect(srv, { log = log, request_timeout = 0.5 })
+    cms = client:resource("v1", "configmaps")
+    srv:faults { { method = "GET", path = "configmaps/settings", times = 1, delay_ms = 2000 } }
+    local t0 = sys.monotime()
+    local cm = cms:get("cozy-system", "settings")
+    assert.equal("prod", cm.data.mode)
+    assert.is_true(sys.monotime() - t0 < 1.9, "the first attempt was not cut at the timeout")
+    local reqs = support.api_requests(srv, "GET", SETTINGS)
+    assert.equal(2, #reqs)
+    assert.equal(1, client.stats.retries)
+    assert.matches("Timeout", log.text())
+  end)
+
+  it("gives up within the attempt bound and reports every attempt", function()
+    client:close()
+    client = support.connect(srv, { log = log,
+      retry = { max_attempts = 3, max_time = 30, base_delay = 0.01, max_delay = 0.05 } })
+    cms = client:resource("v1", "configmaps")
+    srv:faults { { method = "GET", path = "configmaps/settings", times = 10, status = { code = 502 } } }
+    local ok, err = pcall(cms.get, cms, "cozy-system", "settings")
+    assert.is_false(ok)
+    assert.equal(502, err.code)
+    assert.equal(3, #err.attempts)
+    assert.equal(502, err.attempts[1].code)
+    assert.is_number(err.attempts[1].after_s)
+    assert.is_nil(err.attempts[3].after_s)
+    assert.matches("#1 502.-#2 502.-#3 502", tostring(err))
+    assert.equal(3, #support.api_requests(srv, "GET", SETTINGS))
+  end)
+
+  it("gives up within the time bound", function()
+    client:close()
+    client = support.connect(srv, { log = log,
+      retry = { max_attempts = 100, max_time = 1.5, base_delay = 0.01, max_delay = 5 } })
+    cms = client:resource("v1", "configmaps")
+    srv:faults { { method = "GET", path = "configmaps/settings", times = 100,
+      status = { code = 503, retry_after = 1 } } }
+    local t0 = sys.monotime()
+    local ok, err = pcall(cms.get, cms, "cozy-system", "settings")
+    assert.is_false(ok)
+    assert.is_true(sys.monotime() - t0 < 2.5)
+    assert.equal(2, #err.attempts) -- a third would start after the 1.5 s bound
+  end)
+
+  describe("create", function()
+    it("is retried after a reset and lands once", function()
+      srv:faults { { method = "POST", path = "configmaps", times = 1, reset = true } }
+      local cm = cms:create { metadata = { name = "fresh", namespace = "team-a" }, data = { x = "1" } }
+      assert.equal("1", cm.data.x)
+      assert.same({ 0, 201 }, statuses(support.api_requests(srv, "POST", "team%-a/configmaps$")))
+    end)
+
+    it("resolves AlreadyExists after an attempt that landed by reading the object back", function()
+      client:close()
+      client = support.connect(srv, { log = log, request_timeout = 0.4,
+        retry = { max_attempts = 4, max_time = 30, base_delay = 1, max_delay = 1 } })
+      cms = client:resource("v1", "configmaps")
+      -- the server creates the object after the client has given up on the answer
+      srv:faults { { method = "POST", path = "configmaps", times = 1, delay_ms = 800 } }
+      local cm = cms:create { metadata = { name = "slow", namespace = "team-a", labels = { l = "v" } },
+        data = { x = "1" } }
+      assert.equal("1", cm.data.x)
+      assert.same({ 201, 409 }, statuses(support.api_requests(srv, "POST", "team%-a/configmaps$")))
+      assert.equal(1, #support.api_requests(srv, "GET", "team%-a/configmaps/slow$"))
+      assert.equal(1, log.count("warn", "earlier attempt landed"))
+    end)
+
+    it("raises AlreadyExists when the object read back differs from what was sent", function()
+      cms:create { metadata = { name = "taken", namespace = "team-a" }, data = { x = "other" } }
+      srv:clear_requests()
+      srv:faults { { method = "POST", path = "configmaps", times = 1, reset = true } }
+      local ok, err = pcall(cms.create, cms, { metadata = { name = "taken", namespace = "team-a" },
+        data = { x = "mine" } })
+      assert.is_false(ok)
+      assert.equal("AlreadyExists", err.reason)
+      assert.matches("read back differs", err.message)
+      assert.same({ 0, 409 }, statuses(support.api_requests(srv, "POST", "team%-a/configmaps$")))
+      assert.equal("other", support.object(srv, "team-a", "taken").data.x)
+    end)
+
+    it("never retries a generateName create after an uncertain attempt", function()
+      srv:faults { { method = "POST", path = "configmaps", times = 1, reset = true } }
+      local ok, err = pcall(cms.create, cms, { metadata = { generateName = "gen-", namespace = "team-a" } })
+      assert.is_false(ok)
+      assert.equal(0, err.code)
+      assert.equal(1, #support.api_requests(srv, "POST", "team%-a/configmaps$"))
+    end)
+  end)
+end)
