@@ -27,8 +27,12 @@ end
 
 local function command_line(args, env)
   local parts = { "exec env" }
+  -- env wants its -u options before the assignments
   for k, v in pairs(env or {}) do
-    if v == false then parts[#parts + 1] = "-u " .. k else parts[#parts + 1] = q(k .. "=" .. v) end
+    if v == false then parts[#parts + 1] = "-u " .. k end
+  end
+  for k, v in pairs(env or {}) do
+    if v ~= false then parts[#parts + 1] = q(k .. "=" .. v) end
   end
   parts[#parts + 1] = q(support.bin)
   for _, a in ipairs(args) do parts[#parts + 1] = q(a) end
@@ -116,6 +120,45 @@ function support.writes(srv)
     end
   end
   return out
+end
+
+-- A fixture: the namespace, the version ConfigMap at `version` (nil: no
+-- ConfigMap, a fresh install) and `extra` objects: for srv:reset(...), and
+-- fake.start{ fixtures = { support.fixture(...) } }.
+function support.fixture(version, extra, labels)
+  local items = { { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } } }
+  if version then
+    items[#items + 1] = { apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "cozystack-version", namespace = "cozy-system", labels = labels },
+      data = { version = tostring(version) } }
+  end
+  for _, o in ipairs(extra or {}) do items[#items + 1] = o end
+  return items
+end
+
+function support.configmap(name, data)
+  return { apiVersion = "v1", kind = "ConfigMap", metadata = { name = name, namespace = "cozy-system" }, data = data }
+end
+
+-- The args of a command against srv with the migrations of fixture dir `dir`.
+function support.args(srv, dir, ...)
+  local args = { ... }
+  for _, a in ipairs({ "--kubeconfig", srv.kubeconfig, "--migrations",
+      dir:find("/") and dir or ("spec/fixtures/runner/" .. dir) }) do
+    args[#args + 1] = a
+  end
+  return args
+end
+
+-- data.version of the stamp, as a number (nil: absent)
+function support.version(srv)
+  local cm = srv:object("ConfigMap", "cozy-system", "cozystack-version")
+  return cm and tonumber(cm.data.version), cm
+end
+
+function support.history(cm)
+  local json = require "cozy.json"
+  return json.decode(cm.data.history or "[]")
 end
 
 function support.lines(text)
