@@ -1,0 +1,141 @@
+-- The conflict-aware update loop: a concurrent writer (`bump`) never loses its
+-- change and ours is applied exactly once, after a re-read and a recompute.
+local support = require "spec.e2e.transport_support"
+local kube = require "cozy.kube"
+
+local PATH = "/api/v1/namespaces/team%-a/configmaps/cm%-01$"
+
+describe("cozy.kube update", function()
+  local srv, client, cms, log
+  setup(function() srv = support.start() end)
+  teardown(function() if srv then srv:stop() end end)
+  before_each(function()
+    srv:reset { support.FIXTURE }
+    srv:clear_faults()
+    srv:clear_requests()
+    log = support.logger()
+    client = support.connect(srv, { log = log })
+    cms = client:resource("v1", "configmaps")
+  end)
+  after_each(function() client:close() end)
+
+  local function trail()
+    local out = {}
+    for _, e in ipairs(support.api_requests(srv, nil, PATH)) do out[#out + 1] = e.method .. " " .. e.status end
+    return out
+  end
+
+  -- counts calls; appends "+1" to data.i, computed from the object it is given
+  local function incrementer(calls)
+    return function(obj)
+      calls[#calls + 1] = obj.metadata.resourceVersion
+      return { { op = "replace", path = "/data/i", value = tostring(tonumber(obj.data.i) + 1) } }
+    end
+  end
+
+  it("GETs, mutates and sends one test-guarded JSON patch", function()
+    local calls = {}
+    local obj, changed = cms:update("team-a", "cm-01", incrementer(calls))
+    assert.is_true(changed)
+    assert.equal("2", obj.data.i)
+    assert.same({ "GET 200", "PATCH 200" }, trail())
+    local patch = support.api_requests(srv, "PATCH", PATH)[1]
+    assert.equal("application/json-patch+json", patch.content_type)
+    local ops = support.fake.json.decode(patch.body)
+    assert.same({ op = "test", path = "/metadata/resourceVersion", value = calls[1] }, ops[1])
+  end)
+
+  it("recomputes after a concurrent write (bump), losing nothing and applying once", function()
+    srv:faults { { method = "PATCH", path = "configmaps/cm-01", times = 1,
+      bump = { merge = { data = { i = "10", other = "theirs" } } } } }
+    local calls = {}
+    local obj, changed = cms:update("team-a", "cm-01", incrementer(calls))
+    assert.is_true(changed)
+    assert.equal(2, #calls)
+    assert.are_not.equal(calls[1], calls[2])
+    assert.equal("11", obj.data.i) -- computed from their value, not from the stale one
+    local stored = support.object(srv, "team-a", "cm-01")
+    assert.same({ i = "11", other = "theirs" }, stored.data)
+    assert.same({ "GET 200", "PATCH 422", "GET 200", "PATCH 200" }, trail())
+    assert.equal(1, client.stats.conflicts)
+    assert.equal(1, log.count("debug", "conflict"))
+  end)
+
+  it("recomputes after a 409 Conflict", function()
+    srv:faults { { method = "PATCH", path = "configmaps/cm-01", times = 1, status = { code = 409 } } }
+    local calls = {}
+    local obj = cms:update("team-a", "cm-01", incrementer(calls))
+    assert.equal("2", obj.data.i)
+    assert.same({ "GET 200", "PATCH 409", "GET 200", "PATCH 200" }, trail())
+    assert.equal(1, client.stats.conflicts)
+  end)
+
+  it("starts from an object already held: no GET unless it conflicts", function()
+    local held
+    for o in cms:list { namespace = "team-a" } do
+      if o.metadata.name == "cm-01" then held = o end
+    end
+    srv:clear_requests()
+    local obj = cms:update(held, incrementer({}))
+    assert.equal("2", obj.data.i)
+    assert.same({ "PATCH 200" }, trail())
+  end)
+
+  it("with a stale held object, costs one extra read", function()
+    local held = cms:get("team-a", "cm-01")
+    cms:merge_patch("team-a", "cm-01", { data = { i = "5" } })
+    srv:clear_requests()
+    local obj = cms:update(held, incrementer({}))
+    assert.equal("6", obj.data.i)
+    assert.same({ "PATCH 422", "GET 200", "PATCH 200" }, trail())
+  end)
+
+  it("returns obj, false and writes nothing when mutate returns nil or {}", function()
+    local obj, changed = cms:update("team-a", "cm-01", function() return nil end)
+    assert.is_false(changed)
+    assert.equal("1", obj.data.i)
+    local _, changed2 = cms:update("team-a", "cm-01", function() return {} end)
+    assert.is_false(changed2)
+    assert.equal(0, #support.api_requests(srv, "PATCH"))
+  end)
+
+  it("raises mutate's own failing test without looping", function()
+    local ok, err = pcall(cms.update, cms, "team-a", "cm-01", function()
+      return { { op = "test", path = "/data/i", value = "999" } }
+    end)
+    assert.is_false(ok)
+    assert.equal(422, err.code)
+    assert.equal(0, client.stats.conflicts)
+    assert.same({ "GET 200", "PATCH 422", "GET 200" }, trail())
+  end)
+
+  it("gives up after the bounded number of attempts with a Conflict", function()
+    client:close()
+    client = support.connect(srv, { log = log, update = { attempts = 3, base_delay = 0.001 } })
+    cms = client:resource("v1", "configmaps")
+    srv:faults { { method = "PATCH", path = "configmaps/cm-01", times = 10, bump = true } }
+    local ok, err = pcall(cms.update, cms, "team-a", "cm-01", incrementer({}))
+    assert.is_false(ok)
+    assert.is_true(kube.is_error(err))
+    assert.equal(422, err.code)
+    assert.matches("gave up after 3", err.message)
+    assert.equal(3, client.stats.conflicts)
+    assert.equal(3, #support.api_requests(srv, "PATCH", PATH))
+    assert.equal("1", support.object(srv, "team-a", "cm-01").data.i)
+  end)
+
+  it("raises NotFound for an absent object", function()
+    local ok, err = pcall(cms.update, cms, "team-a", "ghost", incrementer({}))
+    assert.is_false(ok)
+    assert.equal("object", err.absent)
+  end)
+
+  it("a reset test-guarded update is retried and applied once", function()
+    srv:faults { { method = "PATCH", path = "configmaps/cm-01", times = 1, reset = true } }
+    local obj, changed = cms:update("team-a", "cm-01", incrementer({}))
+    assert.is_true(changed)
+    assert.equal("2", obj.data.i)
+    assert.equal("2", support.object(srv, "team-a", "cm-01").data.i)
+    assert.same({ "GET 200", "PATCH 0", "PATCH 200" }, trail())
+  end)
+end)
