@@ -1,0 +1,130 @@
+-- Lists: pages with continue tokens, and what a consumer sees when a continue
+-- token expires (410) in mid-list (docs/transport.md).
+local support = require "spec.e2e.transport_support"
+
+describe("cozy.kube list", function()
+  local srv, client, cms, log
+  setup(function() srv = support.start() end)
+  teardown(function() if srv then srv:stop() end end)
+  before_each(function()
+    srv:reset { support.FIXTURE }
+    srv:clear_faults()
+    srv:clear_requests()
+    log = support.logger()
+    client = support.connect(srv, { log = log })
+    cms = client:resource("v1", "configmaps")
+  end)
+  after_each(function() client:close() end)
+
+  local function names(iter)
+    local out = {}
+    for o in iter do out[#out + 1] = o.metadata.namespace .. "/" .. o.metadata.name end
+    return out
+  end
+
+  local function list_requests()
+    return support.api_requests(srv, "GET", "^/api/v1/.*configmaps$")
+  end
+
+  it("walks every page with continue tokens", function()
+    local p = cms:list { limit = 5 }
+    local got = names(p)
+    assert.equal(25, #got)
+    assert.equal("cozy-system/settings", got[1])
+    assert.equal("team-b/cm-11", got[25])
+    assert.equal(5, p.pages)
+    assert.equal(25, p.count)
+    local reqs = list_requests()
+    assert.equal(5, #reqs)
+    assert.matches("limit=5", reqs[1].query)
+    assert.is_nil(reqs[1].query:find("continue=", 1, true))
+    for i = 2, 5 do assert.matches("continue=", reqs[i].query) end
+  end)
+
+  it("defaults to pages of 500 and fills apiVersion and kind on items", function()
+    local first
+    for o in cms:list { namespace = "team-a" } do first = first or o end
+    assert.equal("v1", first.apiVersion)
+    assert.equal("ConfigMap", first.kind)
+    local reqs = list_requests()
+    assert.equal(1, #reqs)
+    assert.equal("/api/v1/namespaces/team-a/configmaps", reqs[1].path)
+    assert.matches("limit=500", reqs[1].query)
+  end)
+
+  it("passes label and field selectors", function()
+    local got = names(cms:list { label_selector = "fleet=yes,parity=even", limit = 4 })
+    assert.equal(12, #got)
+    assert.matches("labelSelector=fleet%%3Dyes%%2Cparity%%3Deven", list_requests()[1].query)
+    local one = names(cms:list { namespace = "team-b", field_selector = "metadata.name=cm-03" })
+    assert.same({ "team-b/cm-03" }, one)
+  end)
+
+  it("holds one page at a time: it can stop early and costs only the pages read", function()
+    local n = 0
+    for _ in cms:list { limit = 5 } do
+      n = n + 1
+      if n == 7 then break end
+    end
+    assert.equal(2, #list_requests())
+  end)
+
+  it("restarts on 410 Expired without yielding an object twice, and says so", function()
+    local p = cms:list { limit = 5 }
+    local restarts_seen = 0
+    p.on_restart = function(pg) restarts_seen = pg.restarts end
+    local got = {}
+    local n = 0
+    for o in p do
+      n = n + 1
+      got[#got + 1] = o.metadata.namespace .. "/" .. o.metadata.name
+      if n == 7 then
+        -- compaction: every continue token issued so far expires; meanwhile a new
+        -- object appears after the resume point and one before it
+        srv:compact()
+        cms:create { metadata = { name = "cm-99", namespace = "team-b" } }
+        cms:create { metadata = { name = "aaa", namespace = "team-a" } }
+      end
+    end
+    assert.equal(1, p.restarts)
+    assert.equal(1, restarts_seen)
+    assert.equal(1, client.stats.list_restarts)
+    local seen = {}
+    for _, k in ipairs(got) do
+      assert.is_nil(seen[k], "yielded twice: " .. k)
+      seen[k] = true
+    end
+    assert.is_true(seen["team-b/cm-99"]) -- after the resume point: seen
+    assert.is_nil(seen["team-a/aaa"])    -- before it: not in this pass
+    assert.equal(26, #got)
+    assert.equal(1, log.count("warn", "410"))
+    local statuses = {}
+    for i, e in ipairs(list_requests()) do statuses[i] = e.status end
+    assert.equal(410, statuses[3])
+    assert.is_nil(list_requests()[4].query:find("continue=", 1, true)) -- the restart
+  end)
+
+  it("restarts on a 410 fault on a continue request", function()
+    srv:faults { { method = "GET", path = "configmaps\\?.*continue=", times = 1,
+      status = { code = 410, reason = "Expired" } } }
+    local p = cms:list { limit = 10 }
+    local got = names(p)
+    assert.equal(25, #got)
+    assert.equal(1, p.restarts)
+    assert.is_true(p.skipped >= 10)
+  end)
+
+  it("gives up after repeated expiry", function()
+    srv:faults { { method = "GET", path = "continue=", times = 100, status = { code = 410, reason = "Expired" } } }
+    local ok, err = pcall(function() for _ in cms:list { limit = 10 } do end end)
+    assert.is_false(ok)
+    assert.equal(410, err.code)
+    assert.matches("restarted 5 times", err.message)
+  end)
+
+  it("retries a failed page like any read", function()
+    srv:faults { { method = "GET", path = "continue=", times = 1, status = { code = 503 } } }
+    assert.equal(25, #names(cms:list { limit = 10 }))
+    assert.equal(1, client.stats.retries)
+  end)
+end)
