@@ -136,8 +136,27 @@ function fake.start(opts)
   error("fake: server did not become ready: " .. (err ~= "" and err or "(no output)"), 2)
 end
 
+-- A process that has exited may linger as a zombie until its (adoptive) parent reaps
+-- it, and `kill -0` succeeds on a zombie: look at /proc where there is one.
+local function running(pid)
+  local f = io.open("/proc/" .. pid .. "/stat", "r")
+  if f then
+    local stat = f:read("a") or ""
+    f:close()
+    local state = stat:match("%) (%a)")
+    return state ~= nil and state ~= "Z" and state ~= "X"
+  end
+  local proc = io.open("/proc/self/stat", "r")
+  if proc then
+    proc:close()
+    return false          -- /proc exists, the pid does not: gone
+  end
+  return sh("kill -0 " .. pid .. " 2>/dev/null") == 0
+end
+fake.running = running
+
 function Server:alive()
-  return self.pid ~= nil and not self.stopped and sh("kill -0 " .. self.pid .. " 2>/dev/null") == 0
+  return self.pid ~= nil and not self.stopped and running(self.pid)
 end
 
 --- The server's stderr so far (for error messages).
@@ -152,7 +171,7 @@ function Server:stop()
     sh("kill -TERM " .. self.pid .. " 2>/dev/null")
     local gone = false
     for _ = 1, math.floor(5 / POLL) do
-      if sh("kill -0 " .. self.pid .. " 2>/dev/null") ~= 0 then gone = true break end
+      if not running(self.pid) then gone = true break end
       sleep(POLL)
     end
     if not gone then sh("kill -KILL " .. self.pid .. " 2>/dev/null") end
