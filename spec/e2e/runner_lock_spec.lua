@@ -1,0 +1,122 @@
+-- The Lease lock: a live foreign lease (wait, then exit 3), an expired one
+-- (taken over), two runners at once, a lost lease, SIGTERM.
+local fake = require "spec.support.fake"
+local lease = require "cozy.runner.lease"
+local sys = require "cozy.sys"
+local support = require "spec.e2e.runner_support"
+
+local function lease_object(holder, renewed, duration)
+  return { apiVersion = "coordination.k8s.io/v1", kind = "Lease",
+    metadata = { name = "cozystack-migrations", namespace = "cozy-system" },
+    spec = { holderIdentity = holder, leaseDurationSeconds = duration, renewTime = renewed,
+      acquireTime = renewed, leaseTransitions = 0 } }
+end
+
+local function get_lease(srv)
+  return srv:object("Lease.coordination.k8s.io", "cozy-system", "cozystack-migrations")
+end
+
+local LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/cozy-system/leases/cozystack-migrations"
+
+local function set_holder(srv, holder)
+  local res = srv:request("PATCH", LEASE_PATH, { content_type = "application/merge-patch+json",
+    body = { spec = { holderIdentity = holder, renewTime = lease.microtime(sys.time()), leaseDurationSeconds = 3600 } } })
+  assert.equal(200, res.status, res.body)
+end
+
+describe("runner lock", function()
+  local srv
+  setup(function() srv = fake.start{ fixtures = { support.fixture(1) } } end)
+  teardown(function() srv:stop() end)
+
+  it("waits for a live foreign lease, then exits 3 within the timeout without a write", function()
+    srv:reset(support.fixture(1, { lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    srv:clear_requests()
+    local t0 = sys.monotime()
+    local r = support.run(support.args(srv, "two", "run", "--lock-timeout", "1"))
+    local took = sys.monotime() - t0
+    assert.equal(3, r.code, r.stderr)
+    assert.matches("held by other%-runner", r.stderr)
+    assert.is_true(took >= 1 and took < 10, "took " .. took .. "s")
+    assert.same({}, support.writes(srv))
+    assert.equal(1, support.version(srv))
+  end)
+
+  it("goes on when the foreign holder releases within the timeout", function()
+    srv:reset(support.fixture(1, { lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    local p = support.start(support.args(srv, "two", "run", "--lock-timeout", "60"))
+    finally(function() p:cleanup() end)
+    assert.truthy(support.poll(20, function() return p:stderr():find("waiting for the lock", 1, true) end))
+    assert.equal(1, support.version(srv))
+    set_holder(srv, "")
+    local r = p:wait(30)
+    assert.equal(0, r.code, r.stderr)
+    assert.equal(3, support.version(srv))
+  end)
+
+  it("takes over an expired lease and logs it", function()
+    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 30) }))
+    local r = support.run(support.args(srv, "two", "run", "--lock-timeout", "5"), { POD_NAME = "migrate-job-abc" })
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("lock taken over from an expired holder", r.stderr)
+    assert.matches("previous=dead%-runner", r.stderr)
+    assert.equal(3, support.version(srv))
+    local l = get_lease(srv)
+    assert.equal("", l.spec.holderIdentity)         -- released at the end
+    assert.equal(1, l.spec.leaseTransitions)
+    local h = support.history(select(2, support.version(srv)))
+    assert.equal("migrate-job-abc", h[1].runner)    -- identity: $POD_NAME
+  end)
+
+  it("runs each step exactly once with two runners started at the same moment (10 times)", function()
+    for round = 1, 10 do
+      srv:reset(support.fixture(1))
+      local a = support.start(support.args(srv, "counter", "run"))
+      local b = support.start(support.args(srv, "counter", "run"))
+      local ra, rb = a:wait(60), b:wait(60)
+      a:cleanup(); b:cleanup()
+      assert.equal(0, ra.code, "round " .. round .. ": " .. ra.stderr)
+      assert.equal(0, rb.code, "round " .. round .. ": " .. rb.stderr)
+      local counter = srv:object("ConfigMap", "cozy-system", "runner-counter")
+      assert.equal("1", counter.data.count, "round " .. round)
+      assert.equal(2, support.version(srv))
+      assert.equal(1, #support.history(select(2, support.version(srv))))
+    end
+  end)
+
+  it("stops before the next write when the lease is lost", function()
+    srv:reset(support.fixture(1))
+    local p = support.start(support.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
+    finally(function() p:cleanup() end)
+    assert.truthy(support.poll(20, function()
+      local t = srv:object("ConfigMap", "cozy-system", "runner-test")
+      return t and t.data and t.data.i
+    end), "the slow migration did not start: " .. p:stderr())
+    set_holder(srv, "thief")
+    local r = p:wait(20)
+    assert.equal(1, r.code, r.stderr)
+    assert.matches("lock lost", r.stderr)
+    assert.equal(1, support.version(srv))
+    assert.equal("thief", get_lease(srv).spec.holderIdentity)
+    -- no write after the loss was noticed: data.i stays put
+    local i = srv:object("ConfigMap", "cozy-system", "runner-test").data.i
+    assert.is_true(tonumber(i) < 20000)
+  end)
+
+  it("on SIGTERM stops at a safe point, releases the lock and exits non-zero", function()
+    srv:reset(support.fixture(1))
+    local p = support.start(support.args(srv, "slow", "run"))
+    finally(function() p:cleanup() end)
+    assert.truthy(support.poll(20, function()
+      local t = srv:object("ConfigMap", "cozy-system", "runner-test")
+      return t and t.data and t.data.i
+    end), "the slow migration did not start: " .. p:stderr())
+    p:kill("TERM")
+    local r = p:wait(20)
+    assert.equal(1, r.code, r.stderr)
+    assert.matches("stopped by signal 15", r.stderr)
+    assert.matches("lock released", r.stderr)
+    assert.equal("", get_lease(srv).spec.holderIdentity)
+    assert.equal(1, support.version(srv))
+  end)
+end)
