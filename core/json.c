@@ -24,7 +24,28 @@
 **
 ** The private cjson instance (luaopen_cjson called, not required) keeps its
 ** configuration away from anyone who requires "cjson" and changes it.
-** vendor/README.md has the longer story; docs/engine-api.md the Lua rules.
+** vendor/README.md has the longer story.
+**
+** What Lua code can rely on:
+**  - json.decode(s): objects are tables with metatable json.object_mt,
+**    arrays tables with json.array_mt (so `[]` and `{}` come back as they
+**    went in, even after a migration empties them); null is json.null (the
+**    lightuserdata NULL, the same value as cjson.null), also inside arrays,
+**    which keep their length; an integer literal that fits int64 is a Lua
+**    integer (`-0` is the integer 0), any other number a float; a repeated
+**    key keeps its last value. Errors: "cozy.json: <what> at byte N", N
+**    counted from 1 as string.byte counts, for malformed JSON, nesting
+**    deeper than json.max_depth (1000) and invalid UTF-8 (N is then the
+**    first byte of the bad sequence). Lone surrogates in \u escapes are
+**    rejected too.
+**  - json.encode(v): see core/json_encode.c. In short: marked tables encode
+**    as marked; an unmarked empty table is `{}`; a non-empty sequence is an
+**    array, a table of string keys an object, anything else an error; keys
+**    are sorted; integers are exact, floats the shortest text that reads
+**    back (2.0 prints as "2.0"); errors name the path, "cozy.json: cannot
+**    encode <what> at spec.volumes[2]".
+**  - json.array([t]) / json.object([t]) mark t (or a new table) and return
+**    it; a table with some other metatable is refused.
 */
 #include <stdint.h>
 #include <stdio.h>

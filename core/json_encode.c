@@ -69,6 +69,25 @@ static int scratch_free(lua_State *L) {
   return 0;
 }
 
+/* Appends a key as a Lua string literal's contents would show it: the
+** message itself must stay valid UTF-8 (it may end up in a JSON log line),
+** so bytes that are not are written as \xHH. */
+static void add_quoted(luaL_Buffer *b, const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s, *end = p + len;
+  while (p < end) {
+    size_t n = *p >= 0x80 ? cozy_json_utf8_len(p) : 1;
+    if (n == 0 || p + n > end || *p < 0x20 || *p == 0x7F || *p == '"' || *p == '\\') {
+      char hex[8];
+      snprintf(hex, sizeof hex, "\\x%02X", *p);
+      luaL_addstring(b, hex);
+      n = 1;
+    } else {
+      luaL_addlstring(b, (const char *)p, n);
+    }
+    p += n;
+  }
+}
+
 /* Appends the path to w, root first; past `left` segments (a cycle makes
 ** a thousand) the rest toward the root is elided as "...". */
 static void add_path(luaL_Buffer *b, const Path *w, int left) {
@@ -92,7 +111,7 @@ static void add_path(luaL_Buffer *b, const Path *w, int left) {
     luaL_addlstring(b, w->key, w->klen);
   } else {
     luaL_addstring(b, "[\"");
-    luaL_addlstring(b, w->key, w->klen > 60 ? 60 : w->klen);
+    add_quoted(b, w->key, w->klen > 60 ? 60 : w->klen);
     luaL_addstring(b, w->klen > 60 ? "...\"]" : "\"]");
   }
 }
