@@ -1,0 +1,50 @@
+-- The client-side token bucket: `burst` requests at once, then `qps` per second.
+local support = require "spec.e2e.transport_support"
+local sys = require "cozy.sys"
+
+describe("cozy.kube rate limit", function()
+  local srv
+  setup(function() srv = support.start() end)
+  teardown(function() if srv then srv:stop() end end)
+
+  local function timed_gets(client, n)
+    local cms = client:resource("v1", "configmaps")
+    local t0 = sys.monotime()
+    for _ = 1, n do cms:get("cozy-system", "settings") end
+    return sys.monotime() - t0
+  end
+
+  it("spaces requests beyond the burst at 1/qps", function()
+    local c = support.connect(srv, { qps = 10, burst = 2 })
+    local took = timed_gets(c, 12) -- 2 from the burst, then 10 at 0.1 s
+    assert.is_true(took >= 0.95, "too fast: " .. took)
+    assert.is_true(took < 3, "too slow: " .. took)
+    c:close()
+  end)
+
+  it("lets a burst through at once", function()
+    local c = support.connect(srv, { qps = 1, burst = 10 })
+    local took = timed_gets(c, 10)
+    assert.is_true(took < 0.9, "the burst was throttled: " .. took)
+    c:close()
+  end)
+
+  it("counts retries against the limit too", function()
+    local c = support.connect(srv, { qps = 5, burst = 1,
+      retry = { max_attempts = 5, max_time = 30, base_delay = 0.001, max_delay = 0.001 } })
+    srv:faults { { method = "GET", path = "configmaps/settings", times = 3, status = { code = 503 } } }
+    local took = timed_gets(c, 1) -- 4 requests: 3 waits of 0.2 s
+    assert.is_true(took >= 0.55, "retries bypassed the limit: " .. took)
+    c:close()
+  end)
+
+  it("documents its defaults", function()
+    local kube = require "cozy.kube"
+    assert.equal(20, kube.defaults.qps)
+    assert.equal(40, kube.defaults.burst)
+    local c = support.connect(srv)
+    assert.equal(20, c.info.qps)
+    assert.equal(40, c.info.burst)
+    c:close()
+  end)
+end)
