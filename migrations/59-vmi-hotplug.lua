@@ -102,6 +102,13 @@ local function template_of(vm)
   return t
 end
 
+-- virt-controller matches an owner by uid too: a VM recreated under the same
+-- name is not the owner of the old VM's VMI. Either uid may be unset.
+local function is_referenced_vm(vm, ref)
+  local uid = dig(vm, "metadata", "uid")
+  return ref.uid == nil or uid == nil or ref.uid == uid
+end
+
 -- The VM a VMI belongs to, as virt-controller sees it; or nil, a short code
 -- and a sentence saying why none. `find_vm(namespace, name)` looks a VM up in
 -- the listed fleet, so the join always uses the VMI's own namespace.
@@ -112,10 +119,9 @@ local function owning_vm(vmi, find_vm)
   end
   local vm = find_vm(vmi.namespace, ref.name)
   if vm == nil then return nil, "vm-gone", "its VM " .. ref.name .. " is gone" end
-  local uid = vm.metadata.uid
-  if ref.uid and uid and ref.uid ~= uid then
+  if not is_referenced_vm(vm, ref) then
     return nil, "uid-mismatch", ("its ownerReference names uid %s but VM %s has uid %s")
-        :format(ref.uid, ref.name, uid)
+        :format(ref.uid, ref.name, vm.metadata.uid)
   end
   -- virt-controller looks a VM's VMI up by the VM's own name; a VMI of
   -- another name is never reconciled against this VM.
@@ -299,11 +305,11 @@ end
 
 -- Returns the copies to make, in VMI list order:
 --   { vm = view, vmi = view, volumes = {...}, disks = {...}, collisions = {...} }
--- and the observations check reports: { unknown = {...}, differs = {...},
--- odd_owner = {...} }.
+-- and what else was seen: { unknown = {...}, differs = {...}, odd_owner =
+-- {...}, complete = <running VMIs whose hotplug volumes the VM already lists>}.
 local function decide(fleet)
   local function find_vm(namespace, name) return fleet.vms[key_of(namespace, name)] end
-  local copies, seen = {}, { unknown = {}, differs = {}, odd_owner = {} }
+  local copies, seen = {}, { unknown = {}, differs = {}, odd_owner = {}, complete = 0 }
   for _, vmi in ipairs(fleet.vmis) do
     local vm, code, why = owning_vm(vmi, find_vm)
     if vm == nil then
@@ -329,6 +335,8 @@ local function decide(fleet)
             end
           end
           copies[#copies + 1] = { vm = vm, vmi = vmi, volumes = volumes, disks = disks, collisions = collisions }
+        else
+          seen.complete = seen.complete + 1
         end
         -- Same name on both sides but different content: the first
         -- declarative reconcile unplugs the VMI's and plugs the VM's.
@@ -360,7 +368,7 @@ local function run(ctx)
     ctx.log:info(absent)
     return
   end
-  local copies = decide(fleet)
+  local copies, seen = decide(fleet)
 
   -- Refuse before the first write rather than halfway through the fleet.
   local refused = {}
@@ -375,52 +383,45 @@ local function run(ctx)
   end
 
   local vms = ctx.kube:resource(KUBEVIRT, "virtualmachines")
-  local progress = ctx.progress("VMs", #copies)
-  local updated, volumes_added, disks_added, already, gone = 0, 0, 0, 0, 0
+  local progress = #copies > 0 and ctx.progress("VMs", #copies)
+  local updated, volumes_added, disks_added = 0, 0, 0
   for i, copy in ipairs(copies) do
     -- Recomputed from whatever VM the engine hands over: the listed one
     -- first, a fresh read after a conflict.
     local added_volumes, added_disks
     local function mutate(vm)
       added_volumes, added_disks = {}, {}
-      local uid = dig(vm, "metadata", "uid")
-      if copy.vmi.controller_ref.uid and uid and uid ~= copy.vmi.controller_ref.uid then
+      if not is_referenced_vm(vm, copy.vmi.controller_ref) then
         return nil -- replaced by another VM of the same name meanwhile
       end
       added_volumes, added_disks = missing_from_vm(vm, copy.vmi)
       if #added_volumes == 0 then return nil end
       return copy_ops(vm, added_volumes, added_disks)
     end
-    local ok, result, changed = pcall(vms.update, vms, copy.vm, mutate)
-    if not ok then
-      -- A VM deleted meanwhile takes its VMI with it: nothing to keep.
-      if type(result) == "table" and result.absent == "object" then
-        gone = gone + 1
-        ctx.log:info("VM " .. vm_key(copy.vm) .. " was deleted meanwhile: nothing to copy")
-      else
-        error(result, 0)
-      end
-    elseif changed then
+    local _, changed = vms:update(copy.vm, mutate)
+    if changed then
       updated = updated + 1
       volumes_added = volumes_added + #added_volumes
       disks_added = disks_added + #added_disks
       ctx.log:info(("VM %s: %s hotplugged volumes %s to the VM spec"):format(
         vm_key(copy.vm), ctx.mode == "plan" and "would add" or "adding", names_of(added_volumes)))
     else
-      already = already + 1
+      seen.complete = seen.complete + 1 -- nothing left to add: completed, or replaced, meanwhile
     end
     progress:step(i)
   end
-  progress:done()
+  if progress then progress:done() end
 
+  local counts = { vms = #fleet.vm_order, vmis_with_hotplug_volumes = #fleet.vmis,
+                   already_complete = seen.complete }
   if updated == 0 then
-    ctx.log:info("nothing to update: no running VMI holds a hotplugged volume missing from its VM spec",
-      { vms = #fleet.vm_order, vmis_with_hotplug_volumes = #fleet.vmis })
+    ctx.log:info(("nothing to update: no running VMI holds a hotplugged volume missing from its VM spec"
+      .. " (%d VMs already complete)"):format(seen.complete), counts)
   else
-    ctx.log:info(("%s %d VMs: %d volumes, %d disks copied from their VMIs"):format(
-      ctx.mode == "plan" and "would update" or "updated", updated, volumes_added, disks_added),
-      { vms = #fleet.vm_order, vmis_with_hotplug_volumes = #fleet.vmis, updated = updated,
-        volumes = volumes_added, disks = disks_added, already_complete = already, deleted = gone })
+    counts.updated, counts.volumes, counts.disks = updated, volumes_added, disks_added
+    ctx.log:info(("%s %d VMs: %d volumes, %d disks copied from their VMIs; %d VMs already complete"):format(
+      ctx.mode == "plan" and "would update" or "updated", updated, volumes_added, disks_added, seen.complete),
+      counts)
   end
 end
 
@@ -496,16 +497,15 @@ end
 
 return {
   description = "copy hotplugged volumes that only running VMIs hold into their VM specs, before declarative hotplug unplugs them",
+  -- What the runner's service account needs; `check` asks the API server.
+  permissions = {
+    { verb = "get", group = "apiextensions.k8s.io", resource = "customresourcedefinitions" },
+    { verb = "list", group = "kubevirt.io", resource = "virtualmachines" },
+    { verb = "get", group = "kubevirt.io", resource = "virtualmachines" },
+    { verb = "patch", group = "kubevirt.io", resource = "virtualmachines" },
+    { verb = "list", group = "kubevirt.io", resource = "virtualmachineinstances" },
+    { verb = "list", group = "kubevirt.io", resource = "kubevirts" },
+  },
   check = check,
   run = run,
-  -- The pure rule, for unit specs.
-  rule = {
-    is_hotplug_volume = is_hotplug_volume,
-    owning_vm = owning_vm,
-    missing_from_vm = missing_from_vm,
-    copy_ops = copy_ops,
-    vm_view = vm_view,
-    vmi_view = vmi_view,
-    decide = decide,
-  },
 }
