@@ -274,6 +274,21 @@ describe("kubeconfig", function()
       assert.equal(sa .. "/token\ttoken\n", out)
     end)
 
+    it("the CLI exits 2 on a configuration error and names the file and field", function()
+      local bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
+      local bad = file { user = "    exec: {command: aws}" }
+      for _, args in ipairs { "status --kubeconfig " .. dir .. "/missing-kc", "status --kubeconfig " .. bad } do
+        local errf = os.tmpname()
+        local ok, how, rc = os.execute(("%s %s >/dev/null 2>%s </dev/null"):format(bin, args, errf))
+        local f = io.open(errf); local err = f:read("a"); f:close(); os.remove(errf)
+        assert.equal("exit", how)
+        assert.is_nil(ok)
+        assert.equal(2, rc, err)
+        assert.matches(args:match("%S+$"), err, 1, true)
+        if args:find(bad, 1, true) then assert.matches("users[u].user.exec", err, 1, true) end
+      end
+    end)
+
     it("~/.kube/config last, and an error naming it when it is missing", function()
       os.execute("mkdir -p '" .. dir .. "/home/.kube'")
       write(dir .. "/home/.kube/config", config {})

@@ -1,0 +1,93 @@
+-- Client-certificate authentication, against a small HTTPS server that
+-- requires one (spec/fixtures/transport/mtls-server.py): the fake API server
+-- authenticates by token only.
+local support = require "spec.e2e.transport_support"
+local kube = require "cozy.kube"
+
+local function sh(cmd)
+  local ok = os.execute(cmd .. " >/dev/null 2>&1")
+  assert(ok, "failed: " .. cmd)
+end
+
+local function b64file(path)
+  local p = io.popen("base64 -w0 '" .. path .. "'")
+  local s = p:read("a")
+  p:close()
+  return s
+end
+
+describe("cozy.kube client-certificate auth", function()
+  local dir, url, pid
+  setup(function()
+    dir = support.tmpdir()
+    local ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+    support.write_file(dir .. "/srv.ext", "subjectAltName=IP:127.0.0.1\n")
+    support.write_file(dir .. "/cli.ext", "extendedKeyUsage=clientAuth\n")
+    local o = "cd '" .. dir .. "' && openssl "
+    sh(o .. "req -x509 " .. ec .. " -keyout ca.key -out ca.pem -days 1 -subj /CN=mtls-ca")
+    sh(o .. "req " .. ec .. " -keyout srv.key -out srv.csr -subj /CN=127.0.0.1")
+    sh(o .. "x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem -days 1 -extfile srv.ext")
+    sh(o .. "req " .. ec .. " -keyout cli.key -out cli.csr -subj /CN=cozy-client")
+    sh(o .. "x509 -req -in cli.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cli.pem -days 1 -extfile cli.ext")
+    os.execute(("/usr/bin/python3 spec/fixtures/transport/mtls-server.py '%s' '%s/ready' >'%s/server.log' 2>&1 & echo $! >'%s/pid'")
+      :format(dir, dir, dir, dir))
+    pid = tonumber(support.read_file(dir .. "/pid"):match("%d+"))
+    for _ = 1, 200 do -- bounded: 10 s
+      url = support.read_file(dir .. "/ready")
+      if url then break end
+      os.execute("sleep 0.05")
+    end
+    assert(url, "mtls server did not start: " .. (support.read_file(dir .. "/server.log") or ""))
+  end)
+  teardown(function()
+    if pid then os.execute("kill " .. pid) end
+    if dir then os.execute("rm -rf '" .. dir .. "'") end
+  end)
+
+  local function kubeconfig(user)
+    local path = dir .. "/kc-" .. tostring(math.random(1e9))
+    support.write_file(path, table.concat({
+      "apiVersion: v1", "kind: Config", "current-context: c",
+      "contexts: [{name: c, context: {cluster: k, user: u}}]",
+      "clusters:", "- name: k", "  cluster:", "    server: " .. url,
+      "    certificate-authority: ca.pem",
+      "users:", "- name: u", "  user:", user, "" }, "\n"))
+    return path
+  end
+
+  local function whoami(path)
+    local c = kube.connect { kubeconfig = path, log = support.logger(),
+      retry = { max_attempts = 2, base_delay = 0.01, max_delay = 0.01 } }
+    local ok, res = pcall(function() return c:resource("v1", "configmaps"):get("default", "whoami") end)
+    c:close()
+    return ok, res
+  end
+
+  it("authenticates with certificate and key files", function()
+    local ok, cm = whoami(kubeconfig("    client-certificate: cli.pem\n    client-key: cli.key"))
+    assert.is_true(ok, tostring(cm))
+    assert.equal("cozy-client", cm.data.cn)
+    assert.is_false(cm.data.auth) -- no bearer token sent
+  end)
+
+  it("authenticates with certificate and key data", function()
+    local ok, cm = whoami(kubeconfig("    client-certificate-data: " .. b64file(dir .. "/cli.pem")
+      .. "\n    client-key-data: " .. b64file(dir .. "/cli.key")))
+    assert.is_true(ok, tostring(cm))
+    assert.equal("cozy-client", cm.data.cn)
+  end)
+
+  it("fails as a transport error without a client certificate", function()
+    local ok, err = whoami(kubeconfig("    token: not-enough"))
+    assert.is_false(ok)
+    assert.is_true(kube.is_error(err))
+    assert.equal(0, err.code)
+  end)
+
+  it("fails to load a key that does not match the certificate", function()
+    local ok, err = whoami(kubeconfig("    client-certificate: cli.pem\n    client-key: srv.key"))
+    assert.is_false(ok)
+    assert.equal(0, err.code)
+    assert.is_nil(tostring(err):find("PRIVATE KEY", 1, true))
+  end)
+end)
