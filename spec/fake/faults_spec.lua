@@ -186,4 +186,15 @@ describe("fake API server faults and request log", function()
     end
     assert.same({ "MODIFIED cm-c", "DELETED cm-d" }, events)
   end)
+
+  it("starts a watch without a resourceVersion with the current objects as ADDED", function()
+    local res = srv:request("GET", CM .. "?watch=true&timeoutSeconds=1&labelSelector=tier%3Dweb")
+    assert.equal(200, res.status)
+    local events = {}
+    for line in res.body:gmatch("[^\n]+") do
+      local e = fake.json.decode(line)
+      events[#events + 1] = e.type .. " " .. e.object.metadata.name
+    end
+    assert.same({ "ADDED cm-a", "ADDED cm-b" }, events)
+  end)
 end)
