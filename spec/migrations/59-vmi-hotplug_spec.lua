@@ -492,3 +492,106 @@ describe("plan", function()
     end
   end)
 end)
+
+---------------------------------------------------------------------------
+describe("check", function()
+  -- This migration's findings from `check --output json`, as "severity message".
+  local function findings(stdout)
+    local report = json.decode(stdout)
+    local out = {}
+    for _, f in ipairs(report.findings) do
+      if f.migration == "59-vmi-hotplug" then out[#out + 1] = f.severity .. " " .. f.message end
+    end
+    return out, report
+  end
+
+  -- Nothing but reads (and the access reviews check asks the server for).
+  local function assert_read_only(srv)
+    for _, e in ipairs(srv:requests()) do
+      if e.method ~= "GET" then
+        assert.equal("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", e.path)
+      end
+    end
+  end
+
+  it("lists each volume run would copy, and warns about what the upgrade can still break", function()
+    local srv <close> = start(FIXTURES .. "cluster.json")
+    local code, stdout, stderr = cozy(srv, "check --output json")
+    assert.equal(0, code, stderr)
+    local got = findings(stdout)
+    assert.same(sorted({
+      "info tenant-a/vm-both-kinds " .. S.CSI_A,
+      "info tenant-a/vm-both-kinds scratch-data",
+      "info tenant-a/vm-cdrom cdrom",
+      "info tenant-a/vm-disk-present " .. S.CSI_DISK_PRESENT,
+      "info tenant-a/worker-0 " .. S.CSI_WORKER_A,
+      "info tenant-c/vm-bare " .. S.CSI_BARE,
+      "info tenant-c/vm-lun shared-lun",
+      "warn VM tenant-a/vm-pending-request has pending status.volumeRequests (add pvc-new):"
+        .. " it can get stuck once the HotplugVolumes gate is off",
+      "warn VM tenant-c/vm-differs: hotplug volume data differs between the VM and its VMI:"
+        .. " it will be unplugged and plugged again",
+      "warn VMI tenant-b/vm-unknown is in phase Unknown and holds hotplugged volumes pvc-unknown missing"
+        .. " from its VM spec: they are not copied, and are unplugged if it comes back Running",
+      ("info VMI tenant-c/vm-uid-mismatch is left alone: its ownerReference names uid %s but VM"
+        .. " vm-uid-mismatch has uid %s"):format(fleet.uid("an earlier vm-uid-mismatch"),
+                                                 fleet.uid("vm tenant-c/vm-uid-mismatch")),
+      "info VMI tenant-c/vm-stopped-rescue is left alone: it is not named like its owner VM vm-stopped",
+    }), sorted(got))
+    assert_read_only(srv)
+    assert.equal("59", version(srv))
+  end)
+
+  -- The query joins on the owner's name only; the migration also wants the
+  -- owner's uid and the VMI's own name to match, as virt-controller does.
+  it("lists what the seed's optional query lists, minus the VMIs virt-controller would not pair with the VM", function()
+    local srv <close> = start(FIXTURES .. "cluster.json")
+    local _, stdout = cozy(srv, "check --output json")
+    local copies = {}
+    for _, f in ipairs(findings(stdout)) do
+      local line = f:match("^info ([%w-]+/[%w-]+ [%w-]+)$")
+      if line then copies[#copies + 1] = line end
+    end
+    local seed = srv:kubectl("get", "vm,vmi", "--all-namespaces", "--output", "json")
+    assert.is_true(seed.ok, seed.stderr)
+    local path = os.tmpname()
+    write(path, seed.stdout)
+    local p = io.popen("jq --raw-output --from-file spec/fixtures/59-vmi-hotplug/seed-query.jq " .. fake.quote(path))
+    local listed = {}
+    for line in p:read("a"):gmatch("[^\n]+") do
+      if line ~= "tenant-c/vm-uid-mismatch pvc-uid-mismatch" and line ~= "tenant-c/vm-stopped pvc-rescue" then
+        listed[#listed + 1] = line
+      end
+    end
+    p:close()
+    os.remove(path)
+    assert.same(sorted(listed), sorted(copies))
+  end)
+
+  it("blocks on a disabled DeclarativeHotplugVolumes gate and a colliding bootOrder", function()
+    local srv <close> = start(FIXTURES .. "check-blocks.json")
+    local code, stdout, stderr = cozy(srv, "check --output json")
+    assert.equal(1, code, stderr)
+    local got, report = findings(stdout)
+    assert.is_true(report.blocked)
+    local blocks = {}
+    for _, f in ipairs(got) do
+      if f:match("^block ") then blocks[#blocks + 1] = f end
+    end
+    assert.same(sorted({
+      "block KubeVirt cozy-kubevirt/kubevirt lists DeclarativeHotplugVolumes in disabledFeatureGates:"
+        .. " with HotplugVolumes gone it is the only hotplug path",
+      "block VM tenant-a/vm-boot-collision: disk pvc-boot bootOrder 1 is already used by disk system;"
+        .. " KubeVirt's admission would refuse the copy",
+    }), sorted(blocks))
+    assert_read_only(srv)
+  end)
+
+  it("says so when KubeVirt is not installed", function()
+    local srv <close> = start(FIXTURES .. "no-kubevirt.json")
+    local code, stdout, stderr = cozy(srv, "check --output json")
+    assert.equal(0, code, stderr)
+    assert.same({ "info CRD virtualmachines.kubevirt.io is absent: KubeVirt is not installed, nothing to copy" },
+                (findings(stdout)))
+  end)
+end)
