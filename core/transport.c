@@ -14,8 +14,9 @@
 **
 ** Runtime failures are returned, never raised: cozy.kube turns them into
 ** structured errors. Retries happen here (see docs/transport.md for the
-** rule): 429 always, 500/502/503/504 and transport errors only when the
-** request is a read or the caller marked it retry-safe; one immediate retry
+** rule): 429 and connection failures (nothing sent) always, 500/502/503/504
+** and other transport errors only when the request is a read or the caller
+** marked it retry-safe; one immediate retry
 ** after a 401 when the token comes from a file that can be re-read.
 ** Secrets (token, client key) never leave C memory.
 */
@@ -169,12 +170,14 @@ static int t_close(lua_State *L) {
   return t_gc(L);
 }
 
-/* A transport failure's reason, and whether retrying it can help. */
-static const char *curl_reason(CURLcode rc, int *transient) {
+/* A transport failure's reason, whether retrying it can help, and whether
+** the request certainly never left (no connection: safe to retry any write). */
+static const char *curl_reason(CURLcode rc, int *transient, int *unsent) {
   *transient = 1;
+  *unsent = 0;
   switch (rc) {
-    case CURLE_COULDNT_CONNECT: return "ConnectionRefused";
-    case CURLE_COULDNT_RESOLVE_HOST: return "DNSError";
+    case CURLE_COULDNT_CONNECT: *unsent = 1; return "ConnectionRefused";
+    case CURLE_COULDNT_RESOLVE_HOST: *unsent = 1; return "DNSError";
     case CURLE_OPERATION_TIMEDOUT: return "Timeout";
     case CURLE_GOT_NOTHING: return "EOF";
     case CURLE_RECV_ERROR:
@@ -270,7 +273,7 @@ static int t_request(lua_State *L) {
   start = cozy_monotime();
   for (;;) {
     const char *reason = NULL;
-    int transient = 0, retry = 0;
+    int transient = 0, unsent = 0, retry = 0;
     double delay = 0;
     cozy_ratelimit_wait(t);
     if (t->kc.token_file && t->token_refresh > 0 && cozy_monotime() - t->token_read_at >= t->token_refresh)
@@ -279,8 +282,8 @@ static int t_request(lua_State *L) {
     n++;
     elapsed = cozy_monotime() - start;
     if (rc != CURLE_OK) {
-      reason = curl_reason(rc, &transient);
-      retry = transient && (read || retry_safe);
+      reason = curl_reason(rc, &transient, &unsent);
+      retry = transient && (read || retry_safe || unsent);
     } else if (status == 401 && !did_401 && t->kc.token_file) {
       /* the token may have been rotated under us: re-read it and try once more */
       did_401 = 1;

@@ -133,6 +133,28 @@ describe("cozy.kube retries", function()
     assert.equal(2, #err.attempts) -- a third would start after the 1.5 s bound
   end)
 
+  it("retries a refused connection on reads, up to the bound, reporting each attempt", function()
+    -- a port nobody listens on: the kubeconfig of srv, pointed elsewhere
+    local kc = support.read_file(srv.kubeconfig):gsub("https://127%.0%.0%.1:%d+", "https://127.0.0.1:1")
+    local path = os.tmpname()
+    support.write_file(path, kc)
+    local c = support.connect(srv, { kubeconfig = path, log = log,
+      retry = { max_attempts = 3, max_time = 30, base_delay = 0.01, max_delay = 0.02 } })
+    local r = c:resource("v1", "configmaps")
+    local ok, err = pcall(r.get, r, "cozy-system", "settings")
+    os.remove(path)
+    assert.is_false(ok)
+    assert.equal(0, err.code)
+    assert.equal("ConnectionRefused", err.reason)
+    assert.equal(3, #err.attempts)
+    assert.equal(2, log.count("warn", "retrying"))
+    -- nothing was sent, so even a write that is not retry-safe is retried
+    local ok2, err2 = pcall(r.merge_patch, r, "cozy-system", "settings", { data = { x = "1" } })
+    assert.is_false(ok2)
+    assert.equal(3, #err2.attempts)
+    c:close()
+  end)
+
   describe("create", function()
     it("is retried after a reset and lands once", function()
       srv:faults { { method = "POST", path = "configmaps", times = 1, reset = true } }
