@@ -172,7 +172,7 @@ describe("run on a cluster with VMI-only hotplugged volumes", function()
     code, _, stderr = cozy(srv, "run")
     after = by_key(srv:objects())
   end)
-  teardown(function() srv:stop() end)
+  teardown(function() if srv then srv:stop() end end)
 
   it("succeeds and stamps 60", function()
     assert.equal(0, code, stderr)
@@ -348,7 +348,7 @@ end)
 describe("run fails closed", function()
   local srv
   setup(function() srv = start(FIXTURES .. "cluster.json") end)
-  teardown(function() srv:stop() end)
+  teardown(function() if srv then srv:stop() end end)
   before_each(function() srv:reset(FIXTURES .. "cluster.json") end)
 
   for _, case in ipairs({
@@ -384,7 +384,7 @@ end)
 describe("run under concurrent writers", function()
   local srv
   setup(function() srv = start(FIXTURES .. "cluster.json") end)
-  teardown(function() srv:stop() end)
+  teardown(function() if srv then srv:stop() end end)
   before_each(function() srv:reset(FIXTURES .. "cluster.json") end)
 
   it("re-reads a VM that changed before its patch and still gets the copy in", function()
@@ -593,5 +593,24 @@ describe("check", function()
     assert.equal(0, code, stderr)
     assert.same({ "info CRD virtualmachines.kubevirt.io is absent: KubeVirt is not installed, nothing to copy" },
                 (findings(stdout)))
+  end)
+end)
+
+---------------------------------------------------------------------------
+describe("the demo (hack/demo.sh)", function()
+  it("runs check, plan, run twice and status against its fleet, in well under a minute", function()
+    local out = os.tmpname()
+    local started = os.time()
+    local ok, how, code = os.execute(("COZY_MIGRATE_BIN=%s hack/demo.sh >%s 2>&1 </dev/null"):format(fake.quote(BIN), out))
+    local elapsed = os.time() - started
+    local text = read(out)
+    os.remove(out)
+    assert.equal("exit", how)
+    assert.equal(0, ok and 0 or code, text)
+    assert.is_true(elapsed < 30, "took " .. elapsed .. " s")
+    assert.equal(1, #lines_with(text, "updated 6 VMs: 10 volumes, 9 disks copied from their VMIs; 2 VMs already complete"))
+    assert.equal(1, #lines_with(text, "nothing to update: no running VMI holds a hotplugged volume missing from its VM spec"))
+    assert.equal(3, #lines_with(text, "[WARN] 59-vmi-hotplug: "))
+    assert.truthy(text:find("state:      up to date", 1, true), text)
   end)
 end)
