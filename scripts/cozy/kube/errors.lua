@@ -52,6 +52,13 @@ function errors.config(fields)
   return setmetatable(fields, ConfigError)
 end
 
+local reasons = {
+  [400] = "BadRequest", [401] = "Unauthorized", [403] = "Forbidden", [404] = "NotFound",
+  [405] = "MethodNotAllowed", [409] = "Conflict", [410] = "Expired", [415] = "UnsupportedMediaType",
+  [422] = "Invalid", [429] = "TooManyRequests", [500] = "InternalError", [502] = "BadGateway",
+  [503] = "ServiceUnavailable", [504] = "Timeout",
+}
+
 -- Builds an error from a response: status code, decoded body (a metav1.Status
 -- or anything else) and the raw body for non-JSON answers.
 function errors.from_response(method, path, code, status, raw, attempts)
@@ -61,17 +68,16 @@ function errors.from_response(method, path, code, status, raw, attempts)
     e.message = status.message
     e.details = status.details
   end
-  if e.reason == nil or e.reason == "" then
-    local reasons = {
-      [400] = "BadRequest", [401] = "Unauthorized", [403] = "Forbidden", [404] = "NotFound",
-      [405] = "MethodNotAllowed", [409] = "Conflict", [410] = "Expired", [415] = "UnsupportedMediaType",
-      [422] = "Invalid", [429] = "TooManyRequests", [500] = "InternalError",
-      [503] = "ServiceUnavailable", [504] = "Timeout",
-    }
-    e.reason = reasons[code] or "Unknown"
-  end
+  if e.reason == nil or e.reason == "" then e.reason = reasons[code] or "Unknown" end
   if e.message == nil or e.message == "" then
     e.message = raw and raw ~= "" and raw:sub(1, 200) or ("HTTP " .. tostring(code))
+  end
+  -- attempts from C carry a status only: name each, and the last one fully
+  for i, a in ipairs(attempts or {}) do
+    if a.code ~= 0 and a.reason == nil then
+      a.reason = i == #attempts and e.reason or reasons[a.code] or "Unknown"
+      if i == #attempts then a.message = e.message end
+    end
   end
   if code == 404 then
     -- an absent object names itself in details; an absent type does not
