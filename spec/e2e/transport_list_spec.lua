@@ -114,6 +114,17 @@ describe("cozy.kube list", function()
     assert.is_true(p.skipped >= 10)
   end)
 
+  it("compares keys in byte order, not in the locale's", function()
+    local le = require("cozy.kube.pager")._le_bytes
+    assert.is_true(le("team-a/cm-01", "team-a/cm-01"))
+    assert.is_true(le("team-a/cm-01", "team-a/cm-02"))
+    assert.is_false(le("team-b/a", "team-a/z"))
+    assert.is_true(le("a-b", "a_b"))   -- '-' (0x2d) before '_' (0x5f)
+    assert.is_true(le("Z", "a"))       -- upper case first
+    assert.is_true(le("ab", "abc"))
+    assert.is_false(le("abc", "ab"))
+  end)
+
   it("gives up after repeated expiry", function()
     srv:faults { { method = "GET", path = "continue=", times = 100, status = { code = 410, reason = "Expired" } } }
     local ok, err = pcall(function() for _ in cms:list { limit = 10 } do end end)

@@ -24,6 +24,18 @@ local function key_of(self, obj)
   return md.name or ""
 end
 
+-- a <= b in byte order (the API server's order), whatever the C locale
+-- (Lua's string comparison uses strcoll).
+local function le_bytes(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = a:byte(i), b:byte(i)
+    if x ~= y then return x < y end
+  end
+  return #a <= #b
+end
+pager._le_bytes = le_bytes
+
 function pager.new(resource, opts)
   local self = setmetatable({
     resource = resource,
@@ -103,7 +115,7 @@ function Pager:next()
       self._items = nil
     else
       local k = key_of(self, obj)
-      if self._skip_to ~= nil and k <= self._skip_to then
+      if self._skip_to ~= nil and le_bytes(k, self._skip_to) then
         self.skipped = self.skipped + 1
       else
         self._skip_to = nil
