@@ -43,7 +43,16 @@ local function cozy(srv, args)
   return ok and 0 or code, stdout, stderr
 end
 
+-- A fake API server loaded with a fixture: a path, or a List built with
+-- fleet.lua (written out by generate.encode, which knows fleet's empty arrays).
 local function start(fixture)
+  if type(fixture) == "table" then
+    local path = os.tmpname()
+    write(path, generate.encode(fixture))
+    local srv = fake.start { fixtures = { path }, tls = true, token = "t" }
+    os.remove(path)
+    return srv
+  end
   return fake.start { fixtures = { fixture }, tls = true, token = "t" }
 end
 
@@ -431,10 +440,24 @@ describe("run under concurrent writers", function()
 end)
 
 ---------------------------------------------------------------------------
-describe("run on a template without devices", function()
+describe("run on unusual templates", function()
+  it("appends to empty volumes and disks lists", function()
+    local items = fleet.base({ "tenant-a" })
+    fleet.pair(items, { namespace = "tenant-a", name = "vm-empty-lists", vm = { volumes = fleet.A {}, disks = fleet.A {} },
+      extra_volumes = { fleet.csi_volume("pvc-x") }, extra_disks = { fleet.csi_disk("pvc-x") } })
+    local srv <close> = start(fleet.list(items))
+    local code, _, stderr = cozy(srv, "run")
+    assert.equal(0, code, stderr)
+    local ops = json.decode(vm_patches(srv)[1].body)
+    assert.same({ "/spec/template/spec/volumes/-", "/spec/template/spec/domain/devices/disks/-" }, { ops[2].path, ops[3].path })
+    local vm = srv:object("VirtualMachine", "tenant-a", "vm-empty-lists")
+    assert.same({ fleet.csi_volume("pvc-x") }, template(vm).volumes)
+    assert.same({ fleet.csi_disk("pvc-x") }, disks_of(vm))
+  end)
+
   -- KubeVirt's schema requires domain.devices; the migration still creates it
   -- rather than send a patch that cannot apply.
-  it("creates domain.devices with the disks", function()
+  it("creates domain.devices with the disks when the template has none", function()
     local items = fleet.base({ "tenant-a" })
     fleet.pair(items, { namespace = "tenant-a", name = "vm-no-devices", vm = { devices = false },
       extra_volumes = { fleet.csi_volume("pvc-x") }, extra_disks = { fleet.csi_disk("pvc-x") } })
@@ -451,10 +474,7 @@ end)
 describe("run on a fleet larger than three pages", function()
   it("lists every page and copies each volume that needs it", function()
     local list, needs = scenarios.big(1510, 100)
-    local path = os.tmpname()
-    write(path, json.encode(list))
-    local srv <close> = start(path)
-    os.remove(path)
+    local srv <close> = start(list)
     local code, _, stderr = cozy(srv, "run")
     assert.equal(0, code, stderr)
     assert.equal("60", version(srv))
