@@ -1,0 +1,34 @@
+-- Two clients in two threads (two Lua states), as the runner's lease renewer
+-- runs beside a migration: per-client C state, no shared mutable globals.
+local support = require "spec.e2e.transport_support"
+local json = require "cozy.json"
+
+describe("cozy.kube in two threads", function()
+  local srv
+  setup(function() srv = support.start() end)
+  teardown(function() if srv then srv:stop() end end)
+
+  it("runs independent clients concurrently, each write applied exactly once", function()
+    local ok_worker, worker = pcall(require, "cozy.worker")
+    if not ok_worker then pending("cozy.worker is not in this build") return end
+    local client = support.connect(srv)
+    local opts = client.options
+    local N = 40
+    local w = worker.start("spec.e2e.transport_worker", "run",
+      json.encode { opts = opts, n = N, namespace = "team-a", name = "cm-00" })
+    local cms = client:resource("v1", "configmaps")
+    for _ = 1, N do
+      cms:update("team-b", "cm-00", function(obj)
+        return { { op = "replace", path = "/data/i", value = tostring(tonumber(obj.data.i) + 1) } }
+      end)
+    end
+    local done, err = w:stop()
+    assert.is_true(done, tostring(err))
+    assert.equal(tostring(N), support.object(srv, "team-a", "cm-00").data.i)
+    assert.equal(tostring(N), support.object(srv, "team-b", "cm-00").data.i)
+    assert.equal(N, #support.api_requests(srv, "PATCH", "team%-a/configmaps/cm%-00$"))
+    assert.equal(N, #support.api_requests(srv, "PATCH", "team%-b/configmaps/cm%-00$"))
+    assert.equal(2 * N, client.stats.requests)
+    client:close()
+  end)
+end)
