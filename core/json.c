@@ -116,9 +116,8 @@ static long read_u_escape(const char *p) {
 }
 
 /* Checks the escape at p (a backslash) in the string token that starts at
-** str, and returns what follows it. cjson
-** would turn a lone surrogate into an error without an offset, so it never
-** sees one. */
+** str, and returns what follows it. cjson would turn a lone surrogate into
+** an error without our offset, so it never gets to see one. */
 static const char *check_escape(Decoder *d, const char *str, const char *p) {
   long u;
   switch (p[1]) {
@@ -212,7 +211,7 @@ static const char *decode_number(Decoder *d, const char *p) {
     if (!is_digit((unsigned char)*q)) unexpected(d, q, "a digit in the exponent");
     while (is_digit((unsigned char)*q)) q++;
   }
-  if (integral && !overflow && acc <= (uint64_t)INT64_MAX + neg) {
+  if (integral && !overflow && acc <= (uint64_t)LUA_MAXINTEGER + neg) {
     /* 0u - acc wraps to the two's complement, as Lua's own l_castU2S does */
     lua_pushinteger(d->L, neg ? (lua_Integer)(0u - acc) : (lua_Integer)acc);
   } else {
@@ -236,10 +235,12 @@ static void enter(Decoder *d, const char *p) {
 static const char *decode_object(Decoder *d, const char *p) {
   lua_State *L = d->L;
   enter(d, p);
-  lua_createtable(L, 0, 4);
+  p = skip_space(p + 1);
+  /* room for a few keys saves rehashes on the way (and keeps the table's
+  ** parts together for encode); the many `{}` of managedFields get none */
+  lua_createtable(L, 0, *p == '}' ? 0 : 4);
   lua_pushvalue(L, COZY_JSON_OBJECT_MT);
   lua_setmetatable(L, -2);
-  p = skip_space(p + 1);
   if (*p == '}') { d->depth--; return p + 1; }
   for (;;) {
     if (*p != '"') unexpected(d, p, "a string (object key)");
