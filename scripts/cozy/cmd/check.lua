@@ -53,8 +53,9 @@ function M.collect(opts, log)
       fields = fields }
   end
 
-  -- reachable?
-  local ok, version = pcall(client.get_path, client, "/version")
+  -- reachable? asked with few retries: a preflight should answer quickly
+  local probe = runner.connect(opts, log, { retry = { max_attempts = 2, max_time = 10 } })
+  local ok, version = pcall(probe.get_path, probe, "/version")
   report.reachable = ok
   if not ok then
     finding("engine", "block", "API server not reachable: " .. runner.error_text(version))
