@@ -101,21 +101,24 @@ function M.run(opts, args)
         :format(dir))
       return 2
     end
-    -- the next number after everything known: the directory and this build
+    -- the next number after everything known: the directory, and this
+    -- build's migrations unless --migrations names another set
     local highest = 0
     for _, filename in ipairs(assert(sys.listdir(dir))) do
       local n = discovery.classify(filename)
       if n and n > highest then highest = n end
     end
-    for _, b in ipairs(sys.builtin_migrations()) do
-      local n = discovery.classify(b.name)
-      if n and n > highest then highest = n end
+    if not opts.migrations then
+      for _, b in ipairs(sys.builtin_migrations()) do
+        local n = discovery.classify(b.name)
+        if n and n > highest then highest = n end
+      end
     end
     local number = highest + 1
     local base = ("%d-%s"):format(number, name)
     local file = dir .. "/" .. base .. ".lua"
     local root = dir:match("^(.*)/[^/]+$") or "."
-    local spec_dir = root .. "/spec/migrations"
+    local spec_dir = root == "." and "spec/migrations" or (root .. "/spec/migrations")
     local ok, err = write_new(file, migration_template:format(number, name, number, number + 1))
     if not ok then
       io.stderr:write("cozy-migrate: ", err, "\n")
