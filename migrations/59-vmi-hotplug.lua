@@ -94,8 +94,6 @@ local function template_of(vm)
     if disk.name then t.disks[disk.name] = disk end
     if math.type(disk.bootOrder) then t.boot_orders[disk.bootOrder] = "disk " .. tostring(disk.name) end
   end
-  -- bootOrder is one sequence across disks and interfaces (KubeVirt's
-  -- admission refuses a duplicate in either).
   for _, iface in ipairs(list(dig(devices, "interfaces"))) do
     if math.type(iface.bootOrder) then t.boot_orders[iface.bootOrder] = "interface " .. tostring(iface.name) end
   end
@@ -303,6 +301,36 @@ end
 ---------------------------------------------------------------------------
 -- Deciding: one pass over the VMIs, shared by run and check
 
+-- The copied disks whose bootOrder another device of the VM (or another
+-- copied disk) already uses: bootOrder is one sequence across disks and
+-- interfaces, and admission refuses the whole patch on a duplicate.
+local function boot_order_collisions(vm, disks)
+  local taken, collisions = template_of(vm).boot_orders, {}
+  for _, disk in ipairs(disks) do
+    if math.type(disk.bootOrder) then
+      if taken[disk.bootOrder] then
+        collisions[#collisions + 1] = ("disk %s bootOrder %d is already used by %s")
+            :format(disk.name, disk.bootOrder, taken[disk.bootOrder])
+      end
+      taken[disk.bootOrder] = "disk " .. disk.name
+    end
+  end
+  return collisions
+end
+
+-- Hotplug volumes the VM and the VMI both name, with different content: the
+-- first declarative reconcile unplugs the VMI's and plugs the VM's.
+local function differing_volumes(vm, vmi)
+  local template, names = template_of(vm), {}
+  for _, volume in ipairs(vmi.hotplug_volumes) do
+    local in_vm = template.volumes[volume.name]
+    if in_vm and is_hotplug_volume(in_vm) and not same(in_vm, volume) then
+      names[#names + 1] = volume.name
+    end
+  end
+  return names
+end
+
 -- Returns the copies to make, in VMI list order:
 --   { vm = view, vmi = view, volumes = {...}, disks = {...}, collisions = {...} }
 -- and what else was seen: { unknown = {...}, differs = {...}, odd_owner =
@@ -318,38 +346,21 @@ local function decide(fleet)
       if code == "uid-mismatch" or code == "renamed" then
         seen.odd_owner[#seen.odd_owner + 1] = { vmi = vmi, why = why }
       end
-    else
+    elseif vmi.phase == "Running" then
       local volumes, disks = missing_from_vm(vm, vmi)
-      if vmi.phase == "Running" then
-        if #volumes > 0 then
-          -- A copied disk's bootOrder must stay unique across the VM's
-          -- disks and interfaces, or admission refuses the whole patch.
-          local taken, collisions = template_of(vm).boot_orders, {}
-          for _, disk in ipairs(disks) do
-            if math.type(disk.bootOrder) then
-              if taken[disk.bootOrder] then
-                collisions[#collisions + 1] = ("disk %s bootOrder %d is already used by %s")
-                    :format(disk.name, disk.bootOrder, taken[disk.bootOrder])
-              end
-              taken[disk.bootOrder] = "disk " .. disk.name
-            end
-          end
-          copies[#copies + 1] = { vm = vm, vmi = vmi, volumes = volumes, disks = disks, collisions = collisions }
-        else
-          seen.complete = seen.complete + 1
-        end
-        -- Same name on both sides but different content: the first
-        -- declarative reconcile unplugs the VMI's and plugs the VM's.
-        local template = template_of(vm)
-        for _, volume in ipairs(vmi.hotplug_volumes) do
-          local in_vm = template.volumes[volume.name]
-          if in_vm and is_hotplug_volume(in_vm) and not same(in_vm, volume) then
-            seen.differs[#seen.differs + 1] = { vm = vm, volume = volume.name }
-          end
-        end
-      elseif vmi.phase == "Unknown" and #volumes > 0 then
-        seen.unknown[#seen.unknown + 1] = { vm = vm, vmi = vmi, volumes = volumes }
+      if #volumes > 0 then
+        copies[#copies + 1] = { vm = vm, vmi = vmi, volumes = volumes, disks = disks,
+                                collisions = boot_order_collisions(vm, disks) }
+      else
+        seen.complete = seen.complete + 1
       end
+      for _, name in ipairs(differing_volumes(vm, vmi)) do
+        seen.differs[#seen.differs + 1] = { vm = vm, volume = name }
+      end
+    elseif vmi.phase == "Unknown" then
+      -- Not reconciled now, but unplugged if it comes back Running.
+      local volumes = missing_from_vm(vm, vmi)
+      if #volumes > 0 then seen.unknown[#seen.unknown + 1] = { vm = vm, vmi = vmi, volumes = volumes } end
     end
   end
   return copies, seen
