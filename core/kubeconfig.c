@@ -409,11 +409,11 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
   }
   if ((r = get_str(ld, f, us, "tokenFile", where, &v)) < 0) return -1;
   if (r == 1 && *v) {
+    /* as in client-go, the file's token takes precedence over `token` */
     kc->token_file = resolve_path(f, v);
-    if (kc->token.data == NULL) {
-      join(field, sizeof field, where, "tokenFile");
-      if (load_token_file(kc, err, f->path, field) < 0) return -1;
-    }
+    cozy_blob_free(&kc->token);
+    join(field, sizeof field, where, "tokenFile");
+    if (load_token_file(kc, err, f->path, field) < 0) return -1;
   }
   return 0;
 }

@@ -98,6 +98,16 @@ describe("cozy.kube auth and TLS", function()
     c:close()
   end)
 
+  it("prefers tokenFile over token when both are set", function()
+    local tf = dir .. "/token-both"
+    support.write_file(tf, support.TOKEN)
+    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv,
+      "    token: stale-literal\n    tokenFile: " .. tf), log = log })
+    assert.equal("prod", c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
+    assert.same({ 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    c:close()
+  end)
+
   it("retries an injected 401 once, and only once", function()
     local tf = dir .. "/token-good"
     support.write_file(tf, support.TOKEN)
