@@ -9,7 +9,8 @@
 **                    insecure=, auth=, token_file= }  (no secret in it)
 **   t:request(method, path, { query=, body=, content_type=, retry_safe=,
 **                              timeout=, on_retry=function(attempt) end })
-**     --> status (0: transport failure), body (string or nil), attempts
+**     --> status (0: transport failure), body (string or nil), attempts,
+**         warnings (the answer's Warning headers, '\n'-separated, or nil)
 **   t:close()  (also __gc and __close)
 **
 ** Runtime failures are returned, never raised: cozy.kube turns them into
@@ -326,6 +327,10 @@ static int t_request(lua_State *L) {
     lua_pushlstring(L, t->body ? t->body : "", t->body_len);
   }
   lua_pushvalue(L, attempts_idx);
+  if (rc == CURLE_OK && t->warnings_len > 0) {
+    lua_pushlstring(L, t->warnings, t->warnings_len - 1); /* without the last '\n' */
+    return 4;
+  }
   return 3;
 }
 

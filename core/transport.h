@@ -32,6 +32,8 @@ struct cozy_transport {
   char *body;
   size_t body_len, body_cap;
   double retry_after;      /* Retry-After seconds, or -1 */
+  char warnings[2048];     /* Warning header values of the answer, '\n'-separated */
+  size_t warnings_len;
   unsigned int seed;       /* for jitter, per client */
   int closed;
 };

@@ -101,8 +101,22 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
     v = strtod(tmp, &end);
     /* seconds only; an HTTP date is not sent by the apiserver */
     if (end != tmp && v >= 0) t->retry_after = v;
+  } else if (n > 8 && strncasecmp(buf, "warning:", 8) == 0) {
+    /* deprecation notices and the like (RFC 7234 warn-code 299): kept for the log */
+    size_t len = n - 8;
+    const char *v = buf + 8;
+    while (len > 0 && (*v == ' ' || *v == '\t')) { v++; len--; }
+    while (len > 0 && (v[len - 1] == '\r' || v[len - 1] == '\n' || v[len - 1] == ' ')) len--;
+    if (len > 0 && t->warnings_len + len + 1 < sizeof t->warnings) {
+      memcpy(t->warnings + t->warnings_len, v, len);
+      t->warnings_len += len;
+      t->warnings[t->warnings_len++] = '\n';
+      t->warnings[t->warnings_len] = '\0';
+    }
   } else if (n >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
     t->retry_after = -1; /* a new response (after a redirect or 100) */
+    t->warnings_len = 0;
+    t->warnings[0] = '\0';
   }
   return n;
 }
@@ -194,6 +208,8 @@ CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const c
   t->body_len = 0;
   if (t->body) t->body[0] = '\0';
   t->retry_after = -1;
+  t->warnings_len = 0;
+  t->warnings[0] = '\0';
   t->errbuf[0] = '\0';
   free_headers(t);
   if (add_header(t, "Accept: application/json") != 0) return CURLE_OUT_OF_MEMORY;

@@ -55,13 +55,25 @@ describe("cozy.kube client-certificate auth", function()
     return path
   end
 
-  local function whoami(path)
-    local c = kube.connect { kubeconfig = path, log = support.logger(),
+  local function whoami(path, log)
+    local c = kube.connect { kubeconfig = path, log = log or support.logger(),
       retry = { max_attempts = 2, base_delay = 0.01, max_delay = 0.01 } }
     local ok, res = pcall(function() return c:resource("v1", "configmaps"):get("default", "whoami") end)
     c:close()
     return ok, res
   end
+
+  it("logs the server's Warning headers, once each", function()
+    local log = support.logger()
+    local path = kubeconfig("    client-certificate: cli.pem\n    client-key: cli.key")
+    local c = kube.connect { kubeconfig = path, log = log }
+    local cms = c:resource("v1", "configmaps")
+    cms:get("default", "whoami")
+    cms:get("default", "whoami")
+    c:close()
+    assert.equal(1, log.count("warn", "API server warning"))
+    assert.matches("WhoAmI is deprecated", log.text())
+  end)
 
   it("authenticates with certificate and key files", function()
     local ok, cm = whoami(kubeconfig("    client-certificate: cli.pem\n    client-key: cli.key"))

@@ -118,6 +118,7 @@ function kube.connect(opts)
     update_policy = update,
     stats = { requests = 0, writes = 0, retries = 0, conflicts = 0, list_restarts = 0, recorded = 0 },
     _t = t,
+    _warned = {},
   }, Client)
   if info.insecure then
     warn(self, "insecure-skip-tls-verify is set in the kubeconfig: the API server's certificate is NOT verified",
@@ -145,7 +146,7 @@ function Client:call(method, path, spec)
   end
   local qs = encode_query(query)
   local shown = qs ~= "" and (path .. "?" .. qs) or path
-  local status, raw, attempts = self._t:request(method, path, {
+  local status, raw, attempts, warnings = self._t:request(method, path, {
     query = qs,
     body = body ~= nil and json.encode(body) or nil,
     content_type = body ~= nil and (spec.content_type or JSON) or nil,
@@ -161,6 +162,15 @@ function Client:call(method, path, spec)
   stats.retries = stats.retries + #attempts - 1
   if spec.write then stats.writes = stats.writes + 1 end
   if status == 0 then error(errors.from_transport(method, shown, attempts)) end
+  if warnings then
+    -- the API server's Warning headers (deprecated APIs, ignored fields): once each per client
+    for text in warnings:gmatch("[^\n]+") do
+      if not self._warned[text] then
+        self._warned[text] = true
+        warn(self, "API server warning", { warning = text, method = method, path = path })
+      end
+    end
+  end
   local decoded
   if raw ~= nil and raw ~= "" then
     local ok, v = pcall(json.decode, raw)
