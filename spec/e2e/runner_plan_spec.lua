@@ -69,6 +69,8 @@ describe("cozy-migrate plan", function()
       assert.matches("dryRun=All", w.query, w.method .. " " .. w.path)
     end
     assert.same(before, state(srv))
+    assert.matches("PATCH /api/v1/namespaces/cozy%-system/configmaps/cozystack%-version%?dryRun=All", r.stdout)
+    assert.matches("writes sent with dryRun=All", r.stdout)
     r = support.run(support.args(srv, "two", "run", "--server-dry-run"))
     assert.equal(0, r.code, r.stderr)
     assert.same(before, state(srv))

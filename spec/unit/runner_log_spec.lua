@@ -61,6 +61,18 @@ describe("cozy.log", function()
     assert.matches("progress done.*done=1000", out)
   end)
 
+  it("draws a bar in place on a terminal and clears it before a line", function()
+    local f, read = capture()
+    local l = log.new{ stream = f, tty = true }
+    local p = l:progress("objects", 10)
+    p:step(5)
+    l:info("between")
+    local out = read()
+    assert.truthy(out:find("\r\27[K[###############...............] objects 5/10", 1, true), out)
+    assert.truthy(out:find("/10\r\27[K", 1, true), out)
+    assert.matches("INFO  between\n$", out)
+  end)
+
   it("feeds a sink (summaries, tests)", function()
     local seen = {}
     local f, read = capture()
