@@ -167,11 +167,13 @@ describe("cozy.kube retries", function()
 
     it("resolves AlreadyExists after an attempt that landed by reading the object back", function()
       client:close()
-      client = support.connect(srv, { log = log, request_timeout = 0.4,
-        retry = { max_attempts = 4, max_time = 30, base_delay = 1, max_delay = 1 } })
+      -- the first attempt times out at 0.3 s; the server creates the object at
+      -- 0.5 s; the retry goes out after a backoff of 1 to 2 s (base 2 with
+      -- jitter [0.5, 1.5), capped at 2), so at least 0.8 s after the create
+      client = support.connect(srv, { log = log, request_timeout = 0.3,
+        retry = { max_attempts = 4, max_time = 30, base_delay = 2, max_delay = 2 } })
       cms = client:resource("v1", "configmaps")
-      -- the server creates the object after the client has given up on the answer
-      srv:faults { { method = "POST", path = "configmaps", times = 1, delay_ms = 800 } }
+      srv:faults { { method = "POST", path = "configmaps", times = 1, delay_ms = 500 } }
       local cm = cms:create { metadata = { name = "slow", namespace = "team-a", labels = { l = "v" } },
         data = { x = "1" } }
       assert.equal("1", cm.data.x)
