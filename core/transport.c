@@ -295,6 +295,7 @@ static int t_request(lua_State *L) {
         lua_pushvalue(L, 5);
         lua_rawgeti(L, attempts_idx, n);
         lua_call(L, 1, 0);
+        if (t->closed) return luaL_error(L, "transport closed by on_retry");
       }
       continue;
     } else if (status_transient(status)) {
@@ -316,6 +317,7 @@ static int t_request(lua_State *L) {
       lua_pushvalue(L, 5);
       lua_rawgeti(L, attempts_idx, n);
       lua_call(L, 1, 0);
+      if (t->closed) return luaL_error(L, "transport closed by on_retry");
     }
     cozy_sleep(delay);
   }
