@@ -202,6 +202,16 @@ describe("run on a cluster with VMI-only hotplugged volumes", function()
     assert.same(keys(S.expected_copies), keys(patched))
   end)
 
+  it("costs one list of VMs, one of VMIs and one PATCH per VM: no VM is read on its own", function()
+    local lists = {}
+    for _, e in ipairs(srv:requests { method = "GET" }) do
+      assert.is_nil(tostring(e.path):match(VMS_PATH), e.path)
+      local plural = tostring(e.path):match("^/apis/kubevirt%.io/v1/(%a+)$")
+      if plural then lists[plural] = (lists[plural] or 0) + 1 end
+    end
+    assert.same({ virtualmachines = 1, virtualmachineinstances = 1 }, lists)
+  end)
+
   it("appends the VMI's volumes and disks verbatim and in VMI order, after the VM's own", function()
     for key, want in pairs(S.expected_copies) do
       local old, new, vmi = vm_of(before, key), vm_of(after, key), vmi_of(before, key)
@@ -436,6 +446,25 @@ describe("run under concurrent writers", function()
     for _, p in ipairs(vm_patches(srv)) do if p.key == key then last = json.decode(p.body) end end
     assert.equal(3, #last) -- test, then scratch-data's volume and disk only
     assert.equal(1, #lines_with(stderr, copy_line(key, { "scratch-data" })))
+  end)
+end)
+
+---------------------------------------------------------------------------
+describe("run against a VM that never stops changing", function()
+  it("gives up after the engine's bounded attempts, unstamped", function()
+    local srv <close> = start(FIXTURES .. "cluster.json")
+    srv:faults { { method = "PATCH", path = "/virtualmachines/vm-both-kinds$", times = -1, bump = true } }
+    local code, _, stderr = cozy(srv, "run")
+    assert.equal(1, code, stderr)
+    assert.equal("59", version(srv))
+    local attempts = 0
+    for _, p in ipairs(vm_patches(srv)) do
+      if p.key == "tenant-a/vm-both-kinds" then
+        attempts = attempts + 1
+        assert.equal(422, p.status)
+      end
+    end
+    assert.is_true(attempts > 1 and attempts <= 10, attempts .. " attempts")
   end)
 end)
 
