@@ -251,8 +251,11 @@ function runner.execute(opts, mode)
       return 0
     end
     local current = stamp.version_of(cm)
-    local hook_current = env_integer("CURRENT_VERSION")
-    if hook_current and hook_current ~= current then
+    -- only cross-checked: a malformed value is worth a warning, not a refusal
+    local cv_ok, hook_current = pcall(env_integer, "CURRENT_VERSION")
+    if not cv_ok then
+      log:warn("ignoring $CURRENT_VERSION: " .. error_text(hook_current))
+    elseif hook_current and hook_current ~= current then
       log:warn("$CURRENT_VERSION differs from the stamped version; the ConfigMap wins",
         { env = hook_current, stamped = current })
     end
