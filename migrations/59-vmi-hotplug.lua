@@ -334,19 +334,30 @@ end
 -- Returns the copies to make, in VMI list order:
 --   { vm = view, vmi = view, volumes = {...}, disks = {...}, collisions = {...} }
 -- and what else was seen: { unknown = {...}, differs = {...}, odd_owner =
--- {...}, complete = <running VMIs whose hotplug volumes the VM already lists>}.
+-- {...}, left_alone = {...} (VMIs with hotplug volumes out of scope, and why),
+-- complete = <running VMIs whose hotplug volumes the VM already lists> }.
 local function decide(fleet)
   local function find_vm(namespace, name) return fleet.vms[key_of(namespace, name)] end
-  local copies, seen = {}, { unknown = {}, differs = {}, odd_owner = {}, complete = 0 }
+  local copies = {}
+  local seen = { unknown = {}, differs = {}, odd_owner = {}, left_alone = {}, complete = 0 }
   for _, vmi in ipairs(fleet.vmis) do
     local vm, code, why = owning_vm(vmi, find_vm)
     if vm == nil then
+      seen.left_alone[#seen.left_alone + 1] = { vmi = vmi, why = why }
       -- Orphans and VMIs of deleted VMs are expected; a reference that
       -- names a VM which is not its owner is worth a line in check.
       if code == "uid-mismatch" or code == "renamed" then
         seen.odd_owner[#seen.odd_owner + 1] = { vmi = vmi, why = why }
       end
-    elseif vmi.phase == "Running" then
+    elseif vmi.phase ~= "Running" then
+      seen.left_alone[#seen.left_alone + 1] = { vmi = vmi, why = "it is not Running (phase "
+          .. tostring(vmi.phase or "none") .. "): its next start is built from the VM spec" }
+      if vmi.phase == "Unknown" then
+        -- Not reconciled now, but unplugged if it comes back Running.
+        local volumes = missing_from_vm(vm, vmi)
+        if #volumes > 0 then seen.unknown[#seen.unknown + 1] = { vm = vm, vmi = vmi, volumes = volumes } end
+      end
+    else
       local volumes, disks = missing_from_vm(vm, vmi)
       if #volumes > 0 then
         copies[#copies + 1] = { vm = vm, vmi = vmi, volumes = volumes, disks = disks,
@@ -357,10 +368,6 @@ local function decide(fleet)
       for _, name in ipairs(differing_volumes(vm, vmi)) do
         seen.differs[#seen.differs + 1] = { vm = vm, volume = name }
       end
-    elseif vmi.phase == "Unknown" then
-      -- Not reconciled now, but unplugged if it comes back Running.
-      local volumes = missing_from_vm(vm, vmi)
-      if #volumes > 0 then seen.unknown[#seen.unknown + 1] = { vm = vm, vmi = vmi, volumes = volumes } end
     end
   end
   return copies, seen
@@ -391,6 +398,10 @@ local function run(ctx)
   if #refused > 0 then
     error("refusing to copy hotplugged volumes: KubeVirt's admission would refuse these VMs: "
         .. table.concat(refused, "; "), 0)
+  end
+
+  for _, left in ipairs(seen.left_alone) do
+    ctx.log:debug(("VMI %s left alone: %s"):format(key_of(left.vmi.namespace, left.vmi.name), left.why))
   end
 
   local vms = ctx.kube:resource(KUBEVIRT, "virtualmachines")

@@ -527,6 +527,29 @@ end)
 
 ---------------------------------------------------------------------------
 describe("plan", function()
+  it("says, with -v, why each VMI with hotplugged volumes is left alone", function()
+    local srv <close> = start(FIXTURES .. "cluster.json")
+    local code, _, stderr = cozy(srv, "plan -v")
+    assert.equal(0, code, stderr)
+    local not_running = ": its next start is built from the VM spec"
+    for vmi, why in pairs({
+      ["tenant-b/orphan-vmi"] = "it has no controller ownerReference of kind VirtualMachine",
+      ["tenant-b/vm-noncontroller"] = "it has no controller ownerReference of kind VirtualMachine",
+      ["tenant-c/web-x7k2p"] = "it has no controller ownerReference of kind VirtualMachine",
+      ["tenant-b/vm-deleted"] = "its VM vm-deleted is gone",
+      ["tenant-b/vm-failed"] = "it is not Running (phase Failed)" .. not_running,
+      ["tenant-b/vm-pending"] = "it is not Running (phase Pending)" .. not_running,
+      ["tenant-b/vm-succeeded"] = "it is not Running (phase Succeeded)" .. not_running,
+      ["tenant-b/vm-no-phase"] = "it is not Running (phase none)" .. not_running,
+      ["tenant-b/vm-unknown"] = "it is not Running (phase Unknown)" .. not_running,
+      ["tenant-c/vm-uid-mismatch"] = "its ownerReference names uid " .. fleet.uid("an earlier vm-uid-mismatch"),
+      ["tenant-c/vm-stopped-rescue"] = "it is not named like its owner VM vm-stopped",
+    }) do
+      assert.equal(1, #lines_with(stderr, ("VMI %s left alone: %s"):format(vmi, why)), vmi)
+    end
+    assert.equal(11, #lines_with(stderr, " left alone: "))
+  end)
+
   it("shows the patches and writes nothing", function()
     local srv <close> = start(FIXTURES .. "cluster.json")
     local code, stdout, stderr = cozy(srv, "plan")
