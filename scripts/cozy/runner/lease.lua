@@ -5,9 +5,9 @@
 -- identity, or an expired one is taken with a JSON patch guarded by its
 -- resourceVersion (two runners racing: one wins, the other sees a conflict
 -- and looks again). A live Lease of another holder: wait up to the lock
--- timeout, then exit 3. Expired means renewTime + leaseDurationSeconds is in
--- the past by our clock, or we watched the Lease not change for a whole
--- duration (the second rule protects against a skewed clock, as client-go
+-- timeout, then exit 3. Expired means renewTime + leaseDurationSeconds is
+-- more than CLOCK_SKEW seconds in the past by our clock, or we watched the
+-- Lease not change for a whole duration (the second rule protects against a skewed clock, as client-go
 -- leader election does).
 --
 -- Keeping it: a worker thread (cozy.worker, its own Lua state and kube
@@ -23,6 +23,9 @@ local lease = {}
 
 lease.NAME = "cozystack-migrations"
 lease.DEFAULT_DURATION = 30
+-- How far our clock may be ahead of the holder's before its lease looks
+-- expired to us by wall-clock time alone.
+lease.CLOCK_SKEW = 5
 
 -- The lease duration; COZY_MIGRATE_LEASE_SECONDS shortens it (tests, and
 -- clusters that want a quicker takeover after a killed runner).
@@ -137,7 +140,7 @@ function lease.acquire(client, opts)
       local remaining = lease.remaining(obj, now)
       local stale = sys.monotime() - observed_at > (tonumber(obj.spec and obj.spec.leaseDurationSeconds) or opts.duration)
       local free = holder == nil or holder == opts.identity
-      if free or remaining < 0 or stale then
+      if free or remaining < -lease.CLOCK_SKEW or stale then
         local transitions = math.tointeger(obj.spec and obj.spec.leaseTransitions) or 0
         if holder ~= opts.identity then transitions = transitions + 1 end
         local ok, res = pcall(leases.json_patch, leases, opts.namespace, lease.NAME, {
