@@ -355,7 +355,11 @@ function runner.execute(opts, mode)
     end)
     if holder then
       holder:stop()
-      lease.release(client, { namespace = namespace, identity = identity, log = log })
+      -- best effort and quick: an unreleased lease only expires, while a
+      -- release retried for minutes would hold a failed run (and its exit)
+      local quick_ok, quick = pcall(runner.connect, opts, log,
+        { request_timeout = 5, retry = { max_attempts = 2, max_time = 5 } })
+      lease.release(quick_ok and quick or client, { namespace = namespace, identity = identity, log = log })
     end
     if not run_ok then
       summary("failed")

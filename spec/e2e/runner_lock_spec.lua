@@ -103,6 +103,35 @@ describe("runner lock", function()
     assert.is_true(tonumber(i) < 20000)
   end)
 
+  it("stops before the next write when the lease cannot be renewed", function()
+    srv:reset(support.fixture(1))
+    local p = support.start(support.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
+    finally(function() p:cleanup(); srv:clear_faults() end)
+    assert.truthy(support.poll(20, function()
+      local t = srv:object("ConfigMap", "cozy-system", "runner-test")
+      return t and t.data and t.data.i
+    end), "the slow migration did not start: " .. p:stderr())
+    -- every renewal now fails (the server answers 503), the migration's writes still work
+    srv:faults{ { method = "PATCH", path = "leases/cozystack-migrations", times = -1,
+      status = { code = 503 } } }
+    local r = p:wait(30)
+    assert.equal(1, r.code, r.stderr)
+    assert.matches("lock lost: not renewed for", r.stderr)
+    assert.equal(1, support.version(srv))
+  end)
+
+  it("stops waiting for the lock on SIGTERM", function()
+    srv:reset(support.fixture(1, { lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    local p = support.start(support.args(srv, "two", "run", "--lock-timeout", "60"))
+    finally(function() p:cleanup() end)
+    assert.truthy(support.poll(20, function() return p:stderr():find("waiting for the lock", 1, true) end))
+    p:kill("TERM")
+    local r = p:wait(10)
+    assert.equal(1, r.code, r.stderr)
+    assert.matches("interrupted while waiting for the lock", r.stderr)
+    assert.equal(1, support.version(srv))
+  end)
+
   it("on SIGTERM stops at a safe point, releases the lock and exits non-zero", function()
     srv:reset(support.fixture(1))
     local p = support.start(support.args(srv, "slow", "run"))

@@ -203,11 +203,16 @@ function lease.renew_loop(payload, chan)
   local cfg = json.decode(payload)
   local kube = require "cozy.kube"
   local log = require("cozy.log").new{ format = cfg.log_format, verbosity = cfg.verbosity }:with{ thread = "lease" }
+  local interval = cfg.duration / 3
   local connect = cfg.connect
   connect.log = log
+  -- a renewal is worth retrying only within its interval: after that the
+  -- next one is due, and the main state stops (and joins this thread) when
+  -- renewals fall behind, so no request may outlive the interval by much
+  connect.request_timeout = math.max(1, math.min(connect.request_timeout or 30, interval))
+  connect.retry = { max_attempts = 3, max_time = interval, base_delay = 0.1, max_delay = interval / 2 }
   local client = kube.connect(connect)
   local leases = leases_of(client)
-  local interval = cfg.duration / 3
   local last_ok = sys.monotime()
   chan:ok()
   while not chan:wait(interval) do
