@@ -21,7 +21,17 @@ local function forward(target, proxy, v)
   end
 end
 
-local function guarded_resource(res, guard)
+local function describe_target(k, ...)
+  local a, b = ...
+  if type(a) == "table" then
+    local md = a.metadata or {}
+    return { op = k, namespace = md.namespace, name = md.name }
+  end
+  if type(b) == "string" then return { op = k, namespace = a, name = b } end
+  return { op = k, name = a }
+end
+
+local function guarded_resource(res, guard, log)
   local proxy = {}
   return setmetatable(proxy, {
     __index = function(_, k)
@@ -30,6 +40,11 @@ local function guarded_resource(res, guard)
       return function(self, ...)
         if self == proxy then self = res end
         guard()
+        if log then
+          local fields = describe_target(k, ...)
+          fields.resource = res.plural
+          log:debug("write", fields)
+        end
         if k == "update" then
           -- update(ns, name, mutate) or update(obj, mutate): every attempt is a write
           local args = table.pack(...)
@@ -45,8 +60,9 @@ local function guarded_resource(res, guard)
   })
 end
 
--- The client as a migration sees it. With no guard, the client itself.
-function context.guard_client(client, guard)
+-- The client as a migration sees it: every write checked by guard (and
+-- logged at debug level). With no guard, the client itself.
+function context.guard_client(client, guard, log)
   if guard == nil then return client end
   local proxy = {}
   return setmetatable(proxy, {
@@ -54,7 +70,7 @@ function context.guard_client(client, guard)
       if k == "resource" then
         return function(self, ...)
           if self == proxy then self = client end
-          return guarded_resource(client.resource(self, ...), guard)
+          return guarded_resource(client.resource(self, ...), guard, log)
         end
       end
       return forward(client, proxy, client[k])
@@ -71,7 +87,7 @@ function context.new(opts)
   local log = opts.log
   local findings = opts.findings or {}
   local ctx = {
-    kube = context.guard_client(opts.client, opts.guard),
+    kube = context.guard_client(opts.client, opts.guard, log),
     log = log,
     namespace = opts.namespace,
     from = opts.from,
