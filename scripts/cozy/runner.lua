@@ -194,7 +194,8 @@ function runner.execute(opts, mode)
     local set = runner.discover(opts)
     local namespace = runner.namespace(opts)
     local target = runner.target(opts, set)
-    local planning = mode == "plan"
+    -- a server dry run persists nothing either: it plans, with the server judging the writes
+    local planning = mode == "plan" or opts.server_dry_run == true
     local state = { writes = 0, step = nil }
     local dry_run
     if opts.server_dry_run then dry_run = "server" elseif planning then dry_run = "client" end
