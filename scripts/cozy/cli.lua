@@ -32,8 +32,18 @@ Common options:
   --version                 print the version and exit
   --help                    print this help and exit
 
-Exit status: 0 done or nothing to do; 1 a migration or an API call failed;
+Environment:
+  NAMESPACE                   default for --namespace
+  TARGET_VERSION              default for --target (else the highest migration + 1)
+  CURRENT_VERSION             only cross-checked against the ConfigMap; a mismatch is logged
+  KUBECONFIG                  kubeconfig files, as kubectl reads them
+  POD_NAME                    the lock holder's identity (else host-pid)
+  COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
+
+Exit status: 0 done or nothing to do; 1 a migration or an API call failed,
+a run was stopped (SIGTERM, lost lock) or check found a blocking finding;
 2 usage, configuration or an invalid migration set; 3 the lock is held.
+See docs/operations.md.
 ]==]
 
 local commands = {
