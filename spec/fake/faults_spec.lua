@@ -121,6 +121,23 @@ describe("fake API server faults and request log", function()
     assert.equal(200, srv:request("PUT", VM .. "/vm1", { body = vm }).status)
   end)
 
+  it("deletes the target before serving, like a concurrent deleter", function()
+    local vm = srv:request("GET", VM .. "/vm1").json
+    assert.is_table(vm.metadata.finalizers) -- finalizers do not hold a completed deletion
+    srv:faults{ { method = "PATCH", path = "/virtualmachines/vm1$", delete = true },
+                { method = "PATCH", path = "/virtualmachines/nope$", delete = true } }
+    local res = srv:request("PATCH", VM .. "/vm1", { content_type = "application/merge-patch+json",
+      body = '{"metadata":{"labels":{"x":"y"}}}' })
+    assert.equal(404, res.status)
+    assert.equal("NotFound", res.json.reason)
+    assert.equal("vm1", res.json.details.name)
+    assert.is_nil(srv:object("VirtualMachine.kubevirt.io", "tenant-a", "vm1"))
+    assert.same({ action = "delete", rule = 0, applied = true }, srv:requests{ method = "PATCH" }[1].fault)
+    res = srv:request("PATCH", VM .. "/nope", { content_type = "application/merge-patch+json", body = "{}" })
+    assert.equal(404, res.status)
+    assert.same({ action = "delete", rule = 1, applied = false }, srv:requests{ method = "PATCH" }[2].fault)
+  end)
+
   it("can bump with a merge patch, changing content as the concurrent writer would", function()
     srv:faults{ { method = "PATCH", path = "/virtualmachines/vm1$",
                   bump = { merge = { status = { printableStatus = "Migrating" } } } } }
