@@ -406,7 +406,7 @@ local function run(ctx)
 
   local vms = ctx.kube:resource(KUBEVIRT, "virtualmachines")
   local progress = #copies > 0 and ctx.progress("VMs", #copies)
-  local updated, volumes_added, disks_added = 0, 0, 0
+  local updated, volumes_added, disks_added, gone = 0, 0, 0, 0
   for i, copy in ipairs(copies) do
     -- Recomputed from whatever VM the engine hands over: the listed one
     -- first, a fresh read after a conflict.
@@ -420,8 +420,16 @@ local function run(ctx)
       if #added_volumes == 0 then return nil end
       return copy_ops(vm, added_volumes, added_disks)
     end
-    local _, changed = vms:update(copy.vm, mutate)
-    if changed then
+    local ok, _, changed = pcall(vms.update, vms, copy.vm, mutate)
+    if not ok then
+      local err = _
+      -- Deleted since the list: the garbage collector takes its VMI with
+      -- it, so there is nothing left to keep attached. Any other error fails
+      -- the step.
+      if type(err) ~= "table" or err.absent ~= "object" then error(err, 0) end
+      gone = gone + 1
+      ctx.log:info(("VM %s: deleted since the list, nothing to copy"):format(vm_key(copy.vm)))
+    elseif changed then
       updated = updated + 1
       volumes_added = volumes_added + #added_volumes
       disks_added = disks_added + #added_disks
@@ -435,7 +443,7 @@ local function run(ctx)
   if progress then progress:done() end
 
   local counts = { vms = #fleet.vm_order, vmis_with_hotplug_volumes = #fleet.vmis,
-                   already_complete = seen.complete }
+                   already_complete = seen.complete, deleted_meanwhile = gone }
   if updated == 0 then
     ctx.log:info(("nothing to update: no running VMI holds a hotplugged volume missing from its VM spec"
       .. " (%d VMs already complete)"):format(seen.complete), counts)

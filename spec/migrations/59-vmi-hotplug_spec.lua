@@ -450,6 +450,45 @@ describe("run under concurrent writers", function()
 end)
 
 ---------------------------------------------------------------------------
+describe("run against a VM deleted between the list and its patch", function()
+  it("skips that VM, copies into the others, and stamps", function()
+    local srv <close> = start(FIXTURES .. "cluster.json")
+    local gone = "tenant-a/vm-both-kinds"
+    srv:faults { { method = "PATCH", path = "/virtualmachines/vm-both-kinds$", delete = true } }
+    local code, _, stderr = cozy(srv, "run")
+    assert.equal(0, code, stderr)
+    assert.equal("60", version(srv))
+    assert.is_nil(vm_of(by_key(srv:objects()), gone))
+    assert.equal(1, #lines_with(stderr, "VM " .. gone .. ": deleted since the list, nothing to copy"))
+    -- one attempt at the deleted VM, no retry; every other copy still made
+    local attempts, patched = 0, {}
+    for _, p in ipairs(vm_patches(srv)) do
+      if p.key == gone then
+        attempts = attempts + 1
+        assert.equal(404, p.status)
+      else
+        assert.equal(200, p.status)
+        patched[p.key] = true
+      end
+    end
+    assert.equal(1, attempts)
+    for key in pairs(S.expected_copies) do
+      if key ~= gone then assert.is_true(patched[key], key) end
+    end
+  end)
+
+  it("still fails closed on any other error of that patch", function()
+    local srv <close> = start(FIXTURES .. "cluster.json")
+    srv:faults { { method = "PATCH", path = "/virtualmachines/vm-both-kinds$",
+                   status = { code = 403, message = "forbidden by policy" } } }
+    local code, _, stderr = cozy(srv, "run")
+    assert.equal(1, code, stderr)
+    assert.equal("59", version(srv))
+    assert.matches("forbidden by policy", stderr, 1, true)
+  end)
+end)
+
+---------------------------------------------------------------------------
 describe("run against a VM that never stops changing", function()
   it("gives up after the engine's bounded attempts, unstamped", function()
     local srv <close> = start(FIXTURES .. "cluster.json")
