@@ -314,8 +314,10 @@ static int json_decode(lua_State *L) {
   return 1;
 }
 
-/* json.array([t]): marks t (or a new table) as a JSON array. */
-static int json_array(lua_State *L) {
+/* Marks t (or a new table) with the metatable at index `mt`; a table that
+** already carries the other marker may switch, any other metatable is kept
+** out so that a marking never replaces behaviour the caller relies on. */
+static int mark(lua_State *L, int mt) {
   if (lua_isnoneornil(L, 1)) {
     lua_settop(L, 0);
     lua_newtable(L);
@@ -327,27 +329,19 @@ static int json_array(lua_State *L) {
     lua_pop(L, 1);
   }
   lua_settop(L, 1);
-  lua_pushvalue(L, COZY_JSON_ARRAY_MT);
+  lua_pushvalue(L, mt);
   lua_setmetatable(L, 1);
   return 1;
 }
 
+/* json.array([t]): marks t (or a new table) as a JSON array. */
+static int json_array(lua_State *L) {
+  return mark(L, COZY_JSON_ARRAY_MT);
+}
+
 /* json.object([t]): marks t (or a new table) as a JSON object. */
 static int json_object(lua_State *L) {
-  if (lua_isnoneornil(L, 1)) {
-    lua_settop(L, 0);
-    lua_newtable(L);
-  }
-  luaL_checktype(L, 1, LUA_TTABLE);
-  if (lua_getmetatable(L, 1)) {
-    if (!lua_rawequal(L, -1, COZY_JSON_ARRAY_MT) && !lua_rawequal(L, -1, COZY_JSON_OBJECT_MT))
-      return luaL_argerror(L, 1, "table already has a metatable");
-    lua_pop(L, 1);
-  }
-  lua_settop(L, 1);
-  lua_pushvalue(L, COZY_JSON_OBJECT_MT);
-  lua_setmetatable(L, 1);
-  return 1;
+  return mark(L, COZY_JSON_OBJECT_MT);
 }
 
 static const luaL_Reg json_funcs[] = {
