@@ -28,6 +28,7 @@ Common options:
   --log-format text|json    log line format (default text)
   --request-timeout SECONDS per-request timeout (default 30)
   --lock-timeout SECONDS    how long to wait for another runner's lock (default 300)
+  --qps N --burst N         client-side rate limit on API requests (default 20 per second, bursts of 40)
   -v                        more detail (repeatable)
   --version                 print the version and exit
   --help                    print this help and exit
@@ -71,6 +72,17 @@ local function integer_value(name)
   end
 end
 
+-- Rates: zero would switch the client's limiter off, which is for tests only.
+local function positive_value(name)
+  return function(v)
+    local n = tonumber(v)
+    if n == nil or n <= 0 or n ~= n or n == math.huge then
+      error({ usage = ("%s expects a positive number, got %q"):format(name, v) })
+    end
+    return n
+  end
+end
+
 local function one_of(name, ...)
   local allowed = { ... }
   return function(v)
@@ -91,6 +103,8 @@ local options = {
   ["--log-format"] = one_of("--log-format", "text", "json"),
   ["--request-timeout"] = number_value("--request-timeout"),
   ["--lock-timeout"] = number_value("--lock-timeout"),
+  ["--qps"] = positive_value("--qps"),
+  ["--burst"] = positive_value("--burst"),
   ["--target"] = integer_value("--target"),
   ["--migration"] = integer_value("--migration"),
   ["--output"] = one_of("--output", "text", "json"),
@@ -111,7 +125,7 @@ local command_options = {
 local common = {
   ["--kubeconfig"] = true, ["--context"] = true, ["--namespace"] = true,
   ["--migrations"] = true, ["--log-format"] = true, ["--request-timeout"] = true,
-  ["--lock-timeout"] = true, ["-v"] = true,
+  ["--lock-timeout"] = true, ["--qps"] = true, ["--burst"] = true, ["-v"] = true,
 }
 
 local function key(opt)

@@ -127,6 +127,22 @@ current-context: x
     assert.matches("UNREACHABLE", r.stdout)
   end)
 
+  it("takes the client's rate limit from --qps and --burst", function()
+    srv:reset(support.fixture(1, { support.configmap("runner-test", {}) }))
+    local r = support.run(support.args(srv, "checks", "status", "-v", "--qps", "7.5", "--burst", "3"))
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("connected .*burst=3", r.stderr)
+    assert.matches("connected .*qps=7.5", r.stderr)
+    r = support.run(support.args(srv, "checks", "status", "-v"))
+    assert.matches("connected .*burst=40", r.stderr) -- the documented defaults
+    assert.matches("connected .*qps=20", r.stderr)
+    for _, bad in ipairs({ { "--qps", "0" }, { "--qps", "-1" }, { "--burst", "x" }, { "--qps", "nan" } }) do
+      r = support.run(support.args(srv, "checks", "status", bad[1], bad[2]))
+      assert.equal(2, r.code, table.concat(bad, " "))
+      assert.matches("expects a positive number", r.stderr)
+    end
+  end)
+
   it("checks one migration with --migration N", function()
     srv:reset(support.fixture(5, { support.configmap("runner-test", { warn = "1" }) }))
     local r = support.run(support.args(srv, "checks", "check", "--migration", "1"))
