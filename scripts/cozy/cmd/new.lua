@@ -28,11 +28,19 @@ return {
   run = function(ctx)
     -- local deployments = ctx.kube:resource("apps/v1", "deployments")
     -- for d in deployments:list{ namespace = ctx.namespace } do
-    --   deployments:update(d, function(obj)
-    --     if obj.metadata.labels and obj.metadata.labels.example then return nil end
-    --     ctx.log:info("labelling", { name = obj.metadata.name })
-    --     return { { op = "add", path = "/metadata/labels/example", value = "yes" } }
+    --   -- mutate decides from the object it is given (a fresh read after a
+    --   -- conflict) and returns JSON patch ops, or nil for "nothing to do"
+    --   local _, changed = deployments:update(d, function(obj)
+    --     local labels = obj.metadata.labels
+    --     if labels == nil then
+    --       return { { op = "add", path = "/metadata/labels", value = { example = "yes" } } }
+    --     elseif labels.example ~= "yes" then
+    --       return { { op = "add", path = "/metadata/labels/example", value = "yes" } }
+    --     end
     --   end)
+    --   if changed then
+    --     ctx.log:info(("Deployment %s/%s: labelled"):format(d.metadata.namespace, d.metadata.name))
+    --   end
     -- end
   end,
 }
