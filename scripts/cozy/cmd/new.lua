@@ -39,7 +39,7 @@ return {
     --     end
     --   end)
     --   if changed then
-    --     ctx.log:info(("Deployment %s/%s: labelled"):format(d.metadata.namespace, d.metadata.name))
+    --     ctx.log:info(("Deployment %%s/%%s: labelled"):format(d.metadata.namespace, d.metadata.name))
     --   end
     -- end
   end,
