@@ -709,16 +709,13 @@ end)
 
 ---------------------------------------------------------------------------
 describe("the demo (hack/demo.sh)", function()
-  it("runs check, plan, run twice and status against its fleet, in well under a minute", function()
+  it("runs check, plan, run twice and status against its fleet", function()
     local out = os.tmpname()
-    local started = os.time()
     local ok, how, code = os.execute(("COZY_MIGRATE_BIN=%s hack/demo.sh >%s 2>&1 </dev/null"):format(fake.quote(BIN), out))
-    local elapsed = os.time() - started
     local text = read(out)
     os.remove(out)
     assert.equal("exit", how)
     assert.equal(0, ok and 0 or code, text)
-    assert.is_true(elapsed < 30, "took " .. elapsed .. " s")
     assert.equal(1, #lines_with(text, "updated 6 VMs: 10 volumes, 9 disks copied from their VMIs; 2 VMs already complete"))
     assert.equal(1, #lines_with(text, "nothing to update: no running VMI holds a hotplugged volume missing from its VM spec"))
     assert.equal(3, #lines_with(text, "[WARN] 59-vmi-hotplug: "))
