@@ -11,8 +11,6 @@
 #   COZY_MIGRATE_BIN        the binary (else build/cozy-migrate)
 #   M59_LATENCY_MS          the fake's --latency-ms (default 2)
 #   M59_NAMESPACES          namespaces the VMs are spread over (default 10)
-#   M59_FAKE_NAGLE=1        run the fake exactly as spec/support ships it, with
-#                           Nagle's algorithm on its sockets (see below)
 #   M59_RUN_TIMEOUT         seconds one variant run may take (default 900)
 #   M59_BASELINE            the baseline script (default bench/m59/baseline.sh;
 #                           a deliberately wrong one shows the comparison fail)
@@ -29,14 +27,6 @@
 # first baseline run, and must differ from the fixture in exactly the VMs
 # that need the copy; otherwise the script fails.
 #
-# The fake server does not set TCP_NODELAY (Python's default); kube-apiserver
-# (Go) does. With Nagle on, a response written right after the TLS session
-# tickets of a new connection waits for the client's delayed ACK (~40 ms),
-# which cozy-migrate meets on every write (it sends each write on a fresh
-# connection, see docs/transport.md). So by default the fake is started with
-# TCP_NODELAY switched on (socketserver's disable_nagle_algorithm), nothing
-# else changed; M59_FAKE_NAGLE=1 measures it as shipped.
-#
 # Listens on 127.0.0.1 only; every server and temp file is removed on exit.
 set -eu
 
@@ -49,7 +39,6 @@ reps=${2:-3}
 latency=${M59_LATENCY_MS:-2}
 namespaces=${M59_NAMESPACES:-10}
 run_timeout=${M59_RUN_TIMEOUT:-900}
-nagle=${M59_FAKE_NAGLE:-0}
 baseline=${M59_BASELINE:-bench/m59/baseline.sh}
 
 die() { echo "bench/m59: $*" >&2; exit 2; }
@@ -88,15 +77,7 @@ trap 'exit 130' INT TERM
 # A fresh fake API server with the fleet; sets $url, $run (its own temp dir).
 start_server() {
   run=$(mktemp -d "$dir/run.XXXXXX")
-  if [ "$nagle" = 1 ]; then
-    set -- "$root/spec/support/fake-apiserver"
-  else
-    set -- -c 'import runpy, socketserver, sys
-socketserver.StreamRequestHandler.disable_nagle_algorithm = True  # TCP_NODELAY, as kube-apiserver
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")' "$root/spec/support/fake-apiserver"
-  fi
-  "$python" "$@" --fixture "$dir/fleet.json" --listen 127.0.0.1:0 --tls --token bench \
+  "$python" "$root/spec/support/fake-apiserver" --fixture "$dir/fleet.json" --listen 127.0.0.1:0 --tls --token bench \
     --latency-ms "$latency" --kubeconfig-out "$run/kubeconfig" --ca-out "$run/ca.pem" \
     --ready-file "$run/ready" >"$run/server.log" 2>&1 &
   server_pid=$!
@@ -206,7 +187,7 @@ need=$(echo "$summary" | sed -n 's/.* \([0-9][0-9]*\) VMs need the copy.*/\1/p')
 vm_specs <"$dir/fleet.json" >"$dir/fixture.specs"
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "fake API server: TLS, token, --latency-ms $latency, $( [ "$nagle" = 1 ] && echo "as shipped (Nagle on)" || echo "TCP_NODELAY on")"
+echo "fake API server: TLS, token, --latency-ms $latency"
 echo "machine: nproc $(nproc), load average $load_start; $reps repetitions"
 r=1
 while [ $r -le "$reps" ]; do
