@@ -203,21 +203,6 @@ function runner.execute(opts, mode)
     local client, connect_options = runner.connect(opts, log, {
       dry_run = dry_run, record = dry_run and write_printer(opts, state) or nil,
     })
-    if dry_run == "server" then
-      -- the client records writes only in client dry-run mode; with dryRun=All
-      -- they are sent, and printed here on their way out
-      local printer, send = write_printer(opts, state), client.call
-      client.call = function(self, method, path, spec)
-        if spec and spec.write then
-          local q = {}
-          for _, kv in ipairs(spec.query or {}) do q[kv[1]] = kv[2] end
-          q.dryRun = "All"
-          printer({ method = method, path = path, query = q, body = spec.body,
-            content_type = spec.body ~= nil and (spec.content_type or "application/json") or nil })
-        end
-        return send(self, method, path, spec)
-      end
-    end
     local cms = client:resource("v1", "configmaps")
     proc.trap()
     local identity = lease.identity()

@@ -70,6 +70,10 @@ describe("cozy-migrate plan", function()
     end
     assert.same(before, state(srv))
     assert.matches("PATCH /api/v1/namespaces/cozy%-system/configmaps/cozystack%-version%?dryRun=All", r.stdout)
+    -- every write sent is shown once
+    local shown = 0
+    for _ in r.stdout:gmatch("\n  [A-Z]+ /[^\n]*%?dryRun=All") do shown = shown + 1 end
+    assert.equal(#writes, shown)
     assert.matches("writes sent with dryRun=All", r.stdout)
     r = support.run(support.args(srv, "two", "run", "--server-dry-run"))
     assert.equal(0, r.code, r.stderr)

@@ -34,7 +34,8 @@ describe("cozy.kube dry runs", function()
 
   it("server: every write carries dryRun=All and nothing changes", function()
     local before = srv:objects()
-    local c = support.connect(srv, { dry_run = "server" })
+    local shown = {}
+    local c = support.connect(srv, { dry_run = "server", record = function(w) shown[#shown + 1] = w end })
     local created, merged, patched, updated, changed = exercise(c:resource("v1", "configmaps"))
     assert.equal("1", created.data.a)
     assert.same({ m = "x" }, merged.data)
@@ -44,6 +45,15 @@ describe("cozy.kube dry runs", function()
     local w = writes()
     assert.equal(5, #w)
     for _, e in ipairs(w) do assert.matches("dryRun=All", e.query, nil, true) end
+    -- each write is also handed to `record` on its way out, as sent
+    assert.equal(#w, #shown)
+    for i, e in ipairs(w) do
+      assert.equal(e.method, shown[i].method)
+      assert.equal("All", shown[i].query.dryRun)
+    end
+    assert.equal("application/json-patch+json", shown[4].content_type)
+    assert.equal("test", shown[4].body[1].op)
+    assert.equal(0, c.stats.recorded) -- recorded counts only the writes a client dry run keeps back
     assert.same(before, srv:objects())
     c:close()
   end)

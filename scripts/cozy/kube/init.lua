@@ -143,6 +143,12 @@ function Client:call(method, path, spec)
   if spec.write and self.dry_run == "server" then
     query = table.move(query, 1, #query, 1, {})
     query[#query + 1] = { "dryRun", "All" }
+    -- sent for the server to judge, and shown on its way out, as a client
+    -- dry run shows the writes it keeps back
+    if self.record then
+      self.record { method = method, path = path, query = query_table(query),
+        content_type = body ~= nil and (spec.content_type or JSON) or nil, body = body }
+    end
   end
   local qs = encode_query(query)
   local shown = qs ~= "" and (path .. "?" .. qs) or path
