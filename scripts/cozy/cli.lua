@@ -1,10 +1,11 @@
--- The command line: parses the contract of design.md and dispatches to one
+-- The command line: parses the contract of README.md and --help, and dispatches to one
 -- module per command (cozy.cmd.<name>), each returning an exit status.
+local errors = require "cozy.errors"
 local sys = require "cozy.sys"
 
 local cli = {}
 
--- Exit statuses (design.md): 0 done, 1 a migration or API call failed,
+-- Exit statuses (docs/operations.md): 0 done, 1 a migration or API call failed,
 -- 2 usage/configuration/invalid migration set, 3 lock held by another runner.
 cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_LOCKED = 0, 1, 2, 3
 
@@ -56,7 +57,7 @@ local function number_value(name)
   return function(v)
     local n = tonumber(v)
     if n == nil or n < 0 then
-      error({ usage = ("%s expects a non-negative number, got %q"):format(name, v) })
+      errors.raise("usage", ("%s expects a non-negative number, got %q"):format(name, v))
     end
     return n
   end
@@ -66,7 +67,7 @@ local function integer_value(name)
   return function(v)
     local n = math.tointeger(tonumber(v))
     if n == nil or n < 0 then
-      error({ usage = ("%s expects a non-negative integer, got %q"):format(name, v) })
+      errors.raise("usage", ("%s expects a non-negative integer, got %q"):format(name, v))
     end
     return n
   end
@@ -77,7 +78,7 @@ local function positive_value(name)
   return function(v)
     local n = tonumber(v)
     if n == nil or n <= 0 or n ~= n or n == math.huge then
-      error({ usage = ("%s expects a positive number, got %q"):format(name, v) })
+      errors.raise("usage", ("%s expects a positive number, got %q"):format(name, v))
     end
     return n
   end
@@ -89,7 +90,7 @@ local function one_of(name, ...)
     for _, a in ipairs(allowed) do
       if a == v then return v end
     end
-    error({ usage = ("%s must be one of %s, got %q"):format(name, table.concat(allowed, "|"), v) })
+    errors.raise("usage", ("%s must be one of %s, got %q"):format(name, table.concat(allowed, "|"), v))
   end
 end
 
@@ -133,12 +134,12 @@ local function key(opt)
 end
 
 -- Parses argv (1-based, without the program name). Returns command, opts, args;
--- raises { usage = message } on misuse.
+-- raises a cozy.errors error of kind "usage" on misuse.
 function cli.parse(argv)
   local command = argv[1]
-  if command == nil then error({ usage = "no command given" }) end
+  if command == nil then errors.raise("usage", "no command given") end
   if not commands[command] then
-    error({ usage = ("unknown command %q"):format(command) })
+    errors.raise("usage", ("unknown command %q"):format(command))
   end
   local opts, args = { v = 0 }, {}
   local i = 2
@@ -152,15 +153,15 @@ function cli.parse(argv)
       break
     elseif kind == nil then
       if a:sub(1, 1) == "-" and a ~= "-" then
-        error({ usage = ("unknown option %q"):format(a) })
+        errors.raise("usage", ("unknown option %q"):format(a))
       end
       args[#args + 1] = a
     else
       if not (common[name] or command_options[command][name]) then
-        error({ usage = ("option %s does not apply to '%s'"):format(name, command) })
+        errors.raise("usage", ("option %s does not apply to '%s'"):format(name, command))
       end
       if kind == "flag" then
-        if inline then error({ usage = ("option %s takes no value"):format(name) }) end
+        if inline then errors.raise("usage", ("option %s takes no value"):format(name)) end
         opts[key(name)] = true
       elseif kind == "count" then
         opts.v = opts.v + 1
@@ -169,7 +170,7 @@ function cli.parse(argv)
         if v == nil then
           i = i + 1
           v = argv[i]
-          if v == nil then error({ usage = ("option %s needs a value"):format(name) }) end
+          if v == nil then errors.raise("usage", ("option %s needs a value"):format(name)) end
         end
         opts[key(name)] = kind(v)
       end
@@ -195,8 +196,8 @@ function cli.main(argv)
   local ok, command, opts, args = pcall(cli.parse, rest)
   if not ok then
     local err = command
-    if type(err) == "table" and err.usage then
-      io.stderr:write("cozy-migrate: ", err.usage, "\n", "Try 'cozy-migrate --help'.\n")
+    if errors.is(err, "usage") then
+      io.stderr:write("cozy-migrate: ", err.message, "\n", "Try 'cozy-migrate --help'.\n")
       return cli.EXIT_USAGE
     end
     error(err, 0)

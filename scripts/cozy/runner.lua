@@ -1,25 +1,32 @@
 -- The runner: moves the cluster from the version stamped in ConfigMap
--- cozystack-version to the target, one migration at a time (design.md).
+-- cozystack-version to the target, one migration at a time.
 --
---   discover + validate (exit 2, before any request)
---   read the stamp; absent -> bootstrap at the target, run nothing
---   take the lock (Lease), re-read the stamp, run current..target-1:
---     Lua: run(ctx); legacy: child process, which stamps by itself
+--   discover + validate (exit 2, before any request)       runner/discovery.lua
+--   decide: read the stamp; absent -> bootstrap at the target, run nothing
+--                                                          runner/steps.lua
+--   take the lock (Lease), decide again, run current..target-1:
+--                                                          runner/lease.lua
+--     Lua: the step executor                               runner/step.lua
+--     legacy: a child process, which stamps by itself      runner/legacy.lua
 --     after each: stamp N+1 with its history record in one guarded write
+--                                                          runner/stamp.lua
 --   release the lock; a summary line
 --
 -- Fail closed: the first error stops the run; nothing is stamped past it.
 -- Plan mode (`plan`, `run --dry-run`) does the same with a client that
--- records writes instead of sending them, and takes no lock.
+-- records writes instead of sending them, and takes no lock. What a run
+-- shows on stdout is the command's business: the runner hands each event
+-- to `report` (cmd/plan.lua prints them).
 local context = require "cozy.runner.context"
 local discovery = require "cozy.runner.discovery"
-local errors = require "cozy.runner.errors"
-local json = require "cozy.json"
+local errors = require "cozy.errors"
 local lease = require "cozy.runner.lease"
 local legacy = require "cozy.runner.legacy"
 local log_module = require "cozy.log"
 local proc = require "cozy.proc"
 local stamp = require "cozy.runner.stamp"
+local step = require "cozy.runner.step"
+local steps = require "cozy.runner.steps"
 local sys = require "cozy.sys"
 
 local runner = {}
@@ -30,79 +37,37 @@ function runner.logger(opts)
   return log_module.new{ format = opts.log_format or "text", verbosity = opts.v or 0 }
 end
 
-local function kube()
-  return require "cozy.kube"
-end
+runner.error_text = errors.text
+runner.namespace = steps.namespace
+runner.target = steps.target
 
--- The exit status for an error that ended a command.
-function runner.exit_status(e)
-  if getmetatable(e) == errors.RunnerError then return errors.exit_status[e.kind] or 1 end
-  local ok, k = pcall(kube)
-  if ok and k.ConfigError and getmetatable(e) == k.ConfigError then return 2 end
-  return 1
-end
-
-local function error_fields(e)
-  if type(e) ~= "table" then return nil end
-  local f = {}
-  for _, k in ipairs({ "code", "reason", "method", "path", "file", "field", "holder", "migration" }) do
-    if e[k] ~= nil and type(e[k]) ~= "table" then f[k] = e[k] end
-  end
-  return next(f) and f or nil
-end
-
-local function error_text(e)
-  if type(e) == "string" then return e end
-  local mt = getmetatable(e)
-  if mt and mt.__tostring then return tostring(e) end
-  if type(e) == "table" and e.message then return tostring(e.message) end
-  return tostring(e)
-end
-runner.error_text = error_text
-
--- Runs fn(log) and turns what it raises into a logged error and an exit
--- status (design.md: 1 failed, 2 usage/config/invalid set, 3 locked).
+-- Runs fn(log) and turns what it raises into one logged event and an exit
+-- status (1 failed, 2 usage/config/invalid set, 3 locked). An engine error
+-- is one line (its traceback, when it has one, only with -v); anything
+-- else is a bug in the engine, logged with its traceback.
 function runner.protect(opts, fn)
   local log = runner.logger(opts)
   local trace
   local ok, res = xpcall(fn, function(e)
-    if type(e) == "string" then trace = debug.traceback(e, 2) end
+    if not errors.is(e) then trace = debug.traceback(errors.safe_text(e), 2) end
     return e
   end, log)
   if ok then return res or 0 end
-  local status = runner.exit_status(res)
-  log:error(error_text(res), error_fields(res))
-  if trace and (opts.v or 0) > 0 then log:debug(trace) end
-  return status
+  if errors.is(res) then
+    log:error(errors.text(res), errors.fields(res))
+    local cause = errors.is(res.cause) and res.cause or res
+    if cause.traceback then
+      if cause.kind == "bug" then log:error(cause.traceback) else log:debug(cause.traceback) end
+    end
+  else
+    log:error("internal error: " .. errors.safe_text(res))
+    if trace then log:error(trace) end
+  end
+  return errors.exit_status_of(res)
 end
 
 function runner.discover(opts)
   return discovery.discover({ migrations = opts.migrations })
-end
-
-function runner.namespace(opts)
-  local ns = opts.namespace or os.getenv("NAMESPACE")
-  if ns == nil or ns == "" then ns = "cozy-system" end
-  return ns
-end
-
-local function env_integer(name)
-  local v = os.getenv(name)
-  if v == nil or v == "" then return nil end
-  local n = math.tointeger(tonumber(v))
-  if n == nil or n < 0 then
-    errors.raise("usage", ("$%s must be a non-negative integer, got %q"):format(name, v))
-  end
-  return n
-end
-
--- --target, else $TARGET_VERSION, else highest migration number + 1.
-function runner.target(opts, set)
-  local t = opts.target or env_integer("TARGET_VERSION") or discovery.default_target(set)
-  if t == nil then
-    errors.raise("usage", "no target version: no migrations known and neither --target nor $TARGET_VERSION given")
-  end
-  return t
 end
 
 -- Plain-data connect options (the lease worker connects with the same).
@@ -115,7 +80,7 @@ function runner.connect(opts, log, extra)
   local o = runner.connect_options(opts)
   for k, v in pairs(extra or {}) do o[k] = v end
   o.log = log
-  return kube().connect(o), runner.connect_options(opts)
+  return require("cozy.kube").connect(o), runner.connect_options(opts)
 end
 
 -- Loads one migration file (for specs and tools): the discovery entry.
@@ -129,237 +94,181 @@ function runner.load_file(path)
   errors.raise("invalid", path .. ": not a migration file name (NN-name.lua, NN or NN-name)")
 end
 
--- Runs one Lua migration against a cluster without stamping or locking
--- (for migration specs). opts: kubeconfig, namespace, mode ("run"|"check"),
--- log (optional), client (optional). Returns ctx (ctx.findings for check).
+-- Runs one Lua migration through the step executor, without stamping or
+-- locking (the spec harness). opts: kubeconfig or client, namespace, mode
+-- ("run" | "plan" | "check"), log, record (plan: each write kept back).
+-- Raises what the step raised; returns { findings = {...} }.
 function runner.run_migration(m, opts)
   local log = opts.log or log_module.new{ format = "text", verbosity = 0 }
-  local client = opts.client or kube().connect{ kubeconfig = opts.kubeconfig, log = log }
-  local ctx = context.new{
-    client = client, log = log:with{ migration = m.name }, namespace = opts.namespace or "cozy-system",
-    from = m.number, to = m.number + 1, mode = opts.mode or "run",
-  }
-  local fn = (opts.mode == "check") and m.definition.check or m.definition.run
-  if fn then fn(ctx) end
-  return ctx
+  local mode = opts.mode or "run"
+  local client = opts.client or require("cozy.kube").connect{ kubeconfig = opts.kubeconfig, log = log,
+    dry_run = mode == "plan" and "client" or nil, record = opts.record }
+  local ok, err, findings = step.execute(m, { client = client, log = log, mode = mode,
+    namespace = opts.namespace or "cozy-system", guard = opts.guard })
+  if not opts.client then client:close() end
+  if not ok then error(err, 0) end
+  return { findings = findings }
 end
 
-local function history_record(m, from, to, started, identity)
-  return {
-    number = m.number, name = m.name, kind = m.kind, sha256 = m.sha256,
-    from = from, to = to,
-    started = log_module.iso8601(started), finished = log_module.iso8601(sys.time()),
-    engine = sys.version, runner = identity,
-  }
+-- The lock for a run: taken (waiting up to the lock timeout), then renewed
+-- by a worker thread until released.
+local function take_lock(client, opts, namespace, identity, log)
+  local lock_opts = { namespace = namespace, identity = identity, duration = lease.duration(),
+    timeout = opts.lock_timeout or runner.DEFAULT_LOCK_TIMEOUT, log = log }
+  lease.acquire(client, lock_opts)
+  return lease.hold(lock_opts, runner.connect_options(opts))
 end
 
--- Writes printed by plan / run --dry-run: text or JSON lines on stdout.
-local function write_printer(opts, state)
-  local as_json = opts.log_format == "json"
-  return function(w)
-    state.writes = state.writes + 1
-    local body = w.body
-    local encoded = body ~= nil and json.encode(body) or nil
-    if as_json then
-      io.stdout:write(json.encode({ type = "write", step = state.step, method = w.method, path = w.path,
-        query = w.query, content_type = w.content_type, body = body }), "\n")
-    else
-      local q = w.query
-      if type(q) == "table" then
-        local parts = {}
-        for k, v in pairs(q) do parts[#parts + 1] = k .. "=" .. tostring(v) end
-        table.sort(parts)
-        q = table.concat(parts, "&")
-      end
-      io.stdout:write(("  %s %s%s%s\n"):format(w.method, w.path, (q and q ~= "") and ("?" .. q) or "",
-        w.content_type and ("  (" .. w.content_type .. ")") or ""))
-      if encoded then io.stdout:write("    ", encoded, "\n") end
-    end
-    io.stdout:flush()
+-- Best effort and quick: an unreleased lease only expires, while a release
+-- retried for minutes would hold a failed run (and its exit).
+local function release_lock(holder, client, opts, namespace, identity, log)
+  holder:stop()
+  local quick_ok, quick = pcall(runner.connect, opts, log,
+    { request_timeout = 5, retry = { max_attempts = 2, max_time = 5 } })
+  lease.release(quick_ok and quick or client, { namespace = namespace, identity = identity, log = log })
+end
+
+local function interrupted_check()
+  local signo = proc.signalled()
+  if signo then
+    errors.raise("interrupted", ("stopped by signal %d before the next write"):format(signo))
   end
 end
 
-local function plan_line(opts, obj, text)
-  if opts.log_format == "json" then
-    io.stdout:write(json.encode(obj), "\n")
-  else
-    io.stdout:write(text, "\n")
-  end
-  io.stdout:flush()
+-- One failed step as the run's one error line: the step, why, and where
+-- the version stays; the cause's own fields (code, reason, ...) kept.
+local function step_failure(m, err)
+  local fields = errors.fields(err) or {}
+  fields.kind = nil
+  fields.migration, fields.cause = m.name, err
+  fields.message = ("migration %s failed: %s; version stays at %d"):format(m.name, errors.text(err), m.number)
+  return errors.new("failed", fields)
 end
 
--- `run` (mode "run") and `plan` / `run --dry-run` (mode "plan").
-function runner.execute(opts, mode)
+-- `run` (mode "run") and `plan` / `run --dry-run` (mode "plan"). report(event)
+-- receives what a plan shows (see cmd/plan.lua); nil for a real run.
+function runner.execute(opts, mode, report)
+  report = report or function() end
   return runner.protect(opts, function(log)
     local started = sys.monotime()
     local set = runner.discover(opts)
-    local namespace = runner.namespace(opts)
-    local target = runner.target(opts, set)
+    local namespace = steps.namespace(opts)
+    local target = steps.target(opts, set)
     -- a server dry run persists nothing either: it plans, with the server judging the writes
     local planning = mode == "plan" or opts.server_dry_run == true
-    local state = { writes = 0, step = nil }
-    local dry_run
-    if opts.server_dry_run then dry_run = "server" elseif planning then dry_run = "client" end
-    local client, connect_options = runner.connect(opts, log, {
-      dry_run = dry_run, record = dry_run and write_printer(opts, state) or nil,
-    })
+    local dry_run = opts.server_dry_run and "server" or (planning and "client" or nil)
+    local state = { writes = 0, step = nil, steps_run = 0, failures = 0 }
+    local client = runner.connect(opts, log, { dry_run = dry_run, record = dry_run and function(w)
+      state.writes = state.writes + 1
+      w.type, w.step = "write", state.step
+      report(w)
+    end or nil })
     local cms = client:resource("v1", "configmaps")
     proc.trap()
     local identity = lease.identity()
     local holder
-    local steps_run = 0
-    local plan_failures = 0
+    -- the engine's own writes (the stamp) need the lock, once it is taken
+    client.gate = { guard = function() if holder then holder:check() end end }
 
     local function summary(result)
-      local s = client.stats or {}
+      local s = client.stats
       log:info("summary", {
-        result = result, steps = steps_run, writes = s.writes, requests = s.requests, retries = s.retries,
-        conflicts = s.conflicts, duration_s = ("%.2f"):format(sys.monotime() - started),
-        dry_run = dry_run,
+        result = result, steps = state.steps_run, writes = s.writes, requests = s.requests, retries = s.retries,
+        conflicts = s.conflicts, duration_s = ("%.2f"):format(sys.monotime() - started), dry_run = dry_run,
       })
     end
 
-    local function guard()
-      if proc.signalled() then
-        errors.raise("interrupted", ("stopped by signal %d before the next write"):format(proc.signalled()))
-      end
-      if holder then holder:check() end
-    end
-
-    local cm = stamp.read(cms, namespace)
-    if cm == nil then
+    local decision = steps.decide(set, cms, namespace, target, log)
+    if decision.action == "bootstrap" then
       log:info("no version ConfigMap: fresh install, stamping the target and running nothing",
         { configmap = stamp.CONFIGMAP, namespace = namespace, version = target })
-      if planning then plan_line(opts, { type = "bootstrap", version = target },
-        ("plan: no %s/%s: would create it at version %d"):format(namespace, stamp.CONFIGMAP, target)) end
+      report { type = "bootstrap", version = target, namespace = namespace, configmap = stamp.CONFIGMAP }
       local _, created = stamp.bootstrap(cms, namespace, target)
       if not created then log:info("another runner created the ConfigMap first") end
       summary("bootstrapped")
       return 0
-    end
-    local current = stamp.version_of(cm)
-    -- only cross-checked: a malformed value is worth a warning, not a refusal
-    local cv_ok, hook_current = pcall(env_integer, "CURRENT_VERSION")
-    if not cv_ok then
-      log:warn("ignoring $CURRENT_VERSION: " .. error_text(hook_current))
-    elseif hook_current and hook_current ~= current then
-      log:warn("$CURRENT_VERSION differs from the stamped version; the ConfigMap wins",
-        { env = hook_current, stamped = current })
-    end
-    if current >= target then
-      if current > target then
+    elseif decision.action == "none" then
+      if decision.current > target then
         log:warn("cluster is ahead of the target: a version never goes down, nothing to do",
-          { current = current, target = target })
+          { current = decision.current, target = target })
       else
-        log:info("up to date", { version = current })
+        log:info("up to date", { version = decision.current })
       end
-      if planning then plan_line(opts, { type = "plan", current = current, target = target, steps = 0 },
-        ("plan: version %d, target %d: nothing to do"):format(current, target)) end
+      report { type = "plan", current = decision.current, target = target, steps = 0 }
       summary("up-to-date")
       return 0
     end
-    local steps = discovery.pending(set, current, target)
+
+    local function run_step(m, cm)
+      interrupted_check()
+      local from, to = m.number, m.number + 1
+      state.step = from
+      local step_log = log:with{ migration = m.name }
+      local t0, m0 = sys.time(), sys.monotime()
+      step_log:info("step started", { from = from, to = to, kind = m.kind })
+      report { type = "step", number = m.number, name = m.name, kind = m.kind, from = from, to = to,
+        description = m.description }
+      local record = function() return stamp.history_record(m, from, to, t0, identity) end
+      if m.kind == "lua" then
+        local ok, err = step.execute(m, { client = client, log = log, namespace = namespace,
+          mode = planning and "plan" or "run",
+          guard = function() interrupted_check(); if holder then holder:check() end end })
+        if not ok then
+          if context.stop_error(err) then error(err, 0) end
+          if not planning then error(step_failure(m, err), 0) end
+          -- a plan goes on: later steps see the cluster as it is, not as
+          -- this step would have left it, so a failure may be an artefact
+          state.failures = state.failures + 1
+          step_log:warn("step could not be planned: " .. errors.text(err), errors.fields(err))
+          report { type = "failure", number = m.number, name = m.name, error = errors.text(err) }
+        end
+        interrupted_check()
+        cm = stamp.advance(cms, cm, from, to, record())
+      elseif planning then
+        report { type = "legacy", number = m.number, name = m.name, file = m.file }
+        cm = stamp.advance(cms, cm, from, to, record())
+      else
+        local after = legacy.step(m, cms, { namespace = namespace, from = from, target = target,
+          kubeconfig = opts.kubeconfig or os.getenv("KUBECONFIG"), log = step_log })
+        -- its history record: even when a signal came meanwhile, the stamp is done
+        cm = stamp.record(cms, after, to, record())
+      end
+      state.steps_run = state.steps_run + 1
+      step_log:info(planning and "step planned" or "step done, stamped", { version = to,
+        seconds = ("%.2f"):format(sys.monotime() - m0) })
+      return cm
+    end
 
     local run_ok, run_err = pcall(function()
-      if not planning and not opts.server_dry_run then
-        local lock_opts = { namespace = namespace, identity = identity, duration = lease.duration(),
-          timeout = opts.lock_timeout or runner.DEFAULT_LOCK_TIMEOUT, log = log }
-        lease.acquire(client, lock_opts)
-        holder = lease.hold(lock_opts, connect_options)
+      if not planning then
+        holder = take_lock(client, opts, namespace, identity, log)
         -- another runner may have moved the version while we waited
-        cm = assert(stamp.read(cms, namespace), "version ConfigMap disappeared")
-        current = stamp.version_of(cm)
-        if current >= target then
-          log:info("up to date after taking the lock", { version = current })
+        decision = steps.decide(set, cms, namespace, target)
+        if decision.action ~= "migrate" then
+          log:info("up to date after taking the lock", { version = decision.current })
           return
         end
-        steps = discovery.pending(set, current, target)
       end
-      if planning then
-        plan_line(opts, { type = "plan", current = current, target = target, steps = #steps,
-          server_dry_run = opts.server_dry_run or false },
-          ("plan: version %d -> %d, %d step(s)%s"):format(current, target, #steps,
-            opts.server_dry_run and ", writes sent with dryRun=All" or ", nothing written"))
-      end
-      log:info("migrating", { from = current, to = target, steps = #steps, runner = identity,
+      report { type = "plan", current = decision.current, target = target, steps = #decision.steps,
+        server_dry_run = opts.server_dry_run or false }
+      log:info("migrating", { from = decision.current, to = target, steps = #decision.steps, runner = identity,
         dry_run = dry_run })
-      for _, m in ipairs(steps) do
-        guard()
-        local from, to = m.number, m.number + 1
-        state.step = from
-        local step_log = log:with{ migration = m.name }
-        local t0 = sys.time()
-        local m0 = sys.monotime()
-        step_log:info("step started", { from = from, to = to, kind = m.kind })
-        if planning then
-          plan_line(opts, { type = "step", number = m.number, name = m.name, kind = m.kind, from = from, to = to,
-            description = m.description },
-            ("step %d -> %d: %s (%s) %s"):format(from, to, m.name, m.kind, m.description))
-        end
-        if m.kind == "lua" then
-          local ctx = context.new{ client = client, log = step_log, namespace = namespace, from = from, to = to,
-            mode = planning and "plan" or "run", guard = guard }
-          local ok, err = xpcall(m.definition.run, function(e)
-            if type(e) == "string" then return debug.traceback(e, 2) end
-            return e
-          end, ctx)
-          if not ok and planning and not context.stop_error(err) then
-            -- a plan goes on: later steps see the cluster as it is, not as
-            -- this step would have left it, so a failure may be an artefact
-            plan_failures = plan_failures + 1
-            step_log:warn("step could not be planned: " .. error_text(err), error_fields(err))
-            plan_line(opts, { type = "failure", number = m.number, name = m.name, error = error_text(err) },
-              ("  step %d would fail against the current cluster: %s"):format(m.number, error_text(err)))
-          elseif not ok then
-            if context.stop_error(err) then error(err, 0) end
-            step_log:error("step failed: " .. error_text(err), error_fields(err))
-            errors.raise("failed", ("migration %s failed; version stays at %d"):format(m.name, from),
-              { migration = m.name })
-          end
-          guard()
-          cm = stamp.advance(cms, cm, from, to, history_record(m, from, to, t0, identity))
-        elseif planning then
-          plan_line(opts, { type = "legacy", number = m.number, name = m.name },
-            ("  legacy script %s would run here; its writes cannot be shown"):format(m.file))
-          cm = stamp.advance(cms, cm, from, to, history_record(m, from, to, t0, identity))
-        else
-          legacy.run(m, { namespace = namespace, from = from, target = target, kubeconfig = opts.kubeconfig
-            or os.getenv("KUBECONFIG"), log = step_log })
-          local after = stamp.read(cms, namespace)
-          local v = after and stamp.version_of(after)
-          if v ~= to then
-            errors.raise("failed", ("legacy script %s exited 0 but did not stamp %d (version is %s)")
-              :format(m.file, to, tostring(v)), { migration = m.name })
-          end
-          -- its history record: even when a signal came meanwhile, the stamp is done
-          if holder then holder:check() end
-          cm = stamp.record(cms, after, to, history_record(m, from, to, t0, identity))
-        end
-        steps_run = steps_run + 1
-        step_log:info(planning and "step planned" or "step done, stamped", { version = to,
-          seconds = ("%.2f"):format(sys.monotime() - m0) })
-      end
+      local cm = decision.cm
+      for _, m in ipairs(decision.steps) do cm = run_step(m, cm) end
     end)
     if holder then
-      holder:stop()
-      -- best effort and quick: an unreleased lease only expires, while a
-      -- release retried for minutes would hold a failed run (and its exit)
-      local quick_ok, quick = pcall(runner.connect, opts, log,
-        { request_timeout = 5, retry = { max_attempts = 2, max_time = 5 } })
-      lease.release(quick_ok and quick or client, { namespace = namespace, identity = identity, log = log })
+      local h = holder
+      holder = nil
+      release_lock(h, client, opts, namespace, identity, log)
     end
     if not run_ok then
       summary("failed")
       error(run_err, 0)
     end
-    if planning then
-      plan_line(opts, { type = "summary", steps = steps_run, writes = state.writes, failures = plan_failures },
-        ("plan: %d step(s), %d write(s)%s"):format(steps_run, state.writes,
-          plan_failures > 0 and (", %d step(s) would fail"):format(plan_failures) or ""))
-      if plan_failures > 0 then
-        summary("plan-failed")
-        return 1
-      end
+    report { type = "summary", steps = state.steps_run, writes = state.writes, failures = state.failures }
+    if planning and state.failures > 0 then
+      summary("plan-failed")
+      return 1
     end
     summary(planning and "planned" or "done")
     return 0

@@ -4,10 +4,13 @@
 -- reach the debug library or load binary chunks (which can break out of
 -- the VM). Library tables are copies, so a migration that assigns to
 -- string.format changes its own copy, not the engine's.
+local json = require "cozy.json"
+
 local sandbox = {}
 
--- Modules a migration may require; each gets its own shallow copy.
-sandbox.modules = { ["cozy.json"] = true }
+-- Modules a migration may require; each gets its own copy, made by the
+-- function given here (tables the engine shares are offered read-only).
+sandbox.modules = {}
 
 local function copy(t)
   local c = {}
@@ -15,10 +18,36 @@ local function copy(t)
   return c
 end
 
+-- A read-only stand-in for an engine table: reads see it, a write raises.
+local function frozen(t, name)
+  return setmetatable({}, {
+    __index = t,
+    __newindex = function() error(("cozy sandbox: %s is read-only"):format(name), 2) end,
+    __pairs = function() return next, t, nil end,
+    __metatable = false,
+  })
+end
+
+-- The JSON markers: a migration sees read-only stand-ins (as json.array_mt
+-- and from getmetatable on a decoded value); setmetatable with a stand-in
+-- marks the table for real.
+local markers = {
+  [json.array_mt] = frozen(json.array_mt, "json.array_mt"),
+  [json.object_mt] = frozen(json.object_mt, "json.object_mt"),
+}
+local marker_of = {}
+for real, standin in pairs(markers) do marker_of[standin] = real end
+
+sandbox.modules["cozy.json"] = function()
+  local m = copy(json)
+  m.array_mt, m.object_mt = markers[json.array_mt], markers[json.object_mt]
+  return m
+end
+
 local base_names = {
   "assert", "error", "ipairs", "next", "pairs", "pcall", "xpcall", "select",
   "tonumber", "tostring", "type", "rawequal", "rawget", "rawlen", "rawset",
-  "setmetatable", "_VERSION",
+  "_VERSION",
 }
 
 -- A fresh environment for one migration.
@@ -35,11 +64,34 @@ function sandbox.env()
   env.coroutine = copy(coroutine)
   env.os = { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime }
 
-  -- Only tables: the shared string metatable (whose __index is the
-  -- engine's string library) stays out of reach.
+  -- Metatables: a migration may set and read those of its own tables, and
+  -- see read-only stand-ins of the JSON markers. An engine object's
+  -- metatable (and the shared string metatable) stays out of reach: asking
+  -- for it, or replacing it, raises.
+  local own = setmetatable({}, { __mode = "k" })
   env.getmetatable = function(v)
     if type(v) ~= "table" then return nil end
-    return getmetatable(v)
+    local mt = debug.getmetatable(v)
+    if mt == nil or own[mt] then return getmetatable(v) end
+    if markers[mt] then return markers[mt] end
+    error("cozy sandbox: the metatable of an engine object is not available to migrations", 2)
+  end
+  env.setmetatable = function(t, mt)
+    if type(t) ~= "table" then error("bad argument #1 to 'setmetatable' (table expected)", 2) end
+    local current = debug.getmetatable(t)
+    if current ~= nil and not own[current] and not markers[current] then
+      error("cozy sandbox: cannot change the metatable of an engine object", 2)
+    end
+    if mt ~= nil and type(mt) ~= "table" then error("bad argument #2 to 'setmetatable' (nil or table expected)", 2) end
+    if marker_of[mt] then
+      mt = marker_of[mt]
+    elseif mt ~= nil then
+      if markers[mt] == nil and debug.getmetatable(mt) ~= nil and not own[debug.getmetatable(mt)] then
+        error("cozy sandbox: cannot use an engine object as a metatable", 2)
+      end
+      own[mt] = true
+    end
+    return setmetatable(t, mt)
   end
 
   -- Text chunks only, in this environment unless another is given.
@@ -51,10 +103,11 @@ function sandbox.env()
   end
 
   env.require = function(name)
-    if not sandbox.modules[name] then
+    local open = sandbox.modules[name]
+    if not open then
       error(("cozy sandbox: module '%s' is not available to migrations"):format(tostring(name)), 2)
     end
-    return copy(require(name))
+    return open()
   end
 
   env._G = env

@@ -1,4 +1,4 @@
--- The command-line contract of design.md: parsing, exit statuses, --help/--version.
+-- The command-line contract (README.md, docs/operations.md): parsing, exit statuses, --help/--version.
 local cli = require "cozy.cli"
 
 local bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
@@ -42,8 +42,8 @@ describe("cli.parse", function()
     it("refuses " .. table.concat(case[1], " "), function()
       local ok, err = pcall(cli.parse, case[1])
       assert.is_false(ok)
-      assert.is_table(err)
-      assert.matches(case[2], err.usage)
+      assert.equal("usage", err.kind)
+      assert.matches(case[2], err.message)
     end)
   end
 end)

@@ -1,4 +1,4 @@
--- cozy.json: the lossless JSON contract of design.md, and the errors.
+-- cozy.json: the lossless JSON contract (docs/engine-api.md), and the errors.
 local json = require "cozy.json"
 local cjson = require "cjson"
 local dkjson = require "dkjson"

@@ -1,6 +1,6 @@
 -- Discovery and validation of a migration set: pure logic, no server.
 local discovery = require "cozy.runner.discovery"
-local errors = require "cozy.runner.errors"
+local errors = require "cozy.errors"
 
 local fixtures = "spec/fixtures/runner/"
 

@@ -1,6 +1,6 @@
--- cozy.worker (a background thread with its own Lua state), cozy.proc
--- (child processes), and the guard ctx.kube puts before every write.
-local context = require "cozy.runner.context"
+-- cozy.worker (a background thread with its own Lua state) and cozy.proc
+-- (child processes). The write guard is proven with the step executor, in
+-- spec/e2e/step_boundary_spec.lua.
 local proc = require "cozy.proc"
 local support = require "spec.e2e.runner_support"
 local worker = require "cozy.worker"
@@ -66,48 +66,5 @@ describe("cozy.proc.spawn", function()
     assert.has_error(function()
       proc.spawn({ "/bin/echo", "x" }, nil, function() error("callback broke") end)
     end)
-  end)
-end)
-
-describe("ctx.kube guard", function()
-  -- a stand-in client: records calls
-  local function fake_client(calls)
-    local res = {}
-    function res.get(self, ns, name) calls[#calls + 1] = "get " .. name; return { self = self } end
-    function res.merge_patch(_, _, name) calls[#calls + 1] = "patch " .. name end
-    function res.update(_, obj, mutate)
-      for _ = 1, 2 do calls[#calls + 1] = "attempt"; mutate(obj) end
-      return obj, true
-    end
-    return { namespace = "ns", stats = { writes = 0 },
-      resource = function(self, api, plural) calls[#calls + 1] = "resource " .. plural; return res end }
-  end
-
-  it("checks before every write and every update attempt, never before reads", function()
-    local calls, guards = {}, 0
-    local ctx = context.new{ client = fake_client(calls), log = require("cozy.log").new{ stream = io.stderr },
-      namespace = "ns", from = 1, to = 2, guard = function() guards = guards + 1; calls[#calls + 1] = "guard" end }
-    local cms = ctx.kube:resource("v1", "configmaps")
-    cms:get("ns", "a")
-    cms:merge_patch("ns", "a", {})
-    cms:update({}, function() return {} end)
-    assert.same({ "resource configmaps", "get a", "guard", "patch a", "guard", "attempt", "guard", "attempt",
-      "guard" }, calls)
-    assert.equal("ns", ctx.kube.namespace)
-  end)
-
-  it("stops a write when the guard raises", function()
-    local calls = {}
-    local ctx = context.new{ client = fake_client(calls), log = require("cozy.log").new{ stream = io.stderr },
-      guard = function() error("lock lost") end }
-    assert.has_error(function() ctx.kube:resource("v1", "configmaps"):merge_patch("ns", "a", {}) end, "lock lost")
-    assert.same({ "resource configmaps" }, calls)
-  end)
-
-  it("validates finding severities", function()
-    local ctx = context.new{ client = {}, log = require("cozy.log").new{ stream = io.open("/dev/null", "w") } }
-    ctx.finding("warn", "w")
-    assert.has_error(function() ctx.finding("fatal", "x") end)
-    assert.same({ { severity = "warn", message = "w" } }, ctx.findings)
   end)
 end)

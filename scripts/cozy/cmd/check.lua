@@ -4,14 +4,14 @@
 -- `permissions`), asked with SelfSubjectAccessReview; each pending
 -- migration's check(ctx) and its findings (info, warn, block).
 -- Exit 0 when nothing blocks, 1 when a finding blocks, 2 for usage or an
--- invalid set. check(ctx) gets a client in client dry-run mode, so even a
--- careless check cannot write.
-local context = require "cozy.runner.context"
+-- invalid set. check(ctx) runs through the step executor in mode "check":
+-- a write raises (the check fails with a blocking finding) and is never sent.
 local discovery = require "cozy.runner.discovery"
-local errors = require "cozy.runner.errors"
+local errors = require "cozy.errors"
 local json = require "cozy.json"
 local runner = require "cozy.runner"
 local stamp = require "cozy.runner.stamp"
+local step = require "cozy.runner.step"
 
 local as_array = json.array or function(t) return t end
 
@@ -58,7 +58,7 @@ function M.collect(opts, log)
   local ok, version = pcall(probe.get_path, probe, "/version")
   report.reachable = ok
   if not ok then
-    finding("engine", "block", "API server not reachable: " .. runner.error_text(version))
+    finding("engine", "block", "API server not reachable: " .. errors.text(version))
     return report
   end
   report.server_version = type(version) == "table" and version.gitVersion or nil
@@ -80,7 +80,7 @@ function M.collect(opts, log)
   else
     local pok, pending = pcall(discovery.pending, set, report.current, target)
     if not pok then
-      finding("engine", "block", runner.error_text(pending))
+      finding("engine", "block", errors.text(pending))
     else
       checked = pending
     end
@@ -101,32 +101,27 @@ function M.collect(opts, log)
     report.permissions[#report.permissions + 1] = entry
     if not aok then
       finding(w.source, "warn", ("could not ask whether %s is allowed: %s"):format(perm_text(w.p),
-        runner.error_text(allowed)))
+        errors.text(allowed)))
     elseif not allowed then
       finding(w.source, "block", ("not allowed: %s%s%s"):format(perm_text(w.p),
         w.ns and (" in namespace " .. w.ns) or " in all namespaces", reason and reason ~= "" and (" (" .. reason .. ")") or ""))
     end
   end
 
-  -- each migration's check(ctx), with a client that cannot write
-  local dry = runner.connect(opts, log, { dry_run = "client", record = function(w)
-    log:warn("check() attempted a write (not sent)", { method = w.method, path = w.path })
-  end })
+  -- each migration's check(ctx), through the step executor: read-only, a
+  -- write raises and nothing is sent
   for _, m in ipairs(checked) do
     if m.kind == "legacy" then
       finding(m.name, "info", "legacy script: no check available")
-    elseif m.definition.check then
-      local findings = {}
-      local ctx = context.new{ client = dry, log = log:with{ migration = m.name }, namespace = namespace,
-        from = m.number, to = m.number + 1, mode = "check", findings = findings }
-      local cok, err = xpcall(m.definition.check, function(e)
-        if type(e) == "string" then return debug.traceback(e, 2) end
-        return e
-      end, ctx)
-      for _, f in ipairs(findings) do finding(m.name, f.severity, f.message, f.fields) end
-      if not cok then finding(m.name, "block", "check() failed: " .. runner.error_text(err)) end
     else
-      finding(m.name, "info", "no check() defined")
+      local cok, err, findings, defined = step.execute(m, { client = client, log = log, namespace = namespace,
+        mode = "check" })
+      for _, f in ipairs(findings) do finding(m.name, f.severity, f.message, f.fields) end
+      if not defined then
+        finding(m.name, "info", "no check() defined")
+      elseif not cok then
+        finding(m.name, "block", "check() failed: " .. errors.text(err))
+      end
     end
   end
   return report

@@ -1,55 +1,31 @@
--- Structured errors of cozy.kube (docs/engine-api.md, "Errors").
+-- API errors of cozy.kube: cozy.errors of kind "api" (and "config" for a
+-- configuration the transport refused), built from a response or a
+-- transport failure (docs/engine-api.md, "Errors").
 --
 -- The rule (docs/transport.md): every failed call RAISES one of these; the
 -- only calls that return nil for a normal outcome are `find` (absent object)
 -- and `update` when mutate returns nil (it returns obj, false). Nothing is
 -- returned as `nil, err`.
+local base = require "cozy.errors"
+
 local errors = {}
 
-local Error = { __name = "kube.Error" }
-Error.__index = Error
+errors.Error = base.Error
 
-local function describe_attempts(attempts)
-  if not attempts or #attempts <= 1 then return "" end
-  local parts = {}
-  for i, a in ipairs(attempts) do
-    local what = a.code ~= 0 and tostring(a.code) or (a.reason or "transport error")
-    if a.code == 0 and a.message then what = what .. " (" .. a.message .. ")" end
-    if a.after_s then what = what .. (", retried after %.2fs"):format(a.after_s) end
-    parts[i] = ("#%d %s"):format(i, what)
-  end
-  return " [attempts: " .. table.concat(parts, "; ") .. "]"
-end
-
-function Error.__tostring(e)
-  local head = e.method and ("%s %s: "):format(e.method, e.path or "?") or ""
-  local code = e.code and e.code ~= 0 and (" (%d)"):format(e.code) or ""
-  return ("%s%s%s: %s%s"):format(head, e.reason or "Error", code, e.message or "",
-    describe_attempts(e.attempts))
-end
-
-local ConfigError = { __name = "kube.ConfigError" }
-ConfigError.__index = ConfigError
-function ConfigError.__tostring(e)
-  return ("configuration error: %s"):format(e.message or "?")
-end
-
-errors.Error = Error
-errors.ConfigError = ConfigError
-
+-- An API error or a configuration error?
 function errors.is_error(v)
-  local mt = getmetatable(v)
-  return mt == Error or mt == ConfigError
+  return base.is(v, "api", "config")
 end
 
+-- An API error from fields { method=, path=, code=, reason=, message=, details=, attempts= }.
 function errors.new(fields)
-  return setmetatable(fields, Error)
+  return base.new("api", fields)
 end
 
 function errors.config(fields)
   fields.code = fields.code or 0
   fields.reason = fields.reason or "ConfigError"
-  return setmetatable(fields, ConfigError)
+  return base.new("config", fields)
 end
 
 local reasons = {
@@ -64,9 +40,9 @@ local reasons = {
 function errors.from_response(method, path, code, status, raw, attempts)
   local e = { method = method, path = path, code = code, attempts = attempts }
   if type(status) == "table" and status.kind == "Status" then
-    e.reason = status.reason
-    e.message = status.message
-    e.details = status.details
+    e.reason = type(status.reason) == "string" and status.reason or nil
+    e.message = type(status.message) == "string" and status.message or nil
+    e.details = type(status.details) == "table" and status.details or nil
   end
   if e.reason == nil or e.reason == "" then e.reason = reasons[code] or "Unknown" end
   if e.message == nil or e.message == "" then
@@ -81,21 +57,21 @@ function errors.from_response(method, path, code, status, raw, attempts)
   end
   if code == 404 then
     -- an absent object names itself in details; an absent type does not
-    local d = type(e.details) == "table" and e.details or nil
+    local d = e.details
     e.absent = (d and d.name and d.name ~= "") and "object" or "type"
   end
-  return setmetatable(e, Error)
+  return errors.new(e)
 end
 
 -- A transport failure (no HTTP status): the last attempt says why.
 function errors.from_transport(method, path, attempts)
   local last = attempts[#attempts] or {}
-  return setmetatable({
+  return errors.new {
     method = method, path = path, code = 0,
     reason = last.reason or "TransportError",
     message = last.message or "transport error",
     attempts = attempts,
-  }, Error)
+  }
 end
 
 return errors

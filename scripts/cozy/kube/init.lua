@@ -11,6 +11,8 @@ local sys = require "cozy.sys"
 local errors = require "cozy.kube.errors"
 local patch = require "cozy.kube.patch"
 local pager = require "cozy.kube.pager"
+local request = require "cozy.kube.request"
+local base_errors = require "cozy.errors"
 
 local kube = {
   Error = errors.Error,
@@ -133,29 +135,93 @@ function Client:close()
   if self._t then self._t:close() end
 end
 
--- One API call. Returns the decoded body (nil when empty), the status and the
--- attempts; raises kube.Error for any non-2xx answer or transport failure.
--- spec = { query = {{k,v},...}, body = lua value, content_type =, retry_safe =, write = }
+-- Views: the same connection, counters and dry-run mode under another gate.
+-- The step executor gives each migration step a view whose gate carries the
+-- step's rules (its declared permissions, read-only for check, the lock and
+-- SIGTERM guard); the runner's own client carries the engine's gate.
+function Client:view(gate)
+  return setmetatable({ gate = gate, _internal = 0 }, { __index = self })
+end
+
+-- Runs fn with the gate's permission check off: the reads a client dry run
+-- makes to compute what a write would return are the engine's, not the
+-- migration's (the real write would not make them).
+local function internally(self, fn)
+  self._internal = (self._internal or 0) + 1
+  local ok, res = pcall(fn)
+  self._internal = self._internal - 1
+  if not ok then error(res, 0) end
+  return res
+end
+
+-- The choke point's decision: may this request be sent? Taken from the
+-- request alone (its method and path); raises a cozy.errors error if not.
+--   gate.permissions  the declared permissions (a migration's view): a
+--                     request they do not cover is refused (kind "denied")
+--   gate.read_only    a write is refused (kind "readonly"); the text says whose
+--   gate.guard(method, path)  called before every write: raises to stop it
+local function admit(self, method, path, query, write)
+  local gate = self.gate
+  if gate == nil then return end
+  if gate.permissions and (self._internal or 0) == 0 then
+    local a = request.attributes(method, path, query_table(query))
+    if not request.allowed(gate.permissions, a) then
+      base_errors.raise("denied", ("%s sent %s %s, which its permissions do not declare; declare %s")
+        :format(gate.who or "a migration", method, path, request.declaration(a)),
+        { migration = gate.who, method = method, path = path })
+    end
+  end
+  if write then
+    if gate.read_only then
+      base_errors.raise("readonly", ("%s attempted a write, %s %s: %s; nothing was sent")
+        :format(gate.who or "a read-only caller", method, path, gate.read_only),
+        { migration = gate.who, method = method, path = path })
+    end
+    if gate.guard then gate.guard(method, path) end
+  end
+end
+
+local function record_write(self, method, path, query, ctype, body)
+  if self.record then
+    self.record { method = method, path = path, query = query_table(query), content_type = ctype, body = body }
+  end
+end
+
+-- One API call: the one path every request of the engine, the runner and a
+-- migration takes. Returns the decoded body (nil when empty), the status and
+-- the attempts; raises kube.Error for any non-2xx answer or transport failure.
+-- spec = { query = {{k,v},...}, body = lua value, content_type =, retry_safe =, timeout =,
+--          simulate = function() -> the result a client dry run returns instead of sending }
+-- Whether the request is a write is decided here, from its method.
 function Client:call(method, path, spec)
   spec = spec or {}
   local query = spec.query or {}
   local body = spec.body
-  if spec.write and self.dry_run == "server" then
+  local ctype = body ~= nil and (spec.content_type or JSON) or nil
+  local write = request.is_write(method)
+  admit(self, method, path, query, write)
+  if write and self.dry_run == "client" then
+    -- kept back: computed locally (a simulation that fails raises, as the
+    -- real write would), then recorded exactly once
+    local result
+    if spec.simulate then result = internally(self, spec.simulate) end
+    self.stats.recorded = self.stats.recorded + 1
+    record_write(self, method, path, query, ctype, body)
+    return result, 0, {}
+  end
+  if write and self.dry_run == "server" then
     query = table.move(query, 1, #query, 1, {})
     query[#query + 1] = { "dryRun", "All" }
     -- sent for the server to judge, and shown on its way out, as a client
     -- dry run shows the writes it keeps back
-    if self.record then
-      self.record { method = method, path = path, query = query_table(query),
-        content_type = body ~= nil and (spec.content_type or JSON) or nil, body = body }
-    end
+    record_write(self, method, path, query, ctype, body)
   end
   local qs = encode_query(query)
   local shown = qs ~= "" and (path .. "?" .. qs) or path
   local status, raw, attempts, warnings = self._t:request(method, path, {
     query = qs,
     body = body ~= nil and json.encode(body) or nil,
-    content_type = body ~= nil and (spec.content_type or JSON) or nil,
+    content_type = ctype,
     retry_safe = spec.retry_safe,
     timeout = spec.timeout,
     on_retry = function(a)
@@ -166,7 +232,7 @@ function Client:call(method, path, spec)
   local stats = self.stats
   stats.requests = stats.requests + #attempts
   stats.retries = stats.retries + #attempts - 1
-  if spec.write then stats.writes = stats.writes + 1 end
+  if write then stats.writes = stats.writes + 1 end
   if status == 0 then error(errors.from_transport(method, shown, attempts)) end
   if warnings then
     -- the API server's Warning headers (deprecated APIs, ignored fields): once each per client
@@ -260,14 +326,6 @@ function Resource:find(...)
   error(obj, 0)
 end
 
-local function record(self, method, path, query, ctype, body)
-  local c = self.client
-  c.stats.recorded = c.stats.recorded + 1
-  if c.record then
-    c.record { method = method, path = path, query = query_table(query), content_type = ctype, body = body }
-  end
-end
-
 -- Did any attempt end in a way that leaves the write's fate unknown?
 local function uncertain(attempts)
   for _, a in ipairs(attempts or {}) do
@@ -275,6 +333,10 @@ local function uncertain(attempts)
   end
   return false
 end
+
+-- Each write below hands Client:call a `simulate` function: what the write
+-- would return, computed locally, for a client dry run. Whether the write is
+-- sent, recorded or refused is Client:call's decision alone.
 
 function Resource:create(obj)
   if type(obj) ~= "table" or type(obj.metadata) ~= "table" then
@@ -287,15 +349,12 @@ function Resource:create(obj)
   local path = self:collection_path(ns)
   fill_type(self, obj)
   local c = self.client
-  if c.dry_run == "client" then
-    record(self, "POST", path, {}, JSON, obj)
-    return patch.deepcopy(obj)
-  end
   -- A named create may be repeated: a second POST cannot create a second
   -- object, and an AlreadyExists after an uncertain attempt is resolved by
   -- reading the object back (docs/transport.md). generateName cannot.
   local named = obj.metadata.name ~= nil
-  local ok, res = pcall(c.call, c, "POST", path, { body = obj, write = true, retry_safe = named })
+  local ok, res = pcall(c.call, c, "POST", path, { body = obj, retry_safe = named,
+    simulate = function() return patch.deepcopy(obj) end })
   if ok then return res end
   if errors.is_error(res) and res.code == 409 and res.reason == "AlreadyExists" and named
       and uncertain(res.attempts) and c.dry_run == nil then
@@ -314,17 +373,12 @@ end
 
 function Resource:_merge_patch(ns, name, p, base)
   local path = self:path(ns, name)
-  local c = self.client
-  if c.dry_run == "client" then
-    local current = base or self:_get(ns, name)
-    record(self, "PATCH", path, {}, MERGE_PATCH, p)
-    return patch.merge_patch(current, p)
-  end
   -- Applying the same merge patch twice yields the same object, but a replay
   -- after an uncertain first attempt could overwrite another writer's change
   -- made in between; only a resourceVersion precondition makes it safe.
   local safe = type(p.metadata) == "table" and p.metadata.resourceVersion ~= nil
-  return (c:call("PATCH", path, { body = p, content_type = MERGE_PATCH, write = true, retry_safe = safe }))
+  return (self.client:call("PATCH", path, { body = p, content_type = MERGE_PATCH, retry_safe = safe,
+    simulate = function() return patch.merge_patch(base or self:_get(ns, name), p) end }))
 end
 
 function Resource:merge_patch(...)
@@ -340,22 +394,18 @@ end
 
 function Resource:_json_patch(ns, name, ops, base)
   local path = self:path(ns, name)
-  local c = self.client
   as_ops(ops)
-  if c.dry_run == "client" then
-    local current = base or self:_get(ns, name)
-    local ok, res = pcall(patch.json_patch, current, ops)
-    if not ok then
-      local msg = type(res) == "table" and res.patch_error or tostring(res)
-      error(errors.new { method = "PATCH", path = path, code = 422, reason = "Invalid",
-        message = "client dry run: " .. msg, details = { name = name }, attempts = {} })
-    end
-    record(self, "PATCH", path, {}, JSON_PATCH, ops)
-    return res
+  local function simulate()
+    local ok, res = pcall(patch.json_patch, base or self:_get(ns, name), ops)
+    if ok then return res end
+    local msg = type(res) == "table" and res.patch_error or tostring(res)
+    error(errors.new { method = "PATCH", path = path, code = 422, reason = "Invalid",
+      message = "client dry run: " .. msg, details = { name = name }, attempts = {} })
   end
   -- a leading test makes a replay fail instead of applying twice
   local safe = type(ops[1]) == "table" and ops[1].op == "test"
-  return (c:call("PATCH", path, { body = ops, content_type = JSON_PATCH, write = true, retry_safe = safe }))
+  return (self.client:call("PATCH", path, { body = ops, content_type = JSON_PATCH, retry_safe = safe,
+    simulate = simulate }))
 end
 
 function Resource:json_patch(...)
@@ -366,14 +416,8 @@ end
 
 function Resource:delete(...)
   local ns, name = target(self, 2, ...)
-  local path = self:path(ns, name)
-  local c = self.client
-  if c.dry_run == "client" then
-    self:_get(ns, name) -- an absent object raises, as the real delete would
-    record(self, "DELETE", path, {}, nil, nil)
-    return nil
-  end
-  c:call("DELETE", path, { write = true })
+  -- an absent object raises in a client dry run too, as the real delete would
+  self.client:call("DELETE", self:path(ns, name), { simulate = function() self:_get(ns, name) end })
   return nil
 end
 

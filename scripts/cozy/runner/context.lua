@@ -1,117 +1,195 @@
 -- The `ctx` a migration's run(ctx) and check(ctx) receive (docs/engine-api.md).
--- ctx.kube is the engine's client behind a guard: before every write (and
--- before every attempt of an update) the runner checks that it still holds
--- the lock and was not asked to stop, so a lost lock or a SIGTERM stops a
--- migration before its next write, never in the middle of one.
-local errors = require "cozy.runner.errors"
+--
+-- ctx is a boundary: everything in it is a function or plain data. The
+-- client, its resources and pagers, the logger and progress bars reach the
+-- migration as tables of closures over the engine's objects, never as
+-- those objects, so no field or metatable of what a migration holds leads to
+-- the transport, an unguarded client, an engine class or a table the engine
+-- itself uses (the closures' upvalues are out of reach without `debug`,
+-- which the sandbox does not offer). Every request still goes through the
+-- step's client view, whose gate (Client:call) decides what may be sent.
+local errors = require "cozy.errors"
+local json = require "cozy.json"
 
 local context = {}
 
-local write_methods = {
-  create = true, merge_patch = true, json_patch = true, delete = true,
-  update = true, replace = true, patch = true, apply = true,
-}
-
--- A method of `target` called on the proxy runs with self = target.
-local function forward(target, proxy, v)
-  if type(v) ~= "function" then return v end
-  return function(self, ...)
-    if self == proxy then self = target end
-    return v(self, ...)
-  end
-end
-
-local function describe_target(k, ...)
-  local a, b = ...
-  if type(a) == "table" then
-    local md = a.metadata or {}
-    return { op = k, namespace = md.namespace, name = md.name }
-  end
-  if type(b) == "string" then return { op = k, namespace = a, name = b } end
-  return { op = k, name = a }
-end
-
-local function guarded_resource(res, guard, log)
-  local proxy = {}
-  return setmetatable(proxy, {
-    __index = function(_, k)
-      local v = res[k]
-      if type(v) ~= "function" or not write_methods[k] then return forward(res, proxy, v) end
-      return function(self, ...)
-        if self == proxy then self = res end
-        guard()
-        if log then
-          local fields = describe_target(k, ...)
-          fields.resource = res.plural
-          log:debug("write", fields)
-        end
-        if k == "update" then
-          -- update(ns, name, mutate) or update(obj, mutate): every attempt is a write
-          local args = table.pack(...)
-          local last = args[args.n]
-          if type(last) == "function" then
-            args[args.n] = function(obj) guard(); return last(obj) end
-          end
-          return v(self, table.unpack(args, 1, args.n))
-        end
-        return v(self, ...)
-      end
-    end,
+-- What a migration holds of the engine is sealed: its metatable is not
+-- theirs to read or replace, and its fields are not theirs to change.
+local function seal(t, name)
+  local fields = {}
+  for k, v in next, t do fields[k] = v end
+  for k in next, fields do t[k] = nil end
+  return setmetatable(t, {
+    __index = fields,
+    __newindex = function() error(("%s is read-only"):format(name), 2) end,
+    __pairs = function() return next, fields, nil end,
+    __metatable = false,
   })
 end
 
--- The client as a migration sees it: every write checked by guard (and
--- logged at debug level). With no guard, the client itself.
-function context.guard_client(client, guard, log)
-  if guard == nil then return client end
-  local proxy = {}
-  return setmetatable(proxy, {
-    __index = function(_, k)
-      if k == "resource" then
-        return function(self, ...)
-          if self == proxy then self = client end
-          return guarded_resource(client.resource(self, ...), guard, log)
-        end
-      end
-      return forward(client, proxy, client[k])
-    end,
+-- Facade methods work when called with `:` or with `.`: the facade itself as
+-- the first argument is dropped.
+local function method(facade, fn)
+  return function(first, ...)
+    if rawequal(first, facade) then return fn(...) end
+    return fn(first, ...)
+  end
+end
+
+-- A value as plain data: strings, numbers, booleans, json.null and tables of
+-- them (copied, depth-bounded); anything else becomes its text. Used for what
+-- a migration hands the engine (finding fields), so that the engine never
+-- keeps a migration's table, function or metatable.
+local function plain(v, depth)
+  local t = type(v)
+  if t == "string" or t == "number" or t == "boolean" or v == json.null or v == nil then return v end
+  if t ~= "table" or (depth or 0) > 32 then return errors.safe_text(v) end
+  local out = {}
+  for k, x in next, v do
+    local key = type(k) == "number" and k or errors.safe_text(k)
+    out[key] = plain(x, (depth or 0) + 1)
+  end
+  return out
+end
+context.plain = plain
+
+-- A read-only live view of an engine table (counters): reading works,
+-- writing raises.
+local function readonly(t, name)
+  return setmetatable({}, {
+    __index = t,
+    __newindex = function() error(("%s is read-only"):format(name), 2) end,
+    __pairs = function() return next, t, nil end,
+    __len = function() return #t end,
+    __metatable = false,
   })
+end
+
+local pager_fields = { pages = true, count = true, restarts = true, skipped = true, resource_version = true }
+
+local function pager_facade(p)
+  local f = {}
+  f.next = method(f, function() return p:next() end)
+  f.collect = method(f, function() return p:collect() end)
+  return setmetatable(f, {
+    __call = function() return p:next() end,
+    __index = function(_, k) if pager_fields[k] then return p[k] end end,
+    __metatable = false,
+  })
+end
+
+local list_options = { "namespace", "label_selector", "field_selector", "limit" }
+
+local function resource_facade(res)
+  local r = { api_version = res.api_version, plural = res.plural, namespaced = res.namespaced }
+  for _, name in ipairs({ "get", "find", "create", "merge_patch", "json_patch", "delete", "update",
+      "path", "collection_path" }) do
+    local fn = res[name]
+    r[name] = method(r, function(...) return fn(res, ...) end)
+  end
+  r.list = method(r, function(opts)
+    if opts ~= nil and type(opts) ~= "table" then error("list(opts): opts must be a table", 2) end
+    local o = {}
+    for _, k in ipairs(list_options) do o[k] = opts and opts[k] end
+    local facade
+    local on_restart = opts and opts.on_restart
+    if on_restart ~= nil then
+      if type(on_restart) ~= "function" then error("list(opts): on_restart must be a function", 2) end
+      o.on_restart = function() on_restart(facade) end
+    end
+    facade = pager_facade(res:list(o))
+    return facade
+  end)
+  return seal(r, "a resource of ctx.kube")
+end
+
+-- What a migration may pass to a raw call: the request, nothing that
+-- changes how the engine treats it (retry safety, a simulated result).
+local function call_spec(spec)
+  if spec == nil then return nil end
+  if type(spec) ~= "table" then error("call(method, path, spec): spec must be a table", 3) end
+  return { query = spec.query, body = spec.body, content_type = spec.content_type, timeout = spec.timeout }
+end
+
+local function kube_facade(view)
+  local k = { namespace = view.namespace, server = view.server }
+  k.stats = readonly(view.stats, "ctx.kube.stats")
+  k.resource = method(k, function(api_version, plural, opts)
+    if opts ~= nil and type(opts) ~= "table" then error("resource(api_version, plural, opts): opts must be a table", 2) end
+    return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced }))
+  end)
+  k.call = method(k, function(http_method, path, spec)
+    if type(http_method) ~= "string" or type(path) ~= "string" then
+      error("call(method, path [, spec]) expects two strings", 2)
+    end
+    return view:call(http_method, path, call_spec(spec))
+  end)
+  k.get_path = method(k, function(path, query) return view:get_path(path, query) end)
+  return seal(k, "ctx.kube")
+end
+
+local function progress_facade(p)
+  local f = {}
+  f.step = method(f, function(n) return p:step(n) end)
+  f.done = method(f, function() return p:done() end)
+  return seal(f, "a progress bar")
+end
+
+local function log_facade(logger)
+  local l = {}
+  for _, level in ipairs({ "info", "warn", "error", "debug" }) do
+    l[level] = method(l, function(message, fields)
+      return logger:write(level, errors.safe_text(message), fields and plain(fields) or nil)
+    end)
+  end
+  l.enabled = method(l, function(level) return logger:enabled(level) end)
+  l.progress = method(l, function(label, total)
+    return progress_facade(logger:progress(errors.safe_text(label), math.tointeger(total) or total))
+  end)
+  l.with = method(l, function(tags) return log_facade(logger:with(plain(tags or {}))) end)
+  return seal(l, "ctx.log")
 end
 
 local severities = { info = true, warn = true, block = true }
 
--- opts: client, log, namespace, from, to, mode ("run"|"plan"|"check"),
--- guard (function raising to stop before a write), findings (array that
--- ctx.finding appends to).
+-- opts: view (the step's client view), log (the engine's logger for the
+-- step), namespace, from, to, mode ("run"|"plan"|"check"), findings (the
+-- engine's own array that ctx.finding appends plain copies to).
+-- Returns the ctx a migration receives.
 function context.new(opts)
-  local log = opts.log
+  local logger = opts.log
   local findings = opts.findings or {}
+  local seen = {} -- the migration's own copy, readable as ctx.findings
   local ctx = {
-    kube = context.guard_client(opts.client, opts.guard, log),
-    log = log,
+    kube = kube_facade(opts.view),
+    log = log_facade(logger),
     namespace = opts.namespace,
     from = opts.from,
     to = opts.to,
     mode = opts.mode or "run",
-    findings = findings,
+    findings = seen,
   }
   function ctx.progress(label, total)
-    return log:progress(label, total)
+    return ctx.log.progress(label, total)
   end
   function ctx.finding(severity, message, fields)
     if not severities[severity] then
-      error(("ctx.finding: severity must be \"info\", \"warn\" or \"block\", got %q"):format(tostring(severity)), 2)
+      error(("ctx.finding: severity must be \"info\", \"warn\" or \"block\", got %q")
+        :format(errors.safe_text(severity)), 2)
     end
-    findings[#findings + 1] = { severity = severity, message = tostring(message), fields = fields }
+    if fields ~= nil and type(fields) ~= "table" then error("ctx.finding: fields must be a table", 2) end
+    local f = { severity = severity, message = errors.safe_text(message), fields = fields and plain(fields) or nil }
+    findings[#findings + 1] = f
+    seen[#seen + 1] = plain(f)
     local level = severity == "info" and "info" or (severity == "warn" and "warn" or "error")
-    log:write(level, "finding: " .. tostring(message), fields)
+    logger:write(level, "finding: " .. f.message, f.fields)
   end
   return ctx
 end
 
--- Guard helpers for the runner.
+-- Errors that stop a run wherever they happen (a plan does not go on past them).
 function context.stop_error(e)
-  return errors.is(e, "lost") or errors.is(e, "interrupted")
+  return errors.is(e, "lost", "interrupted", "timeout")
 end
 
 return context

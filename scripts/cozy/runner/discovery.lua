@@ -5,7 +5,7 @@
 -- A migration set comes from the binary (the shipped migrations/*.lua) or
 -- from a directory (--migrations DIR), which may also hold legacy
 -- executables: `NN` or `NN-name` with the run bit.
-local errors = require "cozy.runner.errors"
+local errors = require "cozy.errors"
 local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
 

@@ -14,7 +14,7 @@
 -- client) renews it every duration/3 with a JSON patch that tests the
 -- holder. The main state checks, before every write, that the renewal is
 -- recent and nothing was lost (lease.Holder:check).
-local errors = require "cozy.runner.errors"
+local errors = require "cozy.errors"
 local json = require "cozy.json"
 local proc = require "cozy.proc"
 local sys = require "cozy.sys"

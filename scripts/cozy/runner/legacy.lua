@@ -5,8 +5,9 @@
 -- kubeconfig (in-cluster, kubectl finds the service account from the pod's
 -- environment, as it does today). Their stdout and stderr become log lines
 -- as they are written. They stamp N+1 themselves; the runner verifies it.
-local errors = require "cozy.runner.errors"
+local errors = require "cozy.errors"
 local proc = require "cozy.proc"
+local stamp = require "cozy.runner.stamp"
 
 local legacy = {}
 
@@ -49,6 +50,21 @@ function legacy.run(m, opts)
     errors.raise("failed", ("legacy script %s %s %d"):format(m.file,
       how == "exit" and "exited with status" or "was killed by signal", code), { exit = code })
   end
+end
+
+-- Runs legacy step m (from -> from+1) and checks that it stamped from+1.
+-- opts as for legacy.run, plus cms (the ConfigMaps resource). Returns the
+-- ConfigMap as the script left it.
+function legacy.step(m, cms, opts)
+  local to = opts.from + 1
+  legacy.run(m, opts)
+  local after = stamp.read(cms, opts.namespace)
+  local v = after and stamp.version_of(after)
+  if v ~= to then
+    errors.raise("failed", ("legacy script %s exited 0 but did not stamp %d (version is %s)")
+      :format(m.file, to, tostring(v)), { migration = m.name })
+  end
+  return after
 end
 
 return legacy

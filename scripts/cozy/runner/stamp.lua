@@ -6,8 +6,10 @@
 -- A step's stamp and its history record are one JSON patch, guarded by the
 -- ConfigMap's resourceVersion (kube's update() prepends the test), so a
 -- step is either stamped with its record or not at all.
-local errors = require "cozy.runner.errors"
+local errors = require "cozy.errors"
 local json = require "cozy.json"
+local log = require "cozy.log"
+local sys = require "cozy.sys"
 
 -- marks a table as a JSON array (cozy.json); the identity before it exists
 local as_array = json.array or function(t) return t end
@@ -78,6 +80,17 @@ function stamp.ops(cm, changes)
     end
   end
   return ops
+end
+
+-- The history record of step m (from -> to), started at wall-clock time
+-- `started`, by runner `identity`.
+function stamp.history_record(m, from, to, started, identity)
+  return {
+    number = m.number, name = m.name, kind = m.kind, sha256 = m.sha256,
+    from = from, to = to,
+    started = log.iso8601(started), finished = log.iso8601(sys.time()),
+    engine = sys.version, runner = identity,
+  }
 end
 
 -- The ConfigMap, or nil when it is absent (a fresh install).

@@ -1,0 +1,103 @@
+-- What an API request is, as the API server's authorizer sees it: the
+-- RequestInfo of a method and a path (verb, API group, resource,
+-- subresource, namespace, name), and whether a list of declared
+-- permissions covers it.
+--
+-- The choke point (Client:call) decides from these alone, never from the
+-- name of the Lua method that issued the request: any method but GET and
+-- HEAD is a write.
+local request = {}
+
+local reads = { GET = true, HEAD = true }
+
+function request.is_write(method)
+  return not reads[method]
+end
+
+local verbs = { POST = "create", PUT = "update", PATCH = "patch" }
+
+local function split(path)
+  local parts = {}
+  for part in path:gmatch("[^/]+") do
+    parts[#parts + 1] = part:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)
+  end
+  return parts
+end
+
+-- The request's attributes: { verb=, group=, version=, resource=,
+-- subresource=, namespace=, name= }, or { non_resource = true, verb= } for
+-- paths outside the resource tree (/version, discovery, /openapi).
+function request.attributes(method, path, query)
+  local parts = split((path:gsub("%?.*$", "")))
+  local group, version, rest
+  if parts[1] == "api" and parts[2] then
+    group, version, rest = "", parts[2], 3
+  elseif parts[1] == "apis" and parts[3] then
+    group, version, rest = parts[2], parts[3], 4
+  end
+  if group == nil or parts[rest] == nil then
+    return { non_resource = true, verb = method:lower(), path = path }
+  end
+  local a = { group = group, version = version }
+  local i = rest
+  if parts[i] == "namespaces" and parts[i + 1] then
+    a.namespace = parts[i + 1]
+    if parts[i + 2] then
+      i = i + 2
+    else
+      -- the namespace object itself: /api/v1/namespaces/NAME
+      a.resource, a.name = "namespaces", parts[i + 1]
+    end
+  end
+  if a.resource == nil then
+    a.resource, a.name, a.subresource = parts[i], parts[i + 1], parts[i + 2]
+  end
+  if reads[method] then
+    local watching = type(query) == "string" and query:find("watch=true", 1, true)
+        or type(query) == "table" and (query.watch == "true" or query.watch == true)
+    a.verb = a.name == nil and (watching and "watch" or "list") or "get"
+  elseif method == "DELETE" then
+    a.verb = a.name == nil and "deletecollection" or "delete"
+  else
+    a.verb = verbs[method] or method:lower()
+  end
+  return a
+end
+
+local function matches(p, a)
+  if p.verb ~= "*" and p.verb ~= a.verb then return false end
+  if (p.group or "") ~= "*" and (p.group or "") ~= a.group then return false end
+  local resource, subresource = p.resource, p.subresource
+  if subresource == nil and resource:find("/", 1, true) then
+    resource, subresource = resource:match("^([^/]*)/(.*)$")
+  end
+  if resource ~= "*" and resource ~= a.resource then return false end
+  if subresource ~= a.subresource and subresource ~= "*" then return false end
+  if p.namespace ~= nil and p.namespace ~= a.namespace then return false end
+  if p.name ~= nil and p.name ~= a.name then return false end
+  return true
+end
+
+-- Does one of `permissions` (an array of { verb, group, resource,
+-- subresource?, namespace?, name? }) cover the request? Requests outside the
+-- resource tree are reads of discovery and version: allowed when they are
+-- GETs.
+function request.allowed(permissions, a)
+  if a.non_resource then return a.verb == "get" or a.verb == "head" end
+  for _, p in ipairs(permissions) do
+    if matches(p, a) then return true end
+  end
+  return false
+end
+
+-- The declaration that would cover the request, as a migration writes it.
+function request.declaration(a)
+  if a.non_resource then return ("a %s of %s (only reads are allowed outside the resource tree)")
+      :format(a.verb:upper(), a.path) end
+  local parts = { ("verb = %q"):format(a.verb), ("group = %q"):format(a.group),
+    ("resource = %q"):format(a.resource) }
+  if a.subresource then parts[#parts + 1] = ("subresource = %q"):format(a.subresource) end
+  return "{ " .. table.concat(parts, ", ") .. " }"
+end
+
+return request

@@ -1,0 +1,62 @@
+-- Deciding the steps: which namespace, which target, which version the
+-- cluster is at, and so which migrations a run takes it through.
+local discovery = require "cozy.runner.discovery"
+local errors = require "cozy.errors"
+local stamp = require "cozy.runner.stamp"
+
+local steps = {}
+
+function steps.namespace(opts)
+  local ns = opts.namespace or os.getenv("NAMESPACE")
+  if ns == nil or ns == "" then ns = "cozy-system" end
+  return ns
+end
+
+-- A non-negative decimal integer from the environment, or nil when unset.
+function steps.env_integer(name)
+  local v = os.getenv(name)
+  if v == nil or v == "" then return nil end
+  local n = v:match("^%d+$") and math.tointeger(tonumber(v))
+  if n == nil then
+    errors.raise("usage", ("$%s must be a non-negative decimal integer, got %q"):format(name, v))
+  end
+  return n
+end
+
+-- --target, else $TARGET_VERSION, else highest migration number + 1.
+function steps.target(opts, set)
+  local t = opts.target or steps.env_integer("TARGET_VERSION") or discovery.default_target(set)
+  if t == nil then
+    errors.raise("usage", "no target version: no migrations known and neither --target nor $TARGET_VERSION given")
+  end
+  return t
+end
+
+-- $CURRENT_VERSION (what the platform's hook passes) is only cross-checked:
+-- the ConfigMap wins, a mismatch or a malformed value is worth a warning.
+local function cross_check(log, current)
+  local ok, hook_current = pcall(steps.env_integer, "CURRENT_VERSION")
+  if not ok then
+    log:warn("ignoring $CURRENT_VERSION: " .. errors.text(hook_current))
+  elseif hook_current and hook_current ~= current then
+    log:warn("$CURRENT_VERSION differs from the stamped version; the ConfigMap wins",
+      { env = hook_current, stamped = current })
+  end
+end
+
+-- What a run would do now, read from the cluster:
+--   { action = "bootstrap" }                       no ConfigMap: stamp the target, run nothing
+--   { action = "none", current =, cm = }           at or past the target
+--   { action = "migrate", current =, cm =, steps = {m...} }
+-- Raises "invalid" for a gap in the pending range.
+function steps.decide(set, cms, namespace, target, log)
+  local cm = stamp.read(cms, namespace)
+  if cm == nil then return { action = "bootstrap", target = target } end
+  local current = stamp.version_of(cm)
+  if log then cross_check(log, current) end
+  if current >= target then return { action = "none", current = current, target = target, cm = cm } end
+  return { action = "migrate", current = current, target = target, cm = cm,
+    steps = discovery.pending(set, current, target) }
+end
+
+return steps
