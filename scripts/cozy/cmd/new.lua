@@ -72,8 +72,8 @@ describe("migration %d-%s", function()
 
   it("reports what it would do in check", function()
     local m = runner.load_file("%s")
-    local ctx = runner.run_migration(m, { kubeconfig = srv.kubeconfig, namespace = "cozy-system", mode = "check" })
-    assert.is_table(ctx.findings)
+    local res = runner.run_migration(m, { kubeconfig = srv.kubeconfig, namespace = "cozy-system", mode = "check" })
+    assert.is_table(res.findings)
   end)
 end)
 ]==]

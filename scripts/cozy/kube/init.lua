@@ -121,6 +121,7 @@ function kube.connect(opts)
     stats = { requests = 0, writes = 0, retries = 0, conflicts = 0, list_restarts = 0, recorded = 0 },
     _t = t,
     _warned = {},
+    _discovery = {},
   }, Client)
   if info.insecure then
     warn(self, "insecure-skip-tls-verify is set in the kubeconfig: the API server's certificate is NOT verified",
@@ -484,6 +485,34 @@ function Resource:list(opts)
     error(("%s is cluster-scoped: list takes no namespace"):format(self.plural), 2)
   end
   return pager.new(self, opts)
+end
+
+-- Is `plural` of `api_version` served? Answered from discovery (the group
+-- version's resource list), cached for the client's lifetime. A group
+-- version the server does not know (404) is "not served"; any other error
+-- raises: an unreachable server is never read as an absent API.
+function Client:served(api_version, plural)
+  if type(api_version) ~= "string" or type(plural) ~= "string" then
+    error("served(api_version, plural) expects two strings", 2)
+  end
+  local cache = self._discovery
+  local resources = cache[api_version]
+  if resources == nil then
+    local path = api_version:find("/", 1, true) and ("/apis/" .. api_version) or ("/api/" .. api_version)
+    local ok, list = pcall(self.call, self, "GET", path)
+    if ok then
+      resources = {}
+      for _, r in ipairs(type(list) == "table" and type(list.resources) == "table" and list.resources or {}) do
+        if type(r) == "table" and type(r.name) == "string" then resources[r.name] = true end
+      end
+    elseif errors.is_error(list) and list.code == 404 then
+      resources = {}
+    else
+      error(list, 0)
+    end
+    cache[api_version] = resources
+  end
+  return resources[plural] == true
 end
 
 -- Raw access for the runner (e.g. /version): decoded body, raises on failure.

@@ -125,6 +125,7 @@ local function kube_facade(view)
     return view:call(http_method, path, call_spec(spec))
   end)
   k.get_path = method(k, function(path, query) return view:get_path(path, query) end)
+  k.served = method(k, function(api_version, plural) return view:served(api_version, plural) end)
   return seal(k, "ctx.kube")
 end
 
