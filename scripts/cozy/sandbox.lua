@@ -4,6 +4,8 @@
 -- reach the debug library or load binary chunks (which can break out of
 -- the VM). Library tables are copies, so a migration that assigns to
 -- string.format changes its own copy, not the engine's.
+local proc = require "cozy.proc"
+
 local sandbox = {}
 
 -- Modules a migration may require; each gets its own shallow copy.
@@ -21,10 +23,26 @@ local base_names = {
   "setmetatable", "_VERSION",
 }
 
+-- While an armed proc.watch says stop (a signal, a passed deadline), an
+-- error caught by a migration's pcall, xpcall or coroutine.resume is raised
+-- again: otherwise `while true do pcall(f) end` would swallow every stop the
+-- watch's hook raises inside f.
+local pending_stop = proc.pending_stop
+
+local function rethrow(ok, ...)
+  if not ok and pending_stop() then error((...), 0) end
+  return ok, ...
+end
+
+local function watched_pcall(f, ...) return rethrow(pcall(f, ...)) end
+local function watched_xpcall(f, handler, ...) return rethrow(xpcall(f, handler, ...)) end
+local function watched_resume(co, ...) return rethrow(coroutine.resume(co, ...)) end
+
 -- A fresh environment for one migration.
 function sandbox.env()
   local env = {}
   for _, name in ipairs(base_names) do env[name] = _G[name] end
+  env.pcall, env.xpcall = watched_pcall, watched_xpcall
 
   -- string.dump is left out: it is the way to produce binary chunks
   env.string = copy(string)
@@ -33,6 +51,7 @@ function sandbox.env()
   env.math = copy(math)
   env.utf8 = copy(utf8)
   env.coroutine = copy(coroutine)
+  env.coroutine.resume = watched_resume
   env.os = { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime }
 
   -- Only tables: the shared string metatable (whose __index is the
