@@ -390,8 +390,13 @@ static int t_request(lua_State *L) {
       stop = t->stop;
       stop_detail = t->stop_detail;
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
-      /* cut to the watch's deadline (or a signal came): not a server timeout */
+      /* cut to the watch's deadline (or a signal came): not a server timeout.
+      ** libcurl's millisecond timer may end it a hair before the deadline. */
       stop = cozy_watch_poll(t->watch, cozy_monotime(), &stop_detail);
+      if (stop == COZY_GO && t->watch != NULL && t->watch->top != NULL && deadline == t->watch->deadline) {
+        stop = COZY_STOP_DEADLINE;
+        stop_detail = 0;
+      }
     }
     if (stop != COZY_GO) {
       /* never retried: the caller is stopping */
