@@ -299,12 +299,11 @@ static int ask_before_attempt(lua_State *L, struct cozy_transport *t, int fn, in
     if (t->closed) return luaL_error(L, "transport closed by before_attempt");
     if (lua_isnil(L, -1) || (lua_isboolean(L, -1) && lua_toboolean(L, -1))) {
       lua_pop(L, 1);
-      /* the attempt must end by the deadline announced: ask again if the
-      ** callback itself used it up */
-      if (*deadline == 0 || *deadline - cozy_monotime() > 0.001) return COZY_GO;
+      /* the attempt must end by the deadline announced */
+      if (*deadline == 0 || *deadline > cozy_monotime()) return COZY_GO;
       r = cozy_watch_poll(t->watch, cozy_monotime(), detail);
       if (r != COZY_GO) return r;
-      continue;
+      return luaL_error(L, "before_attempt used up the attempt's time (timeout %f s)", timeout);
     }
     if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
       return luaL_error(L, "before_attempt must return nil, true or a number of seconds to wait, not %s",
@@ -366,7 +365,7 @@ static int t_request(lua_State *L) {
   for (;;) {
     const char *reason = NULL;
     int transient = 0, unsent = 0, retry = 0, stop;
-    double delay = 0, deadline = 0, stop_detail = 0, now;
+    double delay = 0, deadline = 0, stop_detail = 0, now, left;
     stop = cozy_ratelimit_wait(t, &stop_detail);
     if (stop == COZY_GO && before)
       stop = ask_before_attempt(L, t, 8, n + 1, method, path, timeout, &deadline, &stop_detail);
@@ -382,8 +381,10 @@ static int t_request(lua_State *L) {
     }
     if (t->kc.token_file && t->token_refresh > 0 && now - t->token_read_at >= t->token_refresh)
       cozy_http_reload_token(t);
-    rc = cozy_http_perform(t, method, url, body, body_len, ctype,
-                           deadline > 0 ? deadline - cozy_monotime() : 0, &status);
+    /* what is left of the attempt's time; never 0, which libcurl reads as "no timeout" */
+    left = deadline > 0 ? deadline - cozy_monotime() : 0;
+    if (deadline > 0 && left < 0.002) left = 0.002;
+    rc = cozy_http_perform(t, method, url, body, body_len, ctype, left, &status);
     n++;
     elapsed = cozy_monotime() - start;
     if (rc == CURLE_ABORTED_BY_CALLBACK && t->stop != COZY_GO) {

@@ -136,6 +136,37 @@ describe("t:request before_attempt", function()
     assert.equal(1, #settings_requests(srv))
   end)
 
+  it("is called before the replay after a 401 with a rotated token file too", function()
+    local dir = support.tmpdir()
+    finally(function() os.execute("rm -rf " .. runner_support.quote(dir)) end)
+    local tf, kc = dir .. "/token", dir .. "/kubeconfig"
+    support.write_file(tf, "old-token\n")
+    support.write_file(kc, table.concat({ "apiVersion: v1", "kind: Config", "current-context: c",
+      "contexts:", "- name: c", "  context: {cluster: k, user: u}",
+      "clusters:", "- name: k", "  cluster:", "    server: " .. srv.url, "    certificate-authority: " .. srv.ca,
+      "users:", "- name: u", "  user:", "    tokenFile: " .. tf, "" }, "\n"))
+    local rotated = connect(srv, { kubeconfig = kc })
+    support.write_file(tf, support.TOKEN .. "\n")   -- rotated after the client read it
+    local calls = {}
+    local status = rotated:request("GET", SETTINGS, { before_attempt = function(info)
+      calls[#calls + 1] = info.attempt
+    end })
+    rotated:close()
+    assert.equal(200, status)
+    assert.same({ 1, 2 }, calls)
+    local log = settings_requests(srv)
+    assert.same({ 401, 200 }, { log[1].status, log[2].status })
+  end)
+
+  it("refuses to send an attempt whose announced deadline the callback itself used up", function()
+    local ok, err = pcall(t.request, t, "GET", SETTINGS, { timeout = 0.1, before_attempt = function()
+      sys.sleep(0.15)
+    end })
+    assert.is_false(ok)
+    assert.matches("before_attempt used up the attempt's time", err)
+    assert.equal(0, #settings_requests(srv))
+  end)
+
   it("refuses a result that is neither nil, true nor seconds", function()
     local ok, err = pcall(t.request, t, "GET", SETTINGS, { before_attempt = function() return "yes" end })
     assert.is_false(ok)
