@@ -232,6 +232,20 @@ describe("t:request under an armed proc.watch", function()
     assert.equal(1, #settings_requests(srv))
   end)
 
+  it("reaches cozy.kube callers as a kube.Error with reason DeadlineExceeded", function()
+    local kube = require "cozy.kube"
+    srv:faults { { method = "GET", path = "configmaps/settings", times = 1, delay_ms = 20000 } }
+    local client = support.connect(srv)
+    local ok, err = watched_pcall({ deadline = sys.monotime() + 0.3 }, function()
+      return client:resource("v1", "configmaps"):get("cozy-system", "settings")
+    end)
+    client:close()
+    assert.is_false(ok)
+    assert.is_true(kube.is_error(err))
+    assert.same({ 0, "DeadlineExceeded" }, { err.code, err.reason })
+    assert.equal(1, #settings_requests(srv))
+  end)
+
   it("has no effect once closed", function()
     local w = proc.watch { deadline = sys.monotime() + 0.01 }
     w:close()
