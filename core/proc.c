@@ -7,6 +7,8 @@
 **   at safe points (between steps, before each write), so a step is never
 **   left half stamped. The flag is the one process-wide mutable value, as
 **   a signal handler can touch nothing else safely.
+** - watch/pending_stop (core/watch.c): under an armed watch the flag, or a
+**   deadline, also stops Lua code that never writes and the transport's waits.
 */
 #define _GNU_SOURCE /* pipe2 */
 #include <errno.h>
@@ -23,11 +25,17 @@
 #include "lauxlib.h"
 
 #include "host.h"
+#include "watch.h"
 
 static volatile sig_atomic_t caught_signal = 0;
 
 static void on_signal(int sig) {
   caught_signal = sig;
+}
+
+/* For the watches (core/watch.c): what stops Lua code and the transport. */
+int cozy_caught_signal(void) {
+  return caught_signal;
 }
 
 /* proc.trap(): from now on SIGTERM and SIGINT set the flag instead of
@@ -245,10 +253,13 @@ static const luaL_Reg proc_funcs[] = {
   {"kill", proc_kill},
   {"isatty", proc_isatty},
   {"spawn", proc_spawn},
+  {"watch", cozy_proc_watch},
+  {"pending_stop", cozy_proc_pending_stop},
   {NULL, NULL}
 };
 
 int luaopen_cozy_proc(lua_State *L) {
+  cozy_watch_open(L);
   luaL_newlib(L, proc_funcs);
   return 1;
 }

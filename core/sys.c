@@ -16,6 +16,7 @@
 #include "lauxlib.h"
 
 #include "embedded.h"
+#include "watch.h"
 
 #ifndef COZY_MIGRATE_VERSION
 #define COZY_MIGRATE_VERSION "0.0.0-dev"
@@ -43,13 +44,15 @@ static int sys_time(lua_State *L) {
   return 1;
 }
 
+/* Under an armed proc.watch the sleep ends early on a signal or the deadline,
+** raising as the watch's hook does. */
 static int sys_sleep(lua_State *L) {
   lua_Number s = luaL_checknumber(L, 1);
-  struct timespec ts;
+  double detail = 0;
+  int r;
   luaL_argcheck(L, s >= 0, 1, "negative duration");
-  ts.tv_sec = (time_t)s;
-  ts.tv_nsec = (long)((s - (lua_Number)ts.tv_sec) * 1e9);
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+  r = cozy_watch_sleep(cozy_watches(L), s, &detail);
+  if (r != COZY_GO) return cozy_watch_raise(L, r, detail, 1);
   return 0;
 }
 

@@ -8,9 +8,13 @@
 **   t:info()   --> { server=, namespace=, source=, context=, cluster=, user=,
 **                    insecure=, auth=, token_file= }  (no secret in it)
 **   t:request(method, path, { query=, body=, content_type=, retry_safe=,
-**                              timeout=, on_retry=function(attempt) end })
+**                              timeout=, on_retry=function(attempt) end,
+**                              before_attempt=function(info) end })
 **     --> status (0: transport failure), body (string or nil), attempts,
 **         warnings (the answer's Warning headers, '\n'-separated, or nil)
+**   before_attempt({ attempt=n, deadline=, method=, path= }) runs before
+**   every attempt: nil/true sends it, a number waits that many seconds and
+**   asks again, an error ends the request with that error.
 **   t:close()  (also __gc and __close)
 **
 ** Runtime failures are returned, never raised: cozy.kube turns them into
@@ -18,7 +22,10 @@
 ** rule): 429 and connection failures (nothing sent) always, 500/502/503/504
 ** and other transport errors only when the request is a read or the caller
 ** marked it retry-safe; one immediate retry
-** after a 401 when the token comes from a file that can be re-read.
+** after a 401 when the token comes from a file that can be re-read. Under an
+** armed proc.watch (core/watch.c) a signal or the watch's deadline ends the
+** request (reason Interrupted / DeadlineExceeded), in flight or waiting,
+** and it is never retried.
 ** Secrets (token, client key) never leave C memory.
 */
 #include <pthread.h>
@@ -230,17 +237,95 @@ static double backoff(struct cozy_transport *t, int n) {
   return d * jitter;
 }
 
+/* Pushes the attempts entry of a request ended by the caller's watch:
+** { code = 0, reason = "Interrupted" | "DeadlineExceeded", message, sent }. */
+static void push_stop(lua_State *L, int stop, double detail, int sent, double elapsed) {
+  lua_createtable(L, 0, 6);
+  lua_pushinteger(L, 0);
+  lua_setfield(L, -2, "code");
+  if (stop == COZY_STOP_SIGNAL) {
+    lua_pushliteral(L, "Interrupted");
+    lua_setfield(L, -2, "reason");
+    lua_pushfstring(L, "interrupted by signal %d", (int)detail);
+    lua_setfield(L, -2, "message");
+    lua_pushinteger(L, (lua_Integer)detail);
+    lua_setfield(L, -2, "signal");
+  } else {
+    lua_pushliteral(L, "DeadlineExceeded");
+    lua_setfield(L, -2, "reason");
+    lua_pushliteral(L, "the deadline passed");
+    lua_setfield(L, -2, "message");
+  }
+  lua_pushboolean(L, sent);
+  lua_setfield(L, -2, "sent");
+  lua_pushnumber(L, elapsed);
+  lua_setfield(L, -2, "elapsed_s");
+}
+
+/* The monotonic time by which an attempt starting now ends at the latest:
+** its timeout, cut to the watch's deadline; 0 = unbounded. */
+static double attempt_deadline(const struct cozy_transport *t, double now, double timeout) {
+  double d = timeout > 0 ? now + timeout : 0;
+  if (t->watch != NULL && t->watch->top != NULL && t->watch->deadline > 0 &&
+      (d == 0 || t->watch->deadline < d))
+    d = t->watch->deadline;
+  return d;
+}
+
+/* Asks opts.before_attempt (at index fn) whether the attempt may go:
+** nil or true sends it, a number of seconds waits (interruptibly) and asks
+** again, an error propagates. Returns COZY_GO with *deadline set for the
+** attempt, or why the watch stopped the wait. */
+static int ask_before_attempt(lua_State *L, struct cozy_transport *t, int fn, int attempt,
+                              const char *method, const char *path, double timeout,
+                              double *deadline, double *detail) {
+  for (;;) {
+    double wait;
+    int r;
+    *deadline = attempt_deadline(t, cozy_monotime(), timeout);
+    lua_pushvalue(L, fn);
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, attempt);
+    lua_setfield(L, -2, "attempt");
+    if (*deadline > 0) {
+      lua_pushnumber(L, *deadline);
+      lua_setfield(L, -2, "deadline");
+    }
+    lua_pushstring(L, method);
+    lua_setfield(L, -2, "method");
+    lua_pushstring(L, path);
+    lua_setfield(L, -2, "path");
+    lua_call(L, 1, 1);
+    if (t->closed) return luaL_error(L, "transport closed by before_attempt");
+    if (lua_isnil(L, -1) || (lua_isboolean(L, -1) && lua_toboolean(L, -1))) {
+      lua_pop(L, 1);
+      /* the attempt must end by the deadline announced */
+      if (*deadline == 0 || *deadline > cozy_monotime()) return COZY_GO;
+      r = cozy_watch_poll(t->watch, cozy_monotime(), detail);
+      if (r != COZY_GO) return r;
+      return luaL_error(L, "before_attempt used up the attempt's time (timeout %f s)", timeout);
+    }
+    if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
+      return luaL_error(L, "before_attempt must return nil, true or a number of seconds to wait, not %s",
+                        luaL_typename(L, -1));
+    wait = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    r = cozy_watch_sleep(t->watch, wait, detail);
+    if (r != COZY_GO) return r;
+  }
+}
+
 static int t_request(lua_State *L) {
   struct cozy_transport *t = check_transport(L);
   const char *method = luaL_checkstring(L, 2);
   const char *path = luaL_checkstring(L, 3);
   const char *query = NULL, *body = NULL, *ctype = NULL;
   size_t body_len = 0;
-  int retry_safe = 0, read, n = 0, did_401 = 0, on_retry = 0, attempts_idx;
-  double timeout, start, elapsed;
+  int retry_safe = 0, read, n = 0, did_401 = 0, on_retry = 0, before = 0, attempts_idx, stopped = 0;
+  double timeout, start, elapsed = 0;
   const char *url;
   luaL_Buffer b;
-  CURLcode rc;
+  CURLcode rc = CURLE_OK;
   long status = 0;
 
   luaL_argcheck(L, path[0] == '/', 3, "path must start with '/'");
@@ -270,18 +355,57 @@ static int t_request(lua_State *L) {
   url = lua_tostring(L, 6);
   lua_newtable(L);     /* index 7: attempts */
   attempts_idx = 7;
+  lua_getfield(L, 4, "before_attempt"); /* index 8 */
+  before = lua_isfunction(L, 8);
+  if (!before && !lua_isnil(L, 8)) return luaL_error(L, "option 'before_attempt' must be a function");
 
+  /* the caller's proc.watch: a signal or its deadline ends the request */
+  t->watch = cozy_watches(L);
   start = cozy_monotime();
   for (;;) {
     const char *reason = NULL;
-    int transient = 0, unsent = 0, retry = 0;
-    double delay = 0;
-    cozy_ratelimit_wait(t);
-    if (t->kc.token_file && t->token_refresh > 0 && cozy_monotime() - t->token_read_at >= t->token_refresh)
+    int transient = 0, unsent = 0, retry = 0, stop;
+    double delay = 0, deadline = 0, stop_detail = 0, now, left;
+    stop = cozy_ratelimit_wait(t, &stop_detail);
+    if (stop == COZY_GO && before)
+      stop = ask_before_attempt(L, t, 8, n + 1, method, path, timeout, &deadline, &stop_detail);
+    else if (stop == COZY_GO)
+      deadline = attempt_deadline(t, cozy_monotime(), timeout);
+    now = cozy_monotime();
+    if (stop == COZY_GO) stop = cozy_watch_poll(t->watch, now, &stop_detail);
+    if (stop != COZY_GO) {
+      push_stop(L, stop, stop_detail, 0, now - start);
+      lua_rawseti(L, attempts_idx, n + 1);
+      stopped = 1;
+      break;
+    }
+    if (t->kc.token_file && t->token_refresh > 0 && now - t->token_read_at >= t->token_refresh)
       cozy_http_reload_token(t);
-    rc = cozy_http_perform(t, method, url, body, body_len, ctype, timeout, &status);
+    /* what is left of the attempt's time; never 0, which libcurl reads as "no timeout" */
+    left = deadline > 0 ? deadline - cozy_monotime() : 0;
+    if (deadline > 0 && left < 0.002) left = 0.002;
+    rc = cozy_http_perform(t, method, url, body, body_len, ctype, left, &status);
     n++;
     elapsed = cozy_monotime() - start;
+    if (rc == CURLE_ABORTED_BY_CALLBACK && t->stop != COZY_GO) {
+      stop = t->stop;
+      stop_detail = t->stop_detail;
+    } else if (rc == CURLE_OPERATION_TIMEDOUT) {
+      /* cut to the watch's deadline (or a signal came): not a server timeout.
+      ** libcurl's millisecond timer may end it a hair before the deadline. */
+      stop = cozy_watch_poll(t->watch, cozy_monotime(), &stop_detail);
+      if (stop == COZY_GO && t->watch != NULL && t->watch->top != NULL && deadline == t->watch->deadline) {
+        stop = COZY_STOP_DEADLINE;
+        stop_detail = 0;
+      }
+    }
+    if (stop != COZY_GO) {
+      /* never retried: the caller is stopping */
+      push_stop(L, stop, stop_detail, 1, elapsed);
+      lua_rawseti(L, attempts_idx, n);
+      stopped = 1;
+      break;
+    }
     if (rc != CURLE_OK) {
       reason = curl_reason(rc, &transient, &unsent);
       retry = transient && (read || retry_safe || unsent);
@@ -319,9 +443,15 @@ static int t_request(lua_State *L) {
       lua_call(L, 1, 0);
       if (t->closed) return luaL_error(L, "transport closed by on_retry");
     }
-    cozy_sleep(delay);
+    stop = cozy_watch_sleep(t->watch, delay, &stop_detail);
+    if (stop != COZY_GO) {
+      push_stop(L, stop, stop_detail, 0, cozy_monotime() - start);
+      lua_rawseti(L, attempts_idx, n + 1);
+      stopped = 1;
+      break;
+    }
   }
-  if (rc != CURLE_OK) {
+  if (stopped || rc != CURLE_OK) {
     lua_pushinteger(L, 0);
     lua_pushnil(L);
   } else {
@@ -329,7 +459,7 @@ static int t_request(lua_State *L) {
     lua_pushlstring(L, t->body ? t->body : "", t->body_len);
   }
   lua_pushvalue(L, attempts_idx);
-  if (rc == CURLE_OK && t->warnings_len > 0) {
+  if (!stopped && rc == CURLE_OK && t->warnings_len > 0) {
     lua_pushlstring(L, t->warnings, t->warnings_len - 1); /* without the last '\n' */
     return 4;
   }

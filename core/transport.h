@@ -8,6 +8,7 @@
 #include <curl/curl.h>
 
 #include "kubeconfig.h"
+#include "watch.h"
 
 struct cozy_retry_policy {
   int max_attempts;     /* including the first */
@@ -35,6 +36,11 @@ struct cozy_transport {
   char warnings[2048];     /* Warning header values of the answer, '\n'-separated */
   size_t warnings_len;
   unsigned int seed;       /* for jitter, per client */
+  /* during a request: the calling state's watches (NULL: none), and why the
+  ** progress callback aborted the transfer (COZY_GO: it did not) */
+  const struct cozy_watches *watch;
+  int stop;
+  double stop_detail;
   int closed;
 };
 
@@ -47,8 +53,8 @@ CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const c
                            double timeout, long *status);
 /* Re-reads the token file; 0 ok (or no file), -1 on failure (old token kept). */
 int cozy_http_reload_token(struct cozy_transport *t);
-void cozy_ratelimit_wait(struct cozy_transport *t);
+/* COZY_GO, or why the wait was cut short (t->watch said stop) */
+int cozy_ratelimit_wait(struct cozy_transport *t, double *detail);
 double cozy_monotime(void);
-void cozy_sleep(double seconds);
 
 #endif

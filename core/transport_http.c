@@ -6,7 +6,6 @@
 ** keepalive, and peer verification always on unless the kubeconfig itself
 ** says insecure-skip-tls-verify.
 */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,30 +26,25 @@ double cozy_monotime(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void cozy_sleep(double s) {
-  struct timespec ts;
-  if (s <= 0) return;
-  ts.tv_sec = (time_t)s;
-  ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-}
-
 /* Token bucket: `burst` requests at once, then `qps` per second. Retries
-** take a token too: they are load on the apiserver like any request. */
-void cozy_ratelimit_wait(struct cozy_transport *t) {
+** take a token too: they are load on the apiserver like any request. The
+** wait ends early when the caller's watch says stop (no token is taken). */
+int cozy_ratelimit_wait(struct cozy_transport *t, double *detail) {
   double now;
-  if (t->qps <= 0) return;
+  if (t->qps <= 0) return COZY_GO;
   now = cozy_monotime();
   t->tokens += (now - t->refilled_at) * t->qps;
   if (t->tokens > t->burst) t->tokens = t->burst;
   t->refilled_at = now;
   if (t->tokens < 1) {
     double wait = (1 - t->tokens) / t->qps;
-    cozy_sleep(wait);
+    int r = cozy_watch_sleep(t->watch, wait, detail);
+    if (r != COZY_GO) return r;
     t->tokens = 1;
     t->refilled_at = cozy_monotime();
   }
   t->tokens -= 1;
+  return COZY_GO;
 }
 
 int cozy_http_reload_token(struct cozy_transport *t) {
@@ -119,6 +113,17 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
     t->warnings[0] = '\0';
   }
   return n;
+}
+
+/* Called by libcurl often during a transfer and about once a second when it
+** idles (a signal interrupting its poll wakes it early): a non-zero answer
+** aborts the transfer with CURLE_ABORTED_BY_CALLBACK; t->stop says why. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
+                       curl_off_t ultotal, curl_off_t ulnow) {
+  struct cozy_transport *t = ud;
+  (void)dltotal; (void)dlnow; (void)ultotal; (void)ulnow;
+  t->stop = cozy_watch_poll(t->watch, cozy_monotime(), &t->stop_detail);
+  return t->stop != COZY_GO;
 }
 
 int cozy_http_init(struct cozy_transport *t) {
@@ -256,6 +261,10 @@ CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const c
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
                    (long)(timeout > 0 && timeout < 30 ? (timeout < 1 ? 1 : timeout) : 30));
+  t->stop = COZY_GO;
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(c, CURLOPT_XFERINFODATA, t);
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   rc = curl_easy_perform(c);
   if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
   /* the token must not stay in a header list longer than the request */

@@ -69,6 +69,22 @@ static void shared_release(struct shared *sh) {
   free(sh);
 }
 
+/* The mutex, and a condition variable whose timed waits use CLOCK_MONOTONIC
+** (the default, CLOCK_REALTIME, moves with NTP steps and `date -s`).
+** 0 or an errno value; nothing to destroy on failure. */
+static int init_sync(struct shared *sh) {
+  pthread_condattr_t attr;
+  int rc = pthread_condattr_init(&attr);
+  if (rc != 0) return rc;
+  rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  if (rc == 0) rc = pthread_cond_init(&sh->cv, &attr);
+  pthread_condattr_destroy(&attr);
+  if (rc != 0) return rc;
+  rc = pthread_mutex_init(&sh->mu, NULL);
+  if (rc != 0) pthread_cond_destroy(&sh->cv);
+  return rc;
+}
+
 static void set_message(struct shared *sh, const char *msg) {
   strncpy(sh->message, msg ? msg : "", sizeof sh->message - 1);
   sh->message[sizeof sh->message - 1] = '\0';
@@ -85,7 +101,9 @@ static int chan_wait(lua_State *L) {
   lua_Number s = luaL_checknumber(L, 2);
   struct timespec deadline;
   int stop;
-  clock_gettime(CLOCK_REALTIME, &deadline);
+  /* the condition variable waits on CLOCK_MONOTONIC (worker_start): a
+  ** wall-clock step must not stall or hurry renewals */
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
   if (s > 0) {
     double whole = (double)(time_t)s;
     deadline.tv_sec += (time_t)s;
@@ -163,10 +181,8 @@ static int worker_pmain(lua_State *L) {
 static void *worker_main(void *arg) {
   struct shared *sh = (struct shared *)arg;
   lua_State *L;
-  sigset_t all;
-  /* signals are the main thread's: it polls the flag at safe points */
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  /* signals are blocked here from the start (worker_start): they are the
+  ** main thread's, whose waits they interrupt */
   L = luaL_newstate();
   if (L == NULL) {
     pthread_mutex_lock(&sh->mu);
@@ -208,14 +224,18 @@ static int worker_start(lua_State *L) {
   const char *payload = luaL_optstring(L, 3, "");
   struct worker *w = (struct worker *)lua_newuserdatauv(L, sizeof *w, 0);
   struct shared *sh;
-  int rc;
+  sigset_t all, old;
+  int rc, mask_rc;
   w->sh = NULL;
   w->running = 0;
   luaL_setmetatable(L, WORKER_MT);
   sh = (struct shared *)calloc(1, sizeof *sh);
   if (sh == NULL) return luaL_error(L, "not enough memory");
-  pthread_mutex_init(&sh->mu, NULL);
-  pthread_cond_init(&sh->cv, NULL);
+  rc = init_sync(sh);
+  if (rc != 0) {
+    free(sh);
+    return luaL_error(L, "cannot set up the worker: %s", strerror(rc));
+  }
   sh->refs = 1;
   sh->module = dup_string(module);
   sh->func = dup_string(func);
@@ -223,12 +243,24 @@ static int worker_start(lua_State *L) {
   w->sh = sh;
   if (!sh->module || !sh->func || !sh->payload) return luaL_error(L, "not enough memory");
   sh->refs = 2;
+  /* The thread inherits the mask it is created with: blocking every signal
+  ** inside the thread instead would leave a window in which a SIGTERM meant
+  ** for the main thread (waking its sleep or transfer) lands in the worker. */
+  sigfillset(&all);
+  rc = pthread_sigmask(SIG_BLOCK, &all, &old);
+  if (rc != 0) {
+    sh->refs = 1;
+    return luaL_error(L, "pthread_sigmask: %s", strerror(rc));
+  }
   rc = pthread_create(&w->thread, NULL, worker_main, sh);
+  mask_rc = pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
     sh->refs = 1;
     return luaL_error(L, "pthread_create: %s", strerror(rc));
   }
   w->running = 1;
+  /* the main thread would be left deaf to signals; __gc stops the worker */
+  if (mask_rc != 0) return luaL_error(L, "pthread_sigmask: %s", strerror(mask_rc));
   return 1;
 }
 

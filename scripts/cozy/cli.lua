@@ -29,6 +29,8 @@ Common options:
   --log-format text|json    log line format (default text)
   --request-timeout SECONDS per-request timeout (default 30)
   --lock-timeout SECONDS    how long to wait for another runner's lock (default 300)
+  --step-timeout SECONDS    time limit of each migration's run or check (run, plan, check;
+                            default: the migration's `timeout`, else 1800)
   --qps N --burst N         client-side rate limit on API requests (default 20 per second, bursts of 40)
   -v                        more detail (repeatable)
   --version                 print the version and exit
@@ -104,6 +106,7 @@ local options = {
   ["--log-format"] = one_of("--log-format", "text", "json"),
   ["--request-timeout"] = number_value("--request-timeout"),
   ["--lock-timeout"] = number_value("--lock-timeout"),
+  ["--step-timeout"] = positive_value("--step-timeout"),
   ["--qps"] = positive_value("--qps"),
   ["--burst"] = positive_value("--burst"),
   ["--target"] = integer_value("--target"),
@@ -116,10 +119,10 @@ local options = {
 
 -- Which command-specific options each command accepts (common ones always).
 local command_options = {
-  run = { ["--target"] = true, ["--dry-run"] = true, ["--server-dry-run"] = true },
-  plan = { ["--target"] = true, ["--server-dry-run"] = true },
+  run = { ["--target"] = true, ["--dry-run"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true },
+  plan = { ["--target"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true },
   status = { ["--output"] = true, ["--target"] = true },
-  check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true },
+  check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true, ["--step-timeout"] = true },
   list = { ["--output"] = true },
   new = {},
 }

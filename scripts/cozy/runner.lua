@@ -167,8 +167,12 @@ function runner.execute(opts, mode, report)
     proc.trap()
     local identity = lease.identity()
     local holder
-    -- the engine's own writes (the stamp) need the lock, once it is taken
-    client.gate = { guard = function() if holder then holder:check() end end }
+    -- the engine's own writes (the stamp) need the lock once it is taken,
+    -- checked before every attempt, retries included
+    local function lock_guard() if holder then holder:check() end end
+    local function lock_attempt(info) if holder then return holder:before_attempt(info) end end
+    local function lock_timeout() return holder and holder:attempt_timeout() or nil end
+    client.gate = { guard = lock_guard, before_attempt = lock_attempt, write_timeout = lock_timeout }
 
     local function summary(result)
       local s = client.stats
@@ -211,8 +215,9 @@ function runner.execute(opts, mode, report)
       local record = function() return stamp.history_record(m, from, to, t0, identity) end
       if m.kind == "lua" then
         local ok, err = step.execute(m, { client = client, log = log, namespace = namespace,
-          mode = planning and "plan" or "run",
-          guard = function() interrupted_check(); if holder then holder:check() end end })
+          mode = planning and "plan" or "run", timeout = opts.step_timeout,
+          guard = function() interrupted_check(); lock_guard() end,
+          before_attempt = lock_attempt, write_timeout = lock_timeout })
         if not ok then
           if context.stop_error(err) then error(err, 0) end
           if not planning then error(step_failure(m, err), 0) end

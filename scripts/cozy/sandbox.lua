@@ -5,6 +5,8 @@
 -- the VM). Library tables are copies, so a migration that assigns to
 -- string.format changes its own copy, not the engine's.
 local json = require "cozy.json"
+local proc = require "cozy.proc"
+local sys = require "cozy.sys"
 
 local sandbox = {}
 
@@ -50,10 +52,26 @@ local base_names = {
   "_VERSION",
 }
 
+-- While an armed proc.watch says stop (a signal, a passed deadline), an
+-- error caught by a migration's pcall, xpcall or coroutine.resume is raised
+-- again: otherwise `while true do pcall(f) end` would swallow every stop the
+-- watch's hook raises inside f.
+local pending_stop = proc.pending_stop
+
+local function rethrow(ok, ...)
+  if not ok and pending_stop() then error((...), 0) end
+  return ok, ...
+end
+
+local function watched_pcall(f, ...) return rethrow(pcall(f, ...)) end
+local function watched_xpcall(f, handler, ...) return rethrow(xpcall(f, handler, ...)) end
+local function watched_resume(co, ...) return rethrow(coroutine.resume(co, ...)) end
+
 -- A fresh environment for one migration.
 function sandbox.env()
   local env = {}
   for _, name in ipairs(base_names) do env[name] = _G[name] end
+  env.pcall, env.xpcall = watched_pcall, watched_xpcall
 
   -- string.dump is left out: it is the way to produce binary chunks
   env.string = copy(string)
@@ -62,6 +80,7 @@ function sandbox.env()
   env.math = copy(math)
   env.utf8 = copy(utf8)
   env.coroutine = copy(coroutine)
+  env.coroutine.resume = watched_resume
   env.os = { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime }
 
   -- Metatables: a migration may set and read those of its own tables, and
@@ -89,6 +108,10 @@ function sandbox.env()
       if markers[mt] == nil and debug.getmetatable(mt) ~= nil and not own[debug.getmetatable(mt)] then
         error("cozy sandbox: cannot use an engine object as a metatable", 2)
       end
+      -- a finalizer runs with hooks off, out of reach of a stop or deadline
+      if rawget(mt, "__gc") ~= nil then
+        error("cozy sandbox: __gc metamethods are not available to migrations", 2)
+      end
       own[mt] = true
     end
     return setmetatable(t, mt)
@@ -114,15 +137,31 @@ function sandbox.env()
   return env
 end
 
--- Loads and runs a migration's source in a fresh sandbox. Returns what the
--- chunk returns, or nil and a message ("name:line: ..." for syntax errors).
-function sandbox.load(source, chunkname)
+-- How long a migration file's top level may run (it should only build the
+-- migration table): a file that does not return within it is refused.
+sandbox.LOAD_TIMEOUT = 5
+
+-- Loads and runs a migration's source in a fresh sandbox, stopped by a
+-- signal or after `timeout` seconds (default sandbox.LOAD_TIMEOUT). Returns
+-- what the chunk returns, or nil, a message ("name:line: ..." for syntax
+-- errors) and, when a watch stopped it, "signal" or "deadline".
+function sandbox.load(source, chunkname, timeout)
   local env = sandbox.env()
   local chunk, err = load(source, "@" .. chunkname, "t", env)
   if chunk == nil then return nil, err end
-  local ok, result = pcall(chunk)
+  timeout = timeout or sandbox.LOAD_TIMEOUT
+  local stopped
+  local watch = proc.watch { deadline = sys.monotime() + timeout, on_stop = function(reason, detail, where)
+    stopped = reason
+    if reason == "signal" then error(("interrupted by signal %d while loading (at %s)"):format(detail, where), 0) end
+    error(("its top level did not return within %ss (at %s): it must only build the migration table")
+      :format(tostring(timeout), where), 0)
+  end }
+  local ok, result = xpcall(chunk, function(e) watch:close(); return e end)
+  watch:close()
   if not ok then
-    return nil, tostring(result)
+    local text = type(result) == "string" and result or ("(error object is a %s value)"):format(type(result))
+    return nil, text, stopped
   end
   return result
 end

@@ -115,7 +115,7 @@ function M.collect(opts, log)
       finding(m.name, "info", "legacy script: no check available")
     else
       local cok, err, findings, defined = step.execute(m, { client = client, log = log, namespace = namespace,
-        mode = "check" })
+        mode = "check", timeout = opts.step_timeout })
       for _, f in ipairs(findings) do finding(m.name, f.severity, f.message, f.fields) end
       if not defined then
         finding(m.name, "info", "no check() defined")

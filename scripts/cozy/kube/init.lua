@@ -219,20 +219,35 @@ function Client:call(method, path, spec)
   end
   local qs = encode_query(query)
   local shown = qs ~= "" and (path .. "?" .. qs) or path
+  -- a write under a lock: every attempt (first and retried) is checked by
+  -- the gate, and its time bounded so that "held until after the attempt"
+  -- can be known (docs/transport.md, "The lock and retried writes")
+  local gate = self.gate
+  local before_attempt, timeout = nil, spec.timeout
+  if write and gate and gate.before_attempt then
+    before_attempt = function(info) return gate.before_attempt(info, method, path) end
+    if timeout == nil and gate.write_timeout then timeout = gate.write_timeout() end
+  end
   local status, raw, attempts, warnings = self._t:request(method, path, {
     query = qs,
     body = body ~= nil and json.encode(body) or nil,
     content_type = ctype,
     retry_safe = spec.retry_safe,
-    timeout = spec.timeout,
+    timeout = timeout,
+    before_attempt = before_attempt,
     on_retry = function(a)
       warn(self, "retrying API request", { method = method, path = shown, code = a.code,
         reason = a.reason, after_s = a.after_s and ("%.2f"):format(a.after_s) or nil })
     end,
   })
+  -- attempts a watch stopped before they were sent are not requests
+  local sent = 0
+  for _, a in ipairs(attempts) do
+    if a.sent ~= false then sent = sent + 1 end
+  end
   local stats = self.stats
-  stats.requests = stats.requests + #attempts
-  stats.retries = stats.retries + #attempts - 1
+  stats.requests = stats.requests + sent
+  stats.retries = stats.retries + math.max(0, sent - 1)
   if write then stats.writes = stats.writes + 1 end
   if status == 0 then error(errors.from_transport(method, shown, attempts)) end
   if warnings then

@@ -24,7 +24,7 @@ end
 -- What a migration table may hold. `permissions` lets `check` ask the API
 -- server (SelfSubjectAccessReview) whether this runner may do what the
 -- migration needs.
-local allowed_keys = { description = true, run = true, check = true, permissions = true }
+local allowed_keys = { description = true, run = true, check = true, permissions = true, timeout = true }
 
 -- Validates the table a migration file returned; raises "invalid" naming the file.
 function discovery.validate_definition(def, file)
@@ -33,7 +33,7 @@ function discovery.validate_definition(def, file)
   end
   for k in pairs(def) do
     if not allowed_keys[k] then
-      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, permissions)",
+      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, permissions, timeout)",
         { tostring(k) })
     end
   end
@@ -44,6 +44,10 @@ function discovery.validate_definition(def, file)
   if type(def.run) ~= "function" then invalid(file, "run must be a function(ctx)") end
   if def.check ~= nil and type(def.check) ~= "function" then
     invalid(file, "check must be a function(ctx) or absent")
+  end
+  if def.timeout ~= nil and (type(def.timeout) ~= "number" or def.timeout <= 0 or def.timeout ~= def.timeout
+      or def.timeout == math.huge) then
+    invalid(file, "timeout must be a positive number of seconds")
   end
   if def.permissions ~= nil then
     if type(def.permissions) ~= "table" then invalid(file, "permissions must be an array") end
@@ -79,7 +83,8 @@ end
 
 -- Loads a Lua migration's source into the sandbox and validates it.
 local function load_lua(m)
-  local def, err = sandbox.load(m.source, m.file)
+  local def, err, stopped = sandbox.load(m.source, m.file)
+  if stopped == "signal" then errors.raise("interrupted", m.file .. ": " .. err, { file = m.file }) end
   if def == nil then
     if err == nil then
       invalid(m.file, "returned nothing: must return a table { description = ..., run = function(ctx) ... end }")

@@ -266,6 +266,30 @@ function Holder:check()
   end
 end
 
+-- Until when (cozy.sys monotonic time) the lock is certainly ours: no other
+-- runner may take it over before the last successful renewal (or the
+-- acquisition) plus the lease duration; one second of that is kept as
+-- margin for the renewal's own round trip.
+function Holder:held_until()
+  return (self.worker:last_ok() or self.started) + self.opts.duration - 1
+end
+
+-- The transport's before_attempt for a write under the lock: an attempt is
+-- sent only when the lock is held until after the attempt's deadline; while
+-- renewals may still come, wait for one; a lost lock raises "lost".
+function Holder:before_attempt(info)
+  self:check()
+  if info.deadline < self:held_until() then return nil end
+  return 0.1
+end
+
+-- The time bound of one write attempt under the lock: shorter than the
+-- margin a renewal every duration/3 leaves, so that a healthy lock always
+-- covers an attempt.
+function Holder:attempt_timeout()
+  return self.opts.duration / 2
+end
+
 function Holder:stop()
   if self.stopped then return end
   self.stopped = true

@@ -12,14 +12,50 @@
 -- handler that turns whatever it raised into one structured error.
 local context = require "cozy.runner.context"
 local errors = require "cozy.errors"
+local proc = require "cozy.proc"
+local sys = require "cozy.sys"
 
 local step = {}
+
+-- A step's time limit, in seconds, when neither the migration (`timeout`)
+-- nor --step-timeout says otherwise: long enough for a fleet-wide pass at
+-- the client's rate limit, short enough that a hung step ends a Job.
+step.DEFAULT_TIMEOUT = 1800
+
+-- The limit for migration m: --step-timeout (override), else its own
+-- `timeout`, else the default.
+function step.timeout(m, override)
+  return override or (m.definition and m.definition.timeout) or step.DEFAULT_TIMEOUT
+end
+
+-- What a watch raises when it stops a step.
+function step.stopper(name, limit)
+  return function(reason, detail, where)
+    if reason == "signal" then
+      errors.raise("interrupted", ("%s stopped by signal %d (at %s)"):format(name, detail, tostring(where)))
+    end
+    errors.raise("timeout", ("%s ran past its time limit of %ss (at %s)"):format(name, tostring(limit),
+      tostring(where)))
+  end
+end
+local stopper = step.stopper
 
 -- What a migration raised, as a cozy.errors error naming the migration:
 --   an engine error (API, denied, interrupted, ...) stays what it is;
 --   a string is the migration failing closed on purpose: kind "migration";
 --   anything else is a bug: kind "bug", with the traceback to find it.
 local function classify(e, name, trace)
+  -- a request the watch stopped comes back as an API error
+  if errors.is(e, "api") and e.code == 0 and (e.reason == "Interrupted" or e.reason == "DeadlineExceeded") then
+    local last = type(e.attempts) == "table" and e.attempts[#e.attempts] or {}
+    local during = ("%s %s"):format(tostring(e.method), tostring(e.path))
+    if e.reason == "Interrupted" then
+      return errors.new("interrupted", { migration = name, cause = e,
+        message = ("%s stopped by signal %s during %s"):format(name, tostring(last.signal or "?"), during) })
+    end
+    return errors.new("timeout", { migration = name, cause = e,
+      message = ("%s ran past its time limit during %s"):format(name, during) })
+  end
   if errors.is(e) then
     if e.migration == nil then e.migration = name end
     return e
@@ -53,16 +89,24 @@ function step.execute(m, opts)
     permissions = def.permissions or {},
     read_only = mode == "check" and "check() is read-only" or nil,
     guard = mode ~= "check" and opts.guard or nil,
+    before_attempt = mode ~= "check" and opts.before_attempt or nil,
+    write_timeout = mode ~= "check" and opts.write_timeout or nil,
   }
   local ctx = context.new {
     view = view, log = opts.log:with { migration = m.name }, namespace = opts.namespace,
     from = m.number, to = m.number + 1, mode = mode, findings = findings,
   }
+  local limit = step.timeout(m, opts.timeout)
   local trace
+  -- the step's deadline and SIGTERM/SIGINT stop it wherever it is: in Lua
+  -- code, a request, a backoff; the watch is closed before anything else runs
+  local watch = proc.watch { deadline = sys.monotime() + limit, on_stop = stopper(m.name, limit) }
   local ok, err = xpcall(fn, function(e)
+    watch:close()
     trace = debug.traceback(type(e) == "string" and e or nil, 2)
     return e
   end, ctx)
+  watch:close()
   if ok then return true, nil, findings, true end
   return false, classify(err, m.name, trace), findings, true
 end

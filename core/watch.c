@@ -1,0 +1,295 @@
+/*
+** proc.watch: stopping Lua code wherever it is, as lua.c's laction/lstop
+** stop a script on ^C, but armed on purpose and with a deadline too.
+**
+**   local w <close> = proc.watch{ deadline = sys.monotime() + 300,
+**                                 on_stop = function(reason, detail, where) error(...) end }
+**
+** Arming sets a count hook (every WATCH_COUNT instructions) on the calling
+** thread; threads created from it afterwards inherit it (lua_newthread copies
+** the hook), and w:attach(co) covers a coroutine created earlier. The hook
+** costs one clock read per WATCH_COUNT instructions. When a SIGTERM/SIGINT has
+** been caught (after proc.trap()) or the deadline has passed, the hook calls
+** on_stop(reason, detail, where) and raises what it raises; on_stop should
+** raise (if it returns, a string error is raised). As long as the condition
+** holds and the watch is armed, the hook keeps firing, so a pcall cannot
+** swallow the stop for good; w:close() (or leaving the <close> scope) disarms.
+**
+** Watches nest: the earliest deadline of the armed ones applies, and the
+** watch owning it (or, for a signal, the innermost) has its on_stop called.
+** C code that waits reads the same state through cozy_watches().
+**
+** The hook runs only between Lua instructions: never inside a C function,
+** so C code holding a resource is never unwound by it. A C function that runs
+** long (a pattern match, string.rep) is not interrupted; nor is a __gc
+** metamethod (Lua runs finalizers with hooks off).
+*/
+#include <errno.h>
+#include <time.h>
+
+#include "lua.h"
+#include "lauxlib.h"
+
+#include "watch.h"
+
+#define WATCH_MT "cozy.proc.watch"
+#define WATCH_COUNT 1000 /* instructions between checks */
+#define WATCH_SLICE 0.1  /* longest sleep between checks, seconds */
+
+struct cozy_watch {
+  struct cozy_watch *outer;
+  struct cozy_watches *ws;
+  double deadline; /* 0 = none */
+  int armed;
+};
+
+/* registry[&registry_key] = the state's struct cozy_watches (a userdata whose
+** user value is a table lightuserdata(watch) -> handle: it keeps armed
+** handles alive, so an armed watch is never collected). */
+static const char registry_key = 'w';
+
+static double monotonic(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct cozy_watches *cozy_watches(lua_State *L) {
+  struct cozy_watches *ws;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &registry_key);
+  ws = (struct cozy_watches *)lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return ws;
+}
+
+const char *cozy_stop_name(int reason) {
+  return reason == COZY_STOP_SIGNAL ? "signal" : "deadline";
+}
+
+int cozy_watch_poll(const struct cozy_watches *ws, double now, double *detail) {
+  int sig;
+  if (ws == NULL || ws->top == NULL) return COZY_GO;
+  sig = cozy_caught_signal();
+  if (sig != 0) {
+    *detail = sig;
+    return COZY_STOP_SIGNAL;
+  }
+  if (ws->deadline > 0 && now >= ws->deadline) {
+    *detail = now - ws->deadline;
+    return COZY_STOP_DEADLINE;
+  }
+  return COZY_GO;
+}
+
+int cozy_watch_sleep(const struct cozy_watches *ws, double seconds, double *detail) {
+  double now = monotonic(), end = now + seconds;
+  for (;;) {
+    struct timespec ts;
+    double slice;
+    int r = cozy_watch_poll(ws, now, detail);
+    if (r != COZY_GO) return r;
+    slice = end - now;
+    if (slice <= 0) return COZY_GO;
+    if (ws != NULL && ws->top != NULL) {
+      /* a signal interrupts nanosleep in this thread; the slice bounds the
+      ** delay when it lands in another thread or just before the call */
+      if (slice > WATCH_SLICE) slice = WATCH_SLICE;
+      if (ws->deadline > 0 && ws->deadline - now < slice) slice = ws->deadline - now + 1e-4;
+    }
+    ts.tv_sec = (time_t)slice;
+    ts.tv_nsec = (long)((slice - (double)ts.tv_sec) * 1e9);
+    if (nanosleep(&ts, NULL) != 0 && errno != EINTR) return COZY_GO; /* EINVAL: cannot happen */
+    now = monotonic();
+  }
+}
+
+/* The watch whose on_stop answers for `reason`. */
+static struct cozy_watch *responsible(const struct cozy_watches *ws, int reason) {
+  struct cozy_watch *w, *best = ws->top;
+  if (reason != COZY_STOP_DEADLINE) return best;
+  for (w = ws->top; w != NULL; w = w->outer) {
+    if (w->deadline > 0 && w->deadline <= ws->deadline) return w;
+  }
+  return best;
+}
+
+int cozy_watch_raise(lua_State *L, int reason, double detail, int level) {
+  struct cozy_watches *ws = cozy_watches(L);
+  int where;
+  luaL_where(L, level);
+  where = lua_gettop(L);
+  if (ws != NULL && ws->top != NULL) {
+    struct cozy_watch *w = responsible(ws, reason);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &registry_key);
+    lua_getiuservalue(L, -1, 1);
+    lua_rawgetp(L, -1, w);           /* the handle */
+    lua_getiuservalue(L, -1, 1);     /* its on_stop */
+    if (lua_isfunction(L, -1)) {
+      size_t len;
+      const char *pos = lua_tolstring(L, where, &len);
+      lua_pushstring(L, cozy_stop_name(reason));
+      if (reason == COZY_STOP_SIGNAL) lua_pushinteger(L, (lua_Integer)detail);
+      else lua_pushnumber(L, detail);
+      /* luaL_where gives "chunk:line: "; on_stop gets "chunk:line" */
+      if (len >= 2) lua_pushlstring(L, pos, len - 2);
+      else lua_pushnil(L);
+      lua_call(L, 3, 0);             /* expected to raise */
+    }
+    lua_settop(L, where);
+  }
+  if (reason == COZY_STOP_SIGNAL)
+    lua_pushfstring(L, "interrupted by signal %d", (int)detail);
+  else
+    lua_pushliteral(L, "deadline exceeded");
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
+static void watch_hook(lua_State *L, lua_Debug *ar) {
+  struct cozy_watches *ws;
+  double detail = 0;
+  int r;
+  (void)ar;
+  ws = cozy_watches(L);
+  r = cozy_watch_poll(ws, monotonic(), &detail);
+  if (r != COZY_GO) cozy_watch_raise(L, r, detail, 0); /* level 0: the function running */
+}
+
+static void set_hook(lua_State *co) {
+  lua_sethook(co, watch_hook, LUA_MASKCOUNT, WATCH_COUNT);
+}
+
+/* The state's watches, created on first use (left on the stack: no). */
+static struct cozy_watches *watches_for(lua_State *L) {
+  struct cozy_watches *ws = cozy_watches(L);
+  if (ws != NULL) return ws;
+  ws = (struct cozy_watches *)lua_newuserdatauv(L, sizeof *ws, 1);
+  ws->top = NULL;
+  ws->deadline = 0;
+  lua_newtable(L);
+  lua_setiuservalue(L, -2, 1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &registry_key);
+  return ws;
+}
+
+static void recompute(struct cozy_watches *ws) {
+  struct cozy_watch *w;
+  ws->deadline = 0;
+  for (w = ws->top; w != NULL; w = w->outer) {
+    if (w->deadline > 0 && (ws->deadline == 0 || w->deadline < ws->deadline)) ws->deadline = w->deadline;
+  }
+}
+
+/* proc.watch{ deadline = monotime or nil, on_stop = function or nil } -> handle */
+int cozy_proc_watch(lua_State *L) {
+  struct cozy_watches *ws;
+  struct cozy_watch *w;
+  double deadline = 0;
+  if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  if (lua_istable(L, 1)) {
+    lua_getfield(L, 1, "deadline");
+    if (!lua_isnil(L, -1)) {
+      if (lua_type(L, -1) != LUA_TNUMBER) return luaL_error(L, "watch: 'deadline' must be a number (a sys.monotime() value)");
+      deadline = lua_tonumber(L, -1);
+      if (!(deadline > 0)) return luaL_error(L, "watch: 'deadline' must be a positive sys.monotime() value");
+    }
+    lua_getfield(L, 1, "on_stop");
+    if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
+      return luaL_error(L, "watch: 'on_stop' must be a function");
+  } else {
+    lua_pushnil(L);
+    lua_pushnil(L);
+  }
+  /* stack: opts, deadline, on_stop */
+  ws = watches_for(L);
+  w = (struct cozy_watch *)lua_newuserdatauv(L, sizeof *w, 1);
+  w->outer = ws->top;
+  w->ws = ws;
+  w->deadline = deadline;
+  w->armed = 1;
+  luaL_setmetatable(L, WATCH_MT);
+  lua_pushvalue(L, 3);
+  lua_setiuservalue(L, -2, 1);
+  /* anchor it, then link it */
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &registry_key);
+  lua_getiuservalue(L, -1, 1);
+  lua_pushvalue(L, -3);
+  lua_rawsetp(L, -2, w);
+  lua_pop(L, 2);
+  ws->top = w;
+  recompute(ws);
+  set_hook(L);
+  return 1;
+}
+
+static int watch_close(lua_State *L) {
+  struct cozy_watch *w = (struct cozy_watch *)luaL_checkudata(L, 1, WATCH_MT);
+  struct cozy_watches *ws = w->ws;
+  struct cozy_watch **p;
+  if (!w->armed) return 0;
+  w->armed = 0;
+  for (p = &ws->top; *p != NULL; p = &(*p)->outer) {
+    if (*p == w) {
+      *p = w->outer;
+      break;
+    }
+  }
+  recompute(ws);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &registry_key);
+  lua_getiuservalue(L, -1, 1);
+  lua_pushnil(L);
+  lua_rawsetp(L, -2, w);
+  lua_pop(L, 2);
+  /* threads that inherited the hook keep it; with nothing armed it does nothing */
+  if (ws->top == NULL && lua_gethook(L) == watch_hook) lua_sethook(L, NULL, 0, 0);
+  return 0;
+}
+
+/* w:attach(co): covers a coroutine created before the watch was armed. */
+static int watch_attach(lua_State *L) {
+  struct cozy_watch *w = (struct cozy_watch *)luaL_checkudata(L, 1, WATCH_MT);
+  lua_State *co = lua_tothread(L, 2);
+  luaL_argexpected(L, co != NULL, 2, "coroutine");
+  if (w->armed) set_hook(co);
+  return 0;
+}
+
+/* w:armed() -> boolean */
+static int watch_armed(lua_State *L) {
+  struct cozy_watch *w = (struct cozy_watch *)luaL_checkudata(L, 1, WATCH_MT);
+  lua_pushboolean(L, w->armed);
+  return 1;
+}
+
+/* proc.pending_stop() -> reason, detail when an armed watch says stop, else nil.
+** For code that catches errors (a pcall wrapper): rethrow when this is set. */
+int cozy_proc_pending_stop(lua_State *L) {
+  double detail = 0;
+  int r = cozy_watch_poll(cozy_watches(L), monotonic(), &detail);
+  if (r == COZY_GO) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, cozy_stop_name(r));
+  if (r == COZY_STOP_SIGNAL) lua_pushinteger(L, (lua_Integer)detail);
+  else lua_pushnumber(L, detail);
+  return 2;
+}
+
+static const luaL_Reg watch_methods[] = {
+  {"close", watch_close},
+  {"attach", watch_attach},
+  {"armed", watch_armed},
+  {NULL, NULL}
+};
+
+void cozy_watch_open(lua_State *L) {
+  if (luaL_newmetatable(L, WATCH_MT)) {
+    luaL_newlib(L, watch_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, watch_close);
+    lua_setfield(L, -2, "__close");
+  }
+  lua_pop(L, 1);
+}

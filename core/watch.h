@@ -1,0 +1,47 @@
+/* Watches: what stops a run wherever it is (core/watch.c). A watch, armed by
+** proc.watch{} in one Lua state, says "stop on SIGTERM/SIGINT, or once this
+** monotonic deadline has passed". Lua code is stopped by a count hook; C code
+** that waits (the transport, sys.sleep) asks cozy_watch_poll and sleeps with
+** cozy_watch_sleep. Nothing here is process-wide but the signal flag. */
+#ifndef COZY_WATCH_H
+#define COZY_WATCH_H
+
+#include "lua.h"
+
+enum cozy_stop {
+  COZY_GO = 0,           /* nothing says stop */
+  COZY_STOP_SIGNAL = 1,  /* detail: the signal number */
+  COZY_STOP_DEADLINE = 2 /* detail: seconds past the deadline */
+};
+
+struct cozy_watch;
+
+/* The watches of one Lua state (all its threads): the armed ones, innermost
+** first, and the earliest of their deadlines. */
+struct cozy_watches {
+  struct cozy_watch *top;
+  double deadline; /* CLOCK_MONOTONIC seconds; 0 = none */
+};
+
+/* The state's watches, or NULL when proc.watch was never called in it. */
+struct cozy_watches *cozy_watches(lua_State *L);
+/* COZY_GO unless an armed watch says stop at `now`; *detail as above. */
+int cozy_watch_poll(const struct cozy_watches *ws, double now, double *detail);
+/* Sleeps `seconds`, returning early (with the reason) when a watch says stop.
+** Without an armed watch it is a plain sleep that ignores EINTR. */
+int cozy_watch_sleep(const struct cozy_watches *ws, double seconds, double *detail);
+/* Calls the responsible watch's on_stop(reason, detail, where) and raises its
+** error, or "interrupted by signal N" / "deadline exceeded". `level` is the
+** stack level whose position is `where` (1 from a C function). Never returns. */
+int cozy_watch_raise(lua_State *L, int reason, double detail, int level);
+const char *cozy_stop_name(int reason); /* "signal", "deadline" */
+
+/* cozy.proc functions (core/watch.c) */
+int cozy_proc_watch(lua_State *L);
+int cozy_proc_pending_stop(lua_State *L);
+void cozy_watch_open(lua_State *L); /* the handle's metatable */
+
+/* core/proc.c: the signal caught since the last proc.reset_signal(), or 0 */
+int cozy_caught_signal(void);
+
+#endif
