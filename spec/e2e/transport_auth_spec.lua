@@ -121,6 +121,7 @@ describe("cozy.kube auth and TLS", function()
     assert.equal(401, err.code)
     assert.equal(2, #err.attempts)
     assert.same({ 401, 200, 401, 401 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.same({ "status", "status", "status" }, srv:fired())
     c:close()
   end)
 
@@ -212,6 +213,8 @@ describe("cozy.kube auth and TLS", function()
       srv:faults { { method = "GET", times = 10, status = { code = 401 } } }
       local _, e2 = pcall(cms.get, cms, "cozy-system", "settings")
       assert.equal(401, e2.code)
+      -- the 503s, the reset and the two 401s of the re-read token all met their rules
+      assert.same({ "status", "status", "reset", "status", "status" }, srv:fired())
       local text = log.text() .. tostring(e1) .. tostring(e2)
       assert.is_true(#log.lines >= 4)
       assert.is_nil(text:find(support.TOKEN, 1, true))

@@ -242,7 +242,9 @@ end
 function Server:control(method, path, body)
   local res = self:request(method, path, { body = body, token = false })
   if res.status ~= 200 then
-    error(("fake: %s %s answered %d: %s %s"):format(method, path, res.status, res.body, res.error or ""), 3)
+    -- a refused request answers a Status: its message is what the spec needs to read
+    local why = type(res.json) == "table" and type(res.json.message) == "string" and res.json.message or res.body
+    error(("fake: %s %s answered %d: %s %s"):format(method, path, res.status, why, res.error or ""), 3)
   end
   return res.json
 end
@@ -279,6 +281,17 @@ function Server:requests(filter)
         and (not filter.path or tostring(e.path):match(filter.path)) then
       out[#out + 1] = e
     end
+  end
+  return out
+end
+
+--- What the fault rules did: the `fault.action` of every request-log entry a rule
+--- fired on, in log order (filter as for requests()). A fault test asserts this, so
+--- that a rule that never fires cannot pass for one that did.
+function Server:fired(filter)
+  local out = {}
+  for _, e in ipairs(self:requests(filter)) do
+    if type(e.fault) == "table" then out[#out + 1] = e.fault.action end
   end
   return out
 end
