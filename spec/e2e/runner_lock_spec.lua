@@ -87,20 +87,61 @@ describe("runner lock", function()
   it("stops before the next write when the lease is lost", function()
     srv:reset(support.fixture(1))
     local p = support.start(support.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
-    finally(function() p:cleanup() end)
+    finally(function() p:cleanup(); srv:clear_faults() end)
     assert.truthy(support.poll(20, function()
       local t = srv:object("ConfigMap", "cozy-system", "runner-test")
       return t and t.data and t.data.i
     end), "the slow migration did not start: " .. p:stderr())
+    -- Hold each of the migration's writes for 2.5 s from now on, so that the
+    -- renewal that finds the lease stolen (due within 1 s: every duration/3)
+    -- comes while at most one write is in flight, and the runner has learnt
+    -- of the loss before it could send another: what follows the renewal in
+    -- the log is then exactly what the runner did knowing the lease was lost.
+    srv:faults { { method = "PATCH", path = "configmaps/runner-test$", times = -1, delay_ms = 2500 } }
     set_holder(srv, "thief")
     local r = p:wait(20)
     assert.equal(1, r.code, r.stderr)
     assert.matches("lock lost", r.stderr)
     assert.equal(1, support.version(srv))
     assert.equal("thief", get_lease(srv).spec.holderIdentity)
-    -- no write after the loss was noticed: data.i stays put
     local i = srv:object("ConfigMap", "cozy-system", "runner-test").data.i
     assert.is_true(tonumber(i) < 20000)
+    -- from the request log: the theft, then the runner's renewal that found it ...
+    local log = srv:requests()
+    local theft, noticed
+    for n, e in ipairs(log) do
+      local ours = (e.user_agent or ""):match("^cozy%-migrate") ~= nil
+      if not theft and e.method == "PATCH" and e.path == LEASE_PATH and not ours then theft = n end
+      if theft and not noticed and n > theft and ours and e.method == "PATCH" and e.path == LEASE_PATH then
+        noticed = n
+      end
+    end
+    assert.truthy(theft, "the theft is not in the request log")
+    assert.truthy(noticed, "no renewal after the theft")
+    assert.equal(422, log[noticed].status)   -- its test of holderIdentity failed: the loss, noticed
+    local renewal = fake.json.decode(log[noticed].body)
+    assert.same({ op = "test", path = "/spec/holderIdentity" }, { op = renewal[1].op, path = renewal[1].path })
+    local identity = renewal[1].value
+    -- ... and after it, no write: the migration's writes stop, and the only
+    -- request that could change anything is the release, which tests that the
+    -- lease is still ours first and is refused (the thief keeps it)
+    local writes_after = {}
+    for n = noticed + 1, #log do
+      local e = log[n]
+      if e.method ~= "GET" and (e.user_agent or ""):match("^cozy%-migrate") then
+        writes_after[#writes_after + 1] = e
+      end
+    end
+    assert.is_true(#writes_after <= 1, #writes_after .. " writes after the loss was noticed")
+    for _, e in ipairs(writes_after) do
+      assert.equal("PATCH " .. LEASE_PATH, e.method .. " " .. e.path)
+      assert.same({ op = "test", path = "/spec/holderIdentity", value = identity }, fake.json.decode(e.body)[1])
+      assert.equal(422, e.status)
+    end
+    -- the migration's writes were held as planned: the fault fired on each one sent after the rule
+    local held = srv:fired { method = "PATCH", path = "runner%-test$" }
+    assert.is_true(#held >= 1, "no write of the migration met the delay")
+    for _, action in ipairs(held) do assert.equal("delay", action) end
   end)
 
   it("stops before the next write when the lease cannot be renewed", function()
@@ -118,6 +159,10 @@ describe("runner lock", function()
     assert.equal(1, r.code, r.stderr)
     assert.matches("lock lost: not renewed for", r.stderr)
     assert.equal(1, support.version(srv))
+    -- the renewals (and the release) met the 503s: nothing else stopped the run
+    local fired = srv:fired { method = "PATCH", path = "leases/cozystack%-migrations$" }
+    assert.is_true(#fired >= 2, #fired .. " renewals met the fault")
+    for _, action in ipairs(fired) do assert.equal("status", action) end
   end)
 
   it("stops waiting for the lock on SIGTERM", function()

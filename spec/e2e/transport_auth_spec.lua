@@ -121,6 +121,7 @@ describe("cozy.kube auth and TLS", function()
     assert.equal(401, err.code)
     assert.equal(2, #err.attempts)
     assert.same({ 401, 200, 401, 401 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.same({ "status", "status", "status" }, srv:fired())
     c:close()
   end)
 
@@ -130,18 +131,31 @@ describe("cozy.kube auth and TLS", function()
     local path = kubeconfig(dir, srv, "    tokenFile: " .. tf)
     local cached = support.connect(srv, { kubeconfig = path, log = log }) -- default: 60 s
     local fast = support.connect(srv, { kubeconfig = path, log = log, token_refresh = 0.2 })
-    assert.equal("prod", fast:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
-    support.write_file(tf, "revoked-token")
-    sys.sleep(0.3) -- the refresh interval is what is under test
-    srv:clear_requests()
-    -- the cached client keeps the token it read a moment ago ...
-    assert.equal("prod", cached:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
-    -- ... the fast one has re-read the file and sends the new (here: revoked) token
     local cms = fast:resource("v1", "configmaps")
-    local ok, err = pcall(cms.get, cms, "cozy-system", "settings")
-    assert.is_false(ok)
+    local t_read = sys.monotime()
+    assert.equal("prod", cms:get("cozy-system", "settings").data.mode)
+    support.write_file(tf, "revoked-token")
+    srv:clear_requests()
+    -- the fast client goes on with the token it holds until its refresh
+    -- interval has passed, then re-reads the file and sends the new (here:
+    -- revoked) token: poll until it does, with a bound
+    local err = support.fake.poll(10, function()
+      local ok, e = pcall(cms.get, cms, "cozy-system", "settings")
+      if not ok then return e end
+    end, 0.02)
+    local switched = sys.monotime() - t_read
+    assert.is_truthy(err, "the token file was not re-read within 10 s")
     assert.equal(401, err.code)
-    assert.same({ 200, 401, 401 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.is_true(switched >= 0.2, ("re-read after %.3fs, before the 0.2 s interval"):format(switched))
+    -- every request before the switch had the old token; the re-read one is
+    -- refused, and the retry after the 401 (a re-read again) too
+    local seen = statuses(support.api_requests(srv, "GET", SETTINGS))
+    assert.same({ 401, 401 }, { seen[#seen - 1], seen[#seen] })
+    for i = 1, #seen - 2 do assert.equal(200, seen[i], "request " .. i) end
+    -- the cached client, told nothing, keeps the token it read: no re-read before its 60 s
+    srv:clear_requests()
+    assert.equal("prod", cached:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
+    assert.same({ 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
     cached:close()
     fast:close()
   end)
@@ -212,6 +226,8 @@ describe("cozy.kube auth and TLS", function()
       srv:faults { { method = "GET", times = 10, status = { code = 401 } } }
       local _, e2 = pcall(cms.get, cms, "cozy-system", "settings")
       assert.equal(401, e2.code)
+      -- the 503s, the reset and the two 401s of the re-read token all met their rules
+      assert.same({ "status", "status", "reset", "status", "status" }, srv:fired())
       local text = log.text() .. tostring(e1) .. tostring(e2)
       assert.is_true(#log.lines >= 4)
       assert.is_nil(text:find(support.TOKEN, 1, true))

@@ -112,6 +112,9 @@ describe("cozy.kube list", function()
     assert.equal(25, #got)
     assert.equal(1, p.restarts)
     assert.is_true(p.skipped >= 10)
+    assert.same({ "status" }, srv:fired())
+    local restart = list_requests()[3]
+    assert.is_nil(restart.query:find("continue=", 1, true))
   end)
 
   it("compares keys in byte order, not in the locale's", function()
@@ -131,11 +134,13 @@ describe("cozy.kube list", function()
     assert.is_false(ok)
     assert.equal(410, err.code)
     assert.matches("restarted 5 times", err.message)
+    assert.same({ "status", "status", "status", "status", "status", "status" }, srv:fired())
   end)
 
   it("retries a failed page like any read", function()
     srv:faults { { method = "GET", path = "continue=", times = 1, status = { code = 503 } } }
     assert.equal(25, #names(cms:list { limit = 10 }))
     assert.equal(1, client.stats.retries)
+    assert.same({ "status" }, srv:fired())
   end)
 end)

@@ -32,9 +32,12 @@ describe("cozy.kube rate limit", function()
   it("counts retries against the limit too", function()
     local c = support.connect(srv, { qps = 5, burst = 1,
       retry = { max_attempts = 5, max_time = 30, base_delay = 0.001, max_delay = 0.001 } })
+    srv:clear_requests()
     srv:faults { { method = "GET", path = "configmaps/settings", times = 3, status = { code = 503 } } }
     local took = timed_gets(c, 1) -- 4 requests: 3 waits of 0.2 s
     assert.is_true(took >= 0.55, "retries bypassed the limit: " .. took)
+    assert.same({ "status", "status", "status" }, srv:fired())
+    assert.equal(4, c.stats.requests)
     c:close()
   end)
 

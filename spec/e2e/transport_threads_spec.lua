@@ -2,6 +2,7 @@
 -- runs beside a migration: per-client C state, no shared mutable globals.
 local support = require "spec.e2e.transport_support"
 local json = require "cozy.json"
+local worker = require "cozy.worker"   -- part of every build: missing, the spec fails
 
 describe("cozy.kube in two threads", function()
   local srv
@@ -9,8 +10,6 @@ describe("cozy.kube in two threads", function()
   teardown(function() if srv then srv:stop() end end)
 
   it("runs independent clients concurrently, each write applied exactly once", function()
-    local ok_worker, worker = pcall(require, "cozy.worker")
-    if not ok_worker then pending("cozy.worker is not in this build") return end
     local client = support.connect(srv)
     local opts = client.options
     local N = 40

@@ -78,6 +78,8 @@ describe("fake API server faults and request log", function()
       { content_type = "application/merge-patch+json", body = '{"data":{"k":"9"}}' })
     assert.equal(429, res.status)
     assert.equal("TooManyRequests", res.json.reason)
+    assert.same({ "status" }, srv:fired())
+    assert.same({ action = "status", rule = 0 }, srv:requests()[3].fault)
     assert.equal("1", srv:object("ConfigMap", "default", "cm-a").data.k)   -- nothing written
   end)
 
@@ -146,12 +148,14 @@ describe("fake API server faults and request log", function()
       body = '{"metadata":{"resourceVersion":"' .. vm.metadata.resourceVersion .. '","labels":{"x":"y"}}}' })
     assert.equal(409, res.status)
     assert.equal("Migrating", srv:object("VirtualMachine.kubevirt.io", "tenant-a", "vm1").status.printableStatus)
+    assert.is_true(srv:requests{ method = "PATCH" }[1].fault.applied)
     -- a patch without a resourceVersion goes through after the bump
     srv:faults{ { method = "PATCH", path = "/virtualmachines/vm1$", bump = true } }
     res = srv:request("PATCH", VM .. "/vm1", { content_type = "application/merge-patch+json",
       body = '{"metadata":{"labels":{"x":"y"}}}' })
     assert.equal(200, res.status)
     assert.equal("y", res.json.metadata.labels.x)
+    assert.same({ "bump", "bump" }, srv:fired{ method = "PATCH" })
   end)
 
   it("records a bump whose target does not exist as not applied", function()
@@ -166,13 +170,191 @@ describe("fake API server faults and request log", function()
     assert.equal(500, srv:request("GET", CM .. "/cm-a").status)
     assert.equal(502, srv:request("GET", CM .. "/cm-a").status)
     assert.equal(200, srv:request("GET", CM .. "/cm-a").status)
+    local log = srv:requests()
+    assert.same({ { action = "status", rule = 0 }, { action = "status", rule = 1 } }, { log[1].fault, log[2].fault })
+    assert.is_nil(log[3].fault)
+  end)
+
+  describe("refuses a rule it would not act on, with a Status naming the problem", function()
+    local function refused(rules)
+      local res = srv:request("POST", "/_fake/faults", { body = rules, token = false })
+      assert.equal(400, res.status, res.body)
+      assert.equal("Status", res.json.kind)
+      assert.equal("Failure", res.json.status)
+      assert.equal("BadRequest", res.json.reason)
+      assert.equal(400, res.json.code)
+      return res.json.message
+    end
+
+    it("an unknown key, e.g. an action spelled as a key's value", function()
+      assert.matches('unknown key "action"', refused { { path = "cm-a", action = "status" } }, 1, true)
+      assert.matches('unknown key in status: "retryAfter"',
+        refused { { status = { code = 503, retryAfter = 1 } } }, 1, true)
+      assert.matches('unknown key in respond: "code"', refused { { respond = { code = 200 } } }, 1, true)
+    end)
+
+    it("no action, or two", function()
+      assert.matches("no action", refused { { method = "GET", path = "cm-a" } }, 1, true)
+      assert.matches("two actions in one rule (status, reset)",
+        refused { { status = 500, reset = true } }, 1, true)
+      assert.matches("two actions in one rule (bump, delete)",
+        refused { { bump = true, delete = true } }, 1, true)
+    end)
+
+    it("a method that is not an HTTP method", function()
+      assert.matches('method "P.*" is not an HTTP method', refused { { method = "P.*", status = 500 } }, 1, true)
+      assert.matches('method "get" is not an HTTP method', refused { { method = "get", status = 500 } }, 1, true)
+    end)
+
+    it("a times that is not a positive integer or -1, a bad regex, a bad value", function()
+      assert.matches('times must be a positive integer or -1 (forever), got "2"',
+        refused { { times = "2", reset = true } }, 1, true)
+      assert.matches("times must be", refused { { times = 1.5, reset = true } }, 1, true)
+      assert.matches("times must be", refused { { times = 0, reset = true } }, 1, true)
+      assert.matches('path "(" is not a valid regex', refused { { path = "(", reset = true } }, 1, true)
+      assert.matches("reset must be true", refused { { reset = false } }, 1, true)
+      assert.matches("status.code must be an integer", refused { { status = { code = "503" } } }, 1, true)
+      assert.matches('continue must be one of "repeat", "rewind"', refused { { ["continue"] = "loop" } }, 1, true)
+      assert.matches("delay_ms must be a positive number", refused { { delay_ms = "100" } }, 1, true)
+      assert.matches("a fault rule must be a JSON object", refused { 5 }, 1, true)
+      assert.matches("fault rules are not JSON", refused "[{", 1, true)
+    end)
+
+    it("installs nothing of a refused batch, and the helper raises with the message", function()
+      srv:faults { { path = "cm-b", status = 500 } }
+      local msg = refused { { path = "cm-a", status = 500 }, { path = "cm-a", action = "reset" } }
+      assert.matches("fault rule 1 of this request", msg, 1, true)
+      assert.matches("no rule of it was added", msg, 1, true)
+      local rules = srv:control("GET", "/_fake/faults")
+      assert.equal(1, #rules)
+      assert.equal("cm-b", rules[1].path)
+      assert.equal(200, srv:request("GET", CM .. "/cm-a").status)
+      local ok, err = pcall(srv.faults, srv, { { method = "P.*", status = 500 } })
+      assert.is_false(ok)
+      assert.matches('method \"P.*\" is not an HTTP method', err, 1, true)
+    end)
+  end)
+
+  it("lets the first `skip` matching requests through, then fires", function()
+    srv:faults { { method = "GET", path = "/configmaps/cm-a$", skip = 2, status = 503 } }
+    local got = {}
+    for i = 1, 4 do got[i] = srv:request("GET", CM .. "/cm-a").status end
+    assert.same({ 200, 200, 503, 200 }, got)
+    local log = srv:requests()
+    assert.is_nil(log[1].fault)
+    assert.is_nil(log[2].fault)
+    assert.same({ action = "status", rule = 0 }, log[3].fault)
+  end)
+
+  describe("respond", function()
+    it("answers exactly the status, JSON body and content type given, serving nothing", function()
+      srv:faults { { method = "GET", path = "/configmaps/cm-a$", respond = { body = {
+        apiVersion = "v1", kind = "Secret", metadata = { name = "cm-a", namespace = "default" } } } } }
+      local res = srv:request("GET", CM .. "/cm-a")
+      assert.equal(200, res.status)
+      assert.equal("application/json", res.headers["content-type"])
+      assert.equal("Secret", res.json.kind)
+      assert.same({ action = "respond", rule = 0 }, srv:requests()[1].fault)
+      assert.equal(200, srv:requests()[1].status)
+      assert.equal("ConfigMap", srv:request("GET", CM .. "/cm-a").json.kind)   -- once
+    end)
+
+    it("can answer a list whose items are null, [1], {} or absent", function()
+      srv:faults {
+        { path = "configmaps\\?limit", respond = { body = '{"kind":"ConfigMapList","apiVersion":"v1","metadata":{},"items":null}' } },
+        -- string bodies: sent as they are, so the expected text does not depend on the encoder
+        { path = "configmaps\\?limit", respond = { body = '{"apiVersion":"v1","items":[1],"kind":"ConfigMapList"}' } },
+        { path = "configmaps\\?limit", respond = { body = '{"apiVersion":"v1","items":{},"kind":"ConfigMapList"}' } },
+        { path = "configmaps\\?limit", respond = { status = 201, body = '{"apiVersion":"v1","kind":"ConfigMapList"}' } },
+      }
+      assert.equal('{"kind":"ConfigMapList","apiVersion":"v1","metadata":{},"items":null}',
+        srv:request("GET", CM .. "?limit=1").body)
+      assert.equal('{"apiVersion":"v1","items":[1],"kind":"ConfigMapList"}', srv:request("GET", CM .. "?limit=1").body)
+      assert.equal('{"apiVersion":"v1","items":{},"kind":"ConfigMapList"}', srv:request("GET", CM .. "?limit=1").body)
+      local res = srv:request("GET", CM .. "?limit=1")
+      assert.equal(201, res.status)
+      assert.equal('{"apiVersion":"v1","kind":"ConfigMapList"}', res.body)
+      local log = srv:requests()
+      for i = 1, 4 do assert.same({ action = "respond", rule = i - 1 }, log[i].fault) end
+      assert.equal(201, log[4].status)
+      assert.equal(1, #srv:request("GET", CM .. "?limit=1").json.items)   -- all used: served normally
+      srv:faults { { path = "configmaps\\?limit", respond = { body = { kind = "ConfigMapList", items = { 1, 2 } } } } }
+      local res2 = srv:request("GET", CM .. "?limit=1")
+      assert.same({ kind = "ConfigMapList", items = { 1, 2 } }, res2.json)   -- a JSON value, sent as JSON
+    end)
+
+    it("sends a string body as it is, with the content type given, or no body at all", function()
+      srv:faults { { path = "cm-a", respond = { status = 200, body = "<html>proxy</html>", content_type = "text/html" } },
+                   { path = "cm-a", respond = { status = 204 } } }
+      local res = srv:request("GET", CM .. "/cm-a")
+      assert.equal("<html>proxy</html>", res.body)
+      assert.equal("text/html", res.headers["content-type"])
+      res = srv:request("GET", CM .. "/cm-a")
+      assert.equal(204, res.status)
+      assert.equal("", res.body)
+      assert.same({ "respond", "respond" }, srv:fired())
+    end)
+  end)
+
+  describe("continue", function()
+    local function list(token)
+      local q = "?limit=2" .. (token and ("&continue=" .. token) or "")
+      local res = srv:request("GET", CM .. q)
+      assert.equal(200, res.status, res.body)
+      local names = {}
+      for i, o in ipairs(res.json.items) do names[i] = o.metadata.name end
+      return res.json.metadata["continue"], names
+    end
+
+    it("repeat: a continued page hands back the token it was asked with, every time", function()
+      srv:faults { { path = "continue=", times = -1, ["continue"] = "repeat" } }
+      local t1, first = list()
+      assert.same({ "cm-a", "cm-b" }, first)
+      local t2, second = list(t1)
+      assert.equal(t1, t2)
+      local t3, third = list(t2)
+      assert.equal(t1, t3)
+      assert.same(second, third)
+      assert.is_nil(srv:requests()[1].fault)       -- a first page carries no token to repeat
+      local log = srv:requests()
+      assert.same({ action = "continue", rule = 0, applied = true, ["continue"] = t1 }, log[2].fault)
+      assert.same({ action = "continue", rule = 0, applied = true, ["continue"] = t1 }, log[3].fault)
+    end)
+
+    it("repeat on a request without a token changes nothing and says so", function()
+      srv:faults { { path = "limit=", ["continue"] = "repeat" } }
+      local t1 = list()
+      assert.is_string(t1)
+      assert.same({ action = "continue", rule = 0, applied = false }, srv:requests()[1].fault)
+    end)
+
+    it("rewind: a valid token that leads back to the first object", function()
+      srv:faults { { path = "limit=", ["continue"] = "rewind" } }
+      local r1, first = list()
+      local t_again, again = list(r1)
+      assert.same(first, again)                    -- the objects already read, again
+      assert.is_string(t_again)
+      assert.is_true(srv:requests()[1].fault.applied)
+      assert.equal(r1, srv:requests()[1].fault["continue"])
+      assert.is_nil(srv:requests()[2].fault)
+    end)
+
+    it("does nothing to an answer that is not a list", function()
+      srv:faults { { path = "cm-a", ["continue"] = "rewind" } }
+      local res = srv:request("GET", CM .. "/cm-a")
+      assert.equal(200, res.status)
+      assert.is_nil(res.json.metadata["continue"])
+      assert.same({ action = "continue", rule = 0, applied = false }, srv:requests()[1].fault)
+    end)
   end)
 
   it("forgets rules and the log on reset", function()
     srv:faults{ { path = "cm-a", times = -1, status = { code = 500 } } }
     assert.equal(500, srv:request("GET", CM .. "/cm-a").status)
     assert.equal(500, srv:request("GET", CM .. "/cm-a").status)
+    assert.same({ "status", "status" }, srv:fired())
     srv:reset{ BASIC, KUBEVIRT }
+    assert.same({}, srv:control("GET", "/_fake/faults"))
     assert.same({}, srv:requests())
     assert.equal(200, srv:request("GET", CM .. "/cm-a").status)
   end)

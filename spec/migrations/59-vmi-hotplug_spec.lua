@@ -385,6 +385,7 @@ describe("run fails closed", function()
       assert.equal(1, code, stderr)
       assert.equal("59", version(srv))
       assert.truthy(stderr:find("injected: " .. case[1], 1, true), stderr)
+      assert.same({ "status" }, srv:fired())   -- a 403 is final: one request met the fault
       for _, p in ipairs(vm_patches(srv)) do assert.equal(403, p.status) end
     end)
   end
@@ -419,6 +420,7 @@ describe("run under concurrent writers", function()
       if p.key == key then statuses[#statuses + 1] = p.status end
     end
     assert.same({ 422, 200 }, statuses) -- the failed resourceVersion test, then the recomputed patch
+    assert.same({ "bump" }, srv:fired())
     local old, new = vm_of(before, key), vm_of(by_key(srv:objects()), key)
     assert.same({ S.CSI_A, "scratch-data" }, names(slice(template(new).volumes, #template(old).volumes + 1)))
     assert.same({ S.CSI_A, "scratch-data" }, names(slice(disks_of(new), #disks_of(old) + 1)))
@@ -445,6 +447,7 @@ describe("run under concurrent writers", function()
     local last
     for _, p in ipairs(vm_patches(srv)) do if p.key == key then last = json.decode(p.body) end end
     assert.equal(3, #last) -- test, then scratch-data's volume and disk only
+    assert.same({ "bump" }, srv:fired())
     assert.equal(1, #lines_with(stderr, copy_line(key, { "scratch-data" })))
   end)
 end)
@@ -472,6 +475,7 @@ describe("run against a VM deleted between the list and its patch", function()
       end
     end
     assert.equal(1, attempts)
+    assert.same({ "delete" }, srv:fired())
     for key in pairs(S.expected_copies) do
       if key ~= gone then assert.is_true(patched[key], key) end
     end
@@ -485,6 +489,7 @@ describe("run against a VM deleted between the list and its patch", function()
     assert.equal(1, code, stderr)
     assert.equal("59", version(srv))
     assert.matches("forbidden by policy", stderr, 1, true)
+    assert.same({ "status" }, srv:fired())
   end)
 end)
 
@@ -504,6 +509,9 @@ describe("run against a VM that never stops changing", function()
       end
     end
     assert.is_true(attempts > 1 and attempts <= 10, attempts .. " attempts")
+    local bumps = srv:fired()
+    assert.equal(attempts, #bumps)             -- every attempt met a concurrent writer
+    for _, action in ipairs(bumps) do assert.equal("bump", action) end
   end)
 end)
 

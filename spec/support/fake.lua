@@ -52,9 +52,31 @@ local function capture(cmd)
   return out
 end
 
-local function sleep(seconds)
-  sh("sleep " .. seconds)
+-- Inside the host (cozy-migrate lua busted) cozy.sys sleeps in-process; under
+-- a plain lua5.4 (spec/fake runs there too) a `sleep` child does. Only poll()
+-- uses it: a spec waits for a condition, never for a time.
+local has_sys, sys = pcall(require, "cozy.sys")
+local sleep
+if has_sys and type(sys.sleep) == "function" then
+  sleep = sys.sleep
+else
+  sleep = function(seconds) sh(("sleep %.3f"):format(seconds)) end
 end
+
+local clock = has_sys and type(sys.monotime) == "function" and sys.monotime or os.time
+
+--- Calls fn every `step` seconds (default POLL) until it returns a truthy value,
+--- which is returned, or until `timeout` seconds have passed: nil.
+function fake.poll(timeout, fn, step)
+  local deadline = clock() + timeout
+  while true do
+    local v = fn()
+    if v then return v end
+    if clock() > deadline then return nil end
+    sleep(step or POLL)
+  end
+end
+local poll = fake.poll
 
 local function encode(v)
   if type(v) == "table" and next(v) == nil and v ~= nil then
@@ -64,7 +86,6 @@ local function encode(v)
 end
 
 fake.json = json
-fake.sleep = sleep
 fake.quote = q
 
 -- A fixture given as a Lua table may be a List or a plain array of objects.
@@ -122,14 +143,14 @@ function fake.start(opts)
     self:stop()
     error("fake: could not start " .. fake.server_path, 2)
   end
-  for _ = 1, math.floor(READY_TIMEOUT / POLL) do
-    local url = read_file(dir .. "/ready")
-    if url and url:match("^https?://") then
-      self.url = url:gsub("%s+$", "")
-      return self
-    end
-    if not self:alive() then break end
-    sleep(POLL)
+  local url = poll(READY_TIMEOUT, function()
+    local u = read_file(dir .. "/ready")
+    if u and u:match("^https?://") then return u end
+    if not self:alive() then return "dead" end
+  end)
+  if url and url ~= "dead" then
+    self.url = url:gsub("%s+$", "")
+    return self
   end
   local err = self:stderr()
   self:stop()
@@ -169,11 +190,7 @@ function Server:stop()
   if self.stopped then return end
   if self.pid then
     sh("kill -TERM " .. self.pid .. " 2>/dev/null")
-    local gone = false
-    for _ = 1, math.floor(5 / POLL) do
-      if not running(self.pid) then gone = true break end
-      sleep(POLL)
-    end
+    local gone = poll(5, function() return not running(self.pid) end)
     if not gone then sh("kill -KILL " .. self.pid .. " 2>/dev/null") end
   end
   self.stopped = true
@@ -242,7 +259,9 @@ end
 function Server:control(method, path, body)
   local res = self:request(method, path, { body = body, token = false })
   if res.status ~= 200 then
-    error(("fake: %s %s answered %d: %s %s"):format(method, path, res.status, res.body, res.error or ""), 3)
+    -- a refused request answers a Status: its message is what the spec needs to read
+    local why = type(res.json) == "table" and type(res.json.message) == "string" and res.json.message or res.body
+    error(("fake: %s %s answered %d: %s %s"):format(method, path, res.status, why, res.error or ""), 3)
   end
   return res.json
 end
@@ -279,6 +298,17 @@ function Server:requests(filter)
         and (not filter.path or tostring(e.path):match(filter.path)) then
       out[#out + 1] = e
     end
+  end
+  return out
+end
+
+--- What the fault rules did: the `fault.action` of every request-log entry a rule
+--- fired on, in log order (filter as for requests()). A fault test asserts this, so
+--- that a rule that never fires cannot pass for one that did.
+function Server:fired(filter)
+  local out = {}
+  for _, e in ipairs(self:requests(filter)) do
+    if type(e.fault) == "table" then out[#out + 1] = e.fault.action end
   end
   return out
 end

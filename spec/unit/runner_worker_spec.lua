@@ -28,13 +28,25 @@ describe("cozy.worker", function()
     assert.matches("probe failed on purpose", err)
   end)
 
-  it("joins the thread when collected", function()
-    do local _ <close> = worker.start("spec.fixtures.runner.worker_probe", "loop", "") end
+  it("joins the thread when closed or collected", function()
+    -- the process's threads, as the kernel counts them: a worker that was
+    -- neither joined nor detached-and-finished would still be listed
+    local sys = require "cozy.sys"
+    local function threads() return #assert(sys.listdir("/proc/self/task")) end
+    local before = threads()
+    do
+      local w <close> = worker.start("spec.fixtures.runner.worker_probe", "loop", "")
+      assert.truthy(support.poll(5, function() return w:last_ok() end))
+      assert.equal(before + 1, threads())
+    end
+    assert.equal(before, threads())
     local w = worker.start("spec.fixtures.runner.worker_probe", "loop", "")
-    w = nil
+    assert.truthy(support.poll(5, function() return w:last_ok() end))
+    assert.equal(before + 1, threads())
+    w = nil -- the only reference: the collector now owns it
     collectgarbage()
     collectgarbage()
-    assert.is_nil(w)
+    assert.equal(before, threads())
   end)
 end)
 

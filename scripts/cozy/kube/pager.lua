@@ -11,12 +11,27 @@
 -- from the newer snapshot; objects created or renamed before it meanwhile
 -- are not seen in this pass. `pager.restarts` counts restarts, a warning is
 -- logged for each, and opts.on_restart(pager) is called.
+--
+-- The pager trusts no page (docs/transport.md, "Lists"): a list answer must
+-- be a JSON object of a *List kind whose items are objects with a name, and
+-- pagination must move forward: a continue token already followed, a
+-- continued page whose objects are not after the previous page's, or a run
+-- of empty pages that still carry a token is an InvalidResponse error naming
+-- the request, never a loop.
+local errors = require "cozy.kube.errors"
+local json = require "cozy.json"
+
 local pager = {}
 
 local Pager = {}
 Pager.__index = Pager
 
 local MAX_RESTARTS = 5
+-- A real kube-apiserver fills every page it hands a continue token with;
+-- a few empty ones are tolerated (an aggregated server may filter late), an
+-- endless run of them is a server that never gets anywhere.
+local MAX_EMPTY_PAGES = 16
+pager.MAX_EMPTY_PAGES = MAX_EMPTY_PAGES
 
 local function key_of(self, obj)
   local md = obj.metadata or {}
@@ -36,6 +51,91 @@ local function le_bytes(a, b)
 end
 pager._le_bytes = le_bytes
 
+-- What a JSON value is, for messages.
+local function what(v)
+  if v == nil then return "absent" end
+  if v == json.null then return "null" end
+  local t = type(v)
+  if t == "table" then
+    local mt = getmetatable(v)
+    if mt == json.array_mt then return "an array" end
+    if mt == json.object_mt then return "an object" end
+    return "a table"
+  end
+  if t == "string" then return ("the string %q"):format(#v > 40 and v:sub(1, 40) .. "..." or v) end
+  return ("a %s (%s)"):format(t, tostring(v))
+end
+
+local function is_object(v) return type(v) == "table" and getmetatable(v) == json.object_mt end
+local function is_array(v) return type(v) == "table" and getmetatable(v) == json.array_mt end
+
+local function short(token)
+  return #token > 24 and token:sub(1, 24) .. "..." or token
+end
+
+-- The request as the error names it: path and query, as kube errors do.
+local function shown(path, query)
+  local qs = require("cozy.kube")._encode_query(query)
+  return qs ~= "" and (path .. "?" .. qs) or path
+end
+
+local function invalid(request, status, attempts, fmt, ...)
+  error(errors.new { method = "GET", path = request, code = status, reason = "InvalidResponse",
+    message = fmt:format(...), attempts = attempts }, 0)
+end
+
+-- Checks one list answer; returns its items (an array, maybe empty) and the
+-- greatest key among them.
+local function check_page(self, list, request, status, attempts)
+  if not is_object(list) then
+    invalid(request, status, attempts, "a list answer must be a JSON object, got %s", what(list))
+  end
+  local kind = list.kind
+  if kind ~= nil and not (type(kind) == "string" and kind:sub(-4) == "List") then
+    invalid(request, status, attempts, "the answer's kind is %s, not a list kind (...List)", what(kind))
+  end
+  local md = list.metadata
+  if md ~= nil and not is_object(md) then
+    invalid(request, status, attempts, "the list's metadata is %s, not an object", what(md))
+  end
+  local cont = md and md["continue"]
+  if cont ~= nil and type(cont) ~= "string" then
+    invalid(request, status, attempts, "the list's metadata.continue is %s, not a string", what(cont))
+  end
+  local items = list.items
+  if items == nil then
+    -- an empty list whose items were omitted (omitempty): a list only if it says so
+    if kind == nil then
+      invalid(request, status, attempts, "the answer has neither items nor a kind: not a list")
+    end
+    return {}, nil
+  end
+  if not is_array(items) then
+    invalid(request, status, attempts, "the list's items is %s, not an array", what(items))
+  end
+  local greatest
+  for i = 1, #items do
+    local obj = items[i]
+    if not is_object(obj) then
+      invalid(request, status, attempts, "items[%d] is %s, not an object", i - 1, what(obj))
+    end
+    local m = obj.metadata
+    if not is_object(m) then
+      invalid(request, status, attempts, "items[%d].metadata is %s, not an object", i - 1, what(m))
+    end
+    if type(m.name) ~= "string" or m.name == "" then
+      invalid(request, status, attempts, "items[%d].metadata.name is %s, not a name", i - 1, what(m.name))
+    end
+    if m.namespace ~= nil and type(m.namespace) ~= "string" then
+      invalid(request, status, attempts, "items[%d].metadata.namespace is %s, not a string", i - 1,
+        what(m.namespace))
+    end
+    local k = key_of(self, obj)
+    if greatest == nil or not le_bytes(k, greatest) then greatest = k end
+  end
+  return items, greatest
+end
+
 function pager.new(resource, opts)
   local self = setmetatable({
     resource = resource,
@@ -50,6 +150,9 @@ function pager.new(resource, opts)
     skipped = 0,
     resource_version = nil,  -- of the snapshot being read
     _items = nil, _i = 0, _continue = nil, _done = false, _last_key = nil, _skip_to = nil,
+    _followed = {},       -- every continue token handed out in this pass: one seen again is a loop
+    _page_last = nil,     -- the greatest key of the previous page of this snapshot
+    _empty_run = 0,       -- empty pages in a row that still carried a continue token
   }, Pager)
   return self
 end
@@ -63,7 +166,8 @@ function Pager:_fetch()
     { "limit", self.limit and self.limit > 0 and tostring(math.tointeger(self.limit) or self.limit) or nil },
     { "continue", self._continue },
   }
-  local ok, list = pcall(c.call, c, "GET", r:collection_path(self.namespace), { query = query })
+  local path = r:collection_path(self.namespace)
+  local ok, list, status, attempts = pcall(c.call, c, "GET", path, { query = query })
   if not ok then
     local e = list
     if self._continue ~= nil and type(e) == "table" and e.code == 410 then
@@ -83,17 +187,52 @@ function Pager:_fetch()
       end
       self._continue = nil
       self._skip_to = self._last_key
+      -- a new pass over a new snapshot: its tokens may repeat the old ones
+      -- (same revision, same start), and that is no loop
+      self._followed = {}
+      self._page_last = nil
+      self._empty_run = 0
       if self.on_restart then self.on_restart(self) end
       return self:_fetch()
     end
     error(e, 0)
   end
+  local request = shown(path, query)
+  local items, greatest = check_page(self, list, request, status, attempts)
+  local sent = self._continue
+  if sent ~= nil and self._page_last ~= nil then
+    -- a continued page starts where the previous one ended, in key order
+    for i = 1, #items do
+      local k = key_of(self, items[i])
+      if le_bytes(k, self._page_last) then
+        invalid(request, status, attempts, "page %d does not move forward: items[%d] %q is not after %q, "
+          .. "the last object of the previous page", self.pages + 1, i - 1, k, self._page_last)
+      end
+    end
+  end
+  local cont = list.metadata and list.metadata["continue"]
+  cont = (cont ~= nil and cont ~= "") and cont or nil
+  if cont ~= nil then
+    if cont == sent then
+      invalid(request, status, attempts, "page %d answered the continue token it was asked with (%s): "
+        .. "the list does not move forward", self.pages + 1, short(cont))
+    elseif self._followed[cont] then
+      invalid(request, status, attempts, "page %d answered a continue token already followed in this list "
+        .. "(%s): the list does not move forward", self.pages + 1, short(cont))
+    end
+    self._followed[cont] = true
+    self._empty_run = #items == 0 and self._empty_run + 1 or 0
+    if self._empty_run > MAX_EMPTY_PAGES then
+      invalid(request, status, attempts, "%d empty pages in a row, each with a new continue token: "
+        .. "the list does not move forward", self._empty_run)
+    end
+  end
   self.pages = self.pages + 1
   self.resource_version = list.metadata and list.metadata.resourceVersion
-  local cont = list.metadata and list.metadata["continue"]
-  self._continue = (cont ~= nil and cont ~= "") and cont or nil
-  self._done = self._continue == nil
-  self._items = list.items or {}
+  self._continue = cont
+  self._done = cont == nil
+  self._items = items
+  if greatest ~= nil then self._page_last = greatest end
   self._i = 0
   self._kind = type(list.kind) == "string" and list.kind:gsub("List$", "") or nil
 end
