@@ -163,7 +163,7 @@ function runner.execute(opts, mode, report)
       w.type, w.step = "write", state.step
       report(w)
     end or nil })
-    local cms = client:resource("v1", "configmaps")
+    local cms = client:resource("v1", "configmaps", { kind = "ConfigMap" })
     proc.trap()
     local identity = lease.identity()
     local holder
@@ -264,7 +264,11 @@ function runner.execute(opts, mode, report)
     if holder then
       local h = holder
       holder = nil
-      release_lock(h, client, opts, namespace, identity, log)
+      if errors.is(run_err, "lost") then
+        h:stop() -- not ours any more: a release would only be refused
+      else
+        release_lock(h, client, opts, namespace, identity, log)
+      end
     end
     if not run_ok then
       summary("failed")

@@ -225,4 +225,47 @@ describe("cozy.kube list against a malformed or looping server", function()
       assert.same({ "respond", "respond", "respond", "respond" }, srv:fired())
     end)
   end)
+
+  describe("a GET", function()
+    local PATH = TEAM_A .. "/cm-01"
+    local function answer(body)
+      srv:faults { { method = "GET", path = "/team-a/configmaps/cm-01$", respond = { body = body } } }
+    end
+    local function get()
+      local typed = client:resource("v1", "configmaps", { kind = "ConfigMap" })
+      local ok, err = pcall(typed.get, typed, "team-a", "cm-01")
+      assert.is_false(ok, "the GET accepted the answer")
+      assert.is_true(kube.is_error(err), tostring(err))
+      assert.equal("InvalidResponse", err.reason)
+      assert.equal(PATH, err.path)
+      assert.same({ "respond" }, srv:fired())
+      return err
+    end
+
+    it("answering another kind is an InvalidResponse", function()
+      answer { apiVersion = "v1", kind = "Secret", metadata = { name = "cm-01", namespace = "team-a" } }
+      assert.matches("the answer is a Secret, not a ConfigMap", get().message, 1, true)
+    end)
+
+    it("answering another apiVersion, a list, another name or namespace is an InvalidResponse", function()
+      for _, case in ipairs({
+        { { apiVersion = "v2", kind = "ConfigMap", metadata = { name = "cm-01", namespace = "team-a" } }, "apiVersion v2" },
+        { { apiVersion = "v1", kind = "ConfigMapList", metadata = {}, items = json.array {} }, "a ConfigMapList, not an object" },
+        { { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "other", namespace = "team-a" } }, "names other" },
+        { { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cm-01", namespace = "team-b" } }, "namespace team-b" },
+        { json.array { 1 }, "not a JSON object" },
+      }) do
+        srv:clear_faults()
+        srv:clear_requests()
+        answer(case[1])
+        assert.matches(case[2], get().message, 1, true)
+      end
+    end)
+
+    it("the object asked for passes", function()
+      local obj = client:resource("v1", "configmaps", { kind = "ConfigMap" }):get("team-a", "cm-01")
+      assert.equal("cm-01", obj.metadata.name)
+    end)
+  end)
 end)
+

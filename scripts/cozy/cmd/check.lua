@@ -63,7 +63,7 @@ function M.collect(opts, log)
   end
   report.server_version = type(version) == "table" and version.gitVersion or nil
 
-  local cm = stamp.read(client:resource("v1", "configmaps"), namespace)
+  local cm = stamp.read(client:resource("v1", "configmaps", { kind = "ConfigMap" }), namespace)
   report.current = cm and stamp.version_of(cm) or json.null
 
   -- which migrations: --migration N, else the pending ones

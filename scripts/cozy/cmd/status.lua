@@ -18,7 +18,7 @@ function M.collect(opts, log)
   local namespace = runner.namespace(opts)
   local target = runner.target(opts, set)
   local client = runner.connect(opts, log)
-  local cm = stamp.read(client:resource("v1", "configmaps"), namespace)
+  local cm = stamp.read(client:resource("v1", "configmaps", { kind = "ConfigMap" }), namespace)
   local st = { namespace = namespace, target = target, origin = set.origin, pending = {}, history = {},
     warnings = {} }
   if cm == nil then
@@ -53,7 +53,7 @@ function M.collect(opts, log)
     end
     st.state = #st.pending == 0 and "up to date" or (#st.pending .. " pending")
   end
-  local l = client:resource("coordination.k8s.io/v1", "leases"):find(namespace, lease.NAME)
+  local l = client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" }):find(namespace, lease.NAME)
   if l and lease.holder_of(l) then
     local remaining = lease.remaining(l, sys.time())
     st.lock = { holder = lease.holder_of(l), renewed = l.spec.renewTime, expired = remaining < 0,

@@ -286,6 +286,7 @@ function Client:resource(api_version, plural, opts)
     api_version = api_version,
     plural = plural,
     namespaced = opts.namespaced ~= false,
+    kind = type(opts.kind) == "string" and opts.kind or nil,
     base = base,
   }, Resource)
 end
@@ -325,8 +326,34 @@ local function fill_type(self, obj, kind)
   return obj
 end
 
+-- A GET's answer must be the object asked for: an object of this
+-- resource's apiVersion (and kind, when the resource knows it), with the
+-- name and namespace asked; anything else is an InvalidResponse.
+local function check_object(self, obj, ns, name, status, attempts)
+  local why
+  if type(obj) ~= "table" or patch.is_array(obj) then
+    why = "the answer is not a JSON object"
+  elseif obj.kind == "Status" or (type(obj.kind) == "string" and obj.kind:find("List$")) then
+    why = ("the answer is a %s, not an object"):format(obj.kind)
+  elseif obj.apiVersion ~= nil and obj.apiVersion ~= self.api_version then
+    why = ("the answer has apiVersion %s, not %s"):format(tostring(obj.apiVersion), self.api_version)
+  elseif self.kind and obj.kind ~= nil and obj.kind ~= self.kind then
+    why = ("the answer is a %s, not a %s"):format(tostring(obj.kind), self.kind)
+  elseif type(obj.metadata) ~= "table" or obj.metadata.name ~= name then
+    why = ("the answer names %s, not %s"):format(tostring(type(obj.metadata) == "table" and obj.metadata.name), name)
+  elseif ns ~= nil and obj.metadata.namespace ~= nil and obj.metadata.namespace ~= ns then
+    why = ("the answer is in namespace %s, not %s"):format(tostring(obj.metadata.namespace), ns)
+  end
+  if why then
+    error(errors.new { method = "GET", path = self:path(ns, name), code = status, reason = "InvalidResponse",
+      message = why, attempts = attempts })
+  end
+  return obj
+end
+
 function Resource:_get(ns, name)
-  return (self.client:call("GET", self:path(ns, name)))
+  local obj, status, attempts = self.client:call("GET", self:path(ns, name))
+  return check_object(self, obj, ns, name, status, attempts)
 end
 
 function Resource:get(...)

@@ -116,7 +116,7 @@ local function kube_facade(view)
   k.stats = readonly(view.stats, "ctx.kube.stats")
   k.resource = method(k, function(api_version, plural, opts)
     if opts ~= nil and type(opts) ~= "table" then error("resource(api_version, plural, opts): opts must be a table", 2) end
-    return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced }))
+    return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced, kind = opts.kind }))
   end)
   k.call = method(k, function(http_method, path, spec)
     if type(http_method) ~= "string" or type(path) ~= "string" then

@@ -85,6 +85,7 @@ end
 local function load_lua(m)
   local def, err, stopped = sandbox.load(m.source, m.file)
   if stopped == "signal" then errors.raise("interrupted", m.file .. ": " .. err, { file = m.file }) end
+  if stopped then errors.raise("invalid", m.file .. ": " .. err, { file = m.file }) end
   if def == nil then
     if err == nil then
       invalid(m.file, "returned nothing: must return a table { description = ..., run = function(ctx) ... end }")

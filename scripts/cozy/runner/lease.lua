@@ -94,7 +94,7 @@ function lease.remaining(obj, now)
 end
 
 local function leases_of(client)
-  return client:resource("coordination.k8s.io/v1", "leases")
+  return client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" })
 end
 
 local function is_conflict(e)
