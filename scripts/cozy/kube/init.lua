@@ -75,7 +75,8 @@ local function warn(self, message, fields)
   else
     local parts = { "cozy-migrate: warning: ", message }
     for k, v in pairs(fields or {}) do parts[#parts + 1] = (" %s=%s"):format(k, tostring(v)) end
-    io.stderr:write(table.concat(parts), "\n")
+    parts[#parts + 1] = "\n"
+    io.stderr:write(table.concat(parts)) -- one write: other threads log too
   end
 end
 
