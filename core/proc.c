@@ -96,12 +96,35 @@ struct line_buffer {
   const char *name;
 };
 
-/* Calls on_line(name, line) protected; the first error is kept at errslot. */
+struct line {
+  const char *name, *s;
+  size_t len;
+};
+
+/* Runs protected: pushes the line's strings (which allocate, so may raise)
+** and calls on_line(name, line). */
+static int call_on_line(lua_State *L) {
+  const struct line *ln = lua_touserdata(L, 2);
+  lua_pushvalue(L, 1);
+  lua_pushstring(L, ln->name);
+  lua_pushlstring(L, ln->s, ln->len);
+  lua_call(L, 2, 0);
+  return 0;
+}
+
+/* Calls on_line(name, line) protected; the first error is kept at errslot.
+** Only non-allocating pushes happen outside the protected call, so nothing
+** here raises past proc_spawn's buffers, pipes and child. */
 static void emit_line(lua_State *L, int cb, int errslot, const char *name,
                       const char *s, size_t len) {
+  struct line ln;
+  ln.name = name;
+  ln.s = s;
+  ln.len = len;
+  if (!lua_checkstack(L, 5)) return; /* cannot happen: spawn uses a few slots */
+  lua_pushcfunction(L, call_on_line);
   lua_pushvalue(L, cb);
-  lua_pushstring(L, name);
-  lua_pushlstring(L, s, len);
+  lua_pushlightuserdata(L, &ln);
   if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
     if (lua_isnil(L, errslot)) lua_replace(L, errslot);
     else lua_pop(L, 1);
