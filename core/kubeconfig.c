@@ -85,6 +85,13 @@ int cozy_read_file(const char *path, struct cozy_blob *out) {
   return 0;
 }
 
+/* *dst = a copy of src; -1 (err set) when memory runs out. */
+static int dup_to(struct cozy_config_error *err, const char *file, char **dst, const char *src) {
+  *dst = strdup(src);
+  if (*dst == NULL) return fail(err, file, "", "%s: out of memory", file);
+  return 0;
+}
+
 /* "where.key" for messages; a field path longer than the buffer is cut. */
 static void join(char *dst, size_t n, const char *where, const char *key) {
   if (snprintf(dst, n, "%s.%s", where, key) >= (int)n) dst[n - 1] = '\0';
@@ -229,6 +236,12 @@ static int load_file(struct loader *ld, const char *path, int must_exist) {
   f->path = strdup(path);
   slash = strrchr(path, '/');
   f->dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : NULL;
+  if (f->path == NULL || (slash != NULL && f->dir == NULL)) {
+    free(f->path);
+    free(f->dir);
+    fclose(fp);
+    return fail(ld->err, path, "", "%s: out of memory", path);
+  }
   yaml_parser_initialize(&parser);
   yaml_parser_set_input_file(&parser, fp);
   if (!yaml_parser_load(&parser, &f->doc)) {
@@ -311,14 +324,14 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
       return fail(err, first, "current-context",
                   "%s: current-context is not set and no --context was given", first);
   }
-  kc->context = strdup(ctxname);
+  if (dup_to(err, first, &kc->context, ctxname) < 0) return -1;
   f = find_named(ld, "contexts", "context", ctxname, &ctx);
   if (f == NULL || ctx == NULL || ctx->type != YAML_MAPPING_NODE)
     return fail(err, first, want ? "--context" : "current-context",
                 "%s: context \"%s\" not found in contexts", first, ctxname);
   snprintf(where, sizeof where, "contexts[%s].context", ctxname);
   if ((r = get_str(ld, f, ctx, "namespace", where, &v)) < 0) return -1;
-  if (r == 1 && *v) kc->namespace = strdup(v);
+  if (r == 1 && *v && dup_to(err, f->path, &kc->namespace, v) < 0) return -1;
   if ((r = get_str(ld, f, ctx, "cluster", where, &v)) <= 0) {
     if (r == 0) {
       join(field, sizeof field, where, "cluster");
@@ -326,9 +339,9 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
     }
     return -1;
   }
-  kc->cluster = strdup(v);
+  if (dup_to(err, f->path, &kc->cluster, v) < 0) return -1;
   if ((r = get_str(ld, f, ctx, "user", where, &v)) < 0) return -1;
-  kc->user = r == 1 ? strdup(v) : NULL;
+  if (r == 1 && dup_to(err, f->path, &kc->user, v) < 0) return -1;
 
   /* cluster */
   f = find_named(ld, "clusters", "cluster", kc->cluster, &cl);
@@ -346,7 +359,7 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
   join(field, sizeof field, where, "server");
   if (strncmp(v, "https://", 8) != 0 && strncmp(v, "http://", 7) != 0)
     return fail(err, f->path, field, "%s: %s must be an http:// or https:// URL", f->path, field);
-  kc->server = strdup(v);
+  if (dup_to(err, f->path, &kc->server, v) < 0) return -1;
   while (strlen(kc->server) > 8 && kc->server[strlen(kc->server) - 1] == '/')
     kc->server[strlen(kc->server) - 1] = '\0';
   n = map_get(&f->doc, cl, "insecure-skip-tls-verify");
@@ -404,8 +417,8 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
   }
   if ((r = get_str(ld, f, us, "token", where, &v)) < 0) return -1;
   if (r == 1 && *v) {
+    if (dup_to(err, f->path, &kc->token.data, v) < 0) return -1;
     kc->token.len = strlen(v);
-    kc->token.data = strdup(v);
   }
   if ((r = get_str(ld, f, us, "tokenFile", where, &v)) < 0) return -1;
   if (r == 1 && *v) {
@@ -413,6 +426,7 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
     kc->token_file = resolve_path(f, v);
     cozy_blob_free(&kc->token);
     join(field, sizeof field, where, "tokenFile");
+    if (kc->token_file == NULL) return fail(err, f->path, field, "%s: out of memory", f->path);
     if (load_token_file(kc, err, f->path, field) < 0) return -1;
   }
   return 0;
@@ -436,16 +450,19 @@ static int in_cluster(struct cozy_kubeconfig *kc, struct cozy_config_error *err)
   if (port == NULL || *port == '\0')
     return fail(err, "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_PORT",
                 "in-cluster configuration: KUBERNETES_SERVICE_HOST is set but KUBERNETES_SERVICE_PORT is not");
-  kc->source = strdup("in-cluster");
+  if (dup_to(err, "in-cluster", &kc->source, "in-cluster") < 0) return -1;
   n = strlen(host) + strlen(port) + 16;
   kc->server = malloc(n);
+  if (kc->server == NULL) return fail(err, "in-cluster", "", "in-cluster: out of memory");
   if (strchr(host, ':') != NULL && host[0] != '[') /* IPv6 literal */
     snprintf(kc->server, n, "https://[%s]:%s", host, port);
   else
     snprintf(kc->server, n, "https://%s:%s", host, port);
   kc->token_file = sa_path(dir, "token");
+  if (kc->token_file == NULL) return fail(err, "in-cluster", "", "in-cluster: out of memory");
   if (load_token_file(kc, err, kc->token_file, "token") < 0) return -1;
   p = sa_path(dir, "ca.crt");
+  if (p == NULL) return fail(err, "in-cluster", "", "in-cluster: out of memory");
   if (cozy_read_file(p, &kc->ca) != 0) {
     fail(err, p, "ca.crt", "in-cluster configuration: cannot read %s: %s", p, strerror(errno));
     free(p);
@@ -453,10 +470,16 @@ static int in_cluster(struct cozy_kubeconfig *kc, struct cozy_config_error *err)
   }
   free(p);
   p = sa_path(dir, "namespace");
+  if (p == NULL) return fail(err, "in-cluster", "", "in-cluster: out of memory");
   if (cozy_read_file(p, &ns) == 0) {
+    int bad = 0;
     cozy_blob_rtrim(&ns);
-    if (ns.len > 0) kc->namespace = strdup(ns.data);
+    if (ns.len > 0) bad = dup_to(err, p, &kc->namespace, ns.data);
     cozy_blob_free(&ns);
+    if (bad) {
+      free(p);
+      return -1;
+    }
   }
   free(p);
   return 0;
@@ -473,16 +496,17 @@ int cozy_kubeconfig_load(const char *path, const char *context, struct cozy_kube
   ld.err = err;
   if (path != NULL && *path != '\0') {
     rc = load_file(&ld, path, 1);
-    if (rc == 0) kc->source = strdup(path);
+    if (rc == 0) rc = dup_to(err, path, &kc->source, path);
   } else if (env != NULL && *env != '\0') {
     /* missing files in the list are skipped, as kubectl does */
     char *list = strdup(env), *save = NULL, *p;
-    for (p = strtok_r(list, ":", &save); p && rc == 0; p = strtok_r(NULL, ":", &save))
+    if (list == NULL) rc = fail(err, "KUBECONFIG", "KUBECONFIG", "KUBECONFIG: out of memory");
+    for (p = list ? strtok_r(list, ":", &save) : NULL; p && rc == 0; p = strtok_r(NULL, ":", &save))
       if (*p) rc = load_file(&ld, p, 0);
     free(list);
     if (rc == 0 && ld.nfiles == 0)
       rc = fail(err, env, "KUBECONFIG", "no file named in KUBECONFIG exists (%s)", env);
-    if (rc == 0) kc->source = strdup(env);
+    if (rc == 0) rc = dup_to(err, "KUBECONFIG", &kc->source, env);
   } else if (getenv("KUBERNETES_SERVICE_HOST") && *getenv("KUBERNETES_SERVICE_HOST")) {
     rc = in_cluster(kc, err);
     if (rc != 0) cozy_kubeconfig_free(kc);
@@ -496,7 +520,7 @@ int cozy_kubeconfig_load(const char *path, const char *context, struct cozy_kube
       rc = fail(err, def, "",
                 "no cluster configuration: no --kubeconfig, no KUBECONFIG, not in a cluster "
                 "(KUBERNETES_SERVICE_HOST unset), and %s does not exist", def);
-    if (rc == 0) kc->source = strdup(def);
+    if (rc == 0) rc = dup_to(err, def, &kc->source, def);
   }
   if (rc == 0) rc = from_kubeconfig(&ld, context, kc);
   loader_free(&ld);
