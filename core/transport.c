@@ -60,17 +60,16 @@ static double opt_number(lua_State *L, int idx, const char *key, double dflt, do
   return v;
 }
 
+/* Pushes option `key` (nil or a string) and returns the string or NULL. The
+** value stays on the stack for as long as the pointer is used: the options
+** table is no guarantee (an __index may return a fresh string, an on_retry
+** callback may change the table, and the collector frees what nothing
+** holds). */
 static const char *opt_string(lua_State *L, int idx, const char *key) {
-  const char *s;
   lua_getfield(L, idx, key);
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    return NULL;
-  }
+  if (lua_isnil(L, -1)) return NULL;
   if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "option '%s' must be a string", key);
-  s = lua_tostring(L, -1);
-  lua_pop(L, 1); /* still referenced by the options table */
-  return s;
+  return lua_tostring(L, -1);
 }
 
 static int t_gc(lua_State *L) {
@@ -90,8 +89,9 @@ static int t_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   pthread_once(&global_once, global_init);
   if (global_rc != CURLE_OK) return luaL_error(L, "curl_global_init failed: %s", curl_easy_strerror(global_rc));
-  path = opt_string(L, 1, "kubeconfig");
-  context = opt_string(L, 1, "context");
+  lua_settop(L, 1);
+  path = opt_string(L, 1, "kubeconfig"); /* index 2 */
+  context = opt_string(L, 1, "context"); /* index 3 */
   t = lua_newuserdatauv(L, sizeof *t, 0);
   memset(t, 0, sizeof *t);
   t->closed = 1; /* until fully set up, __gc has nothing to free */
@@ -246,17 +246,17 @@ static int t_request(lua_State *L) {
   luaL_argcheck(L, path[0] == '/', 3, "path must start with '/'");
   luaL_checktype(L, 4, LUA_TTABLE);
   lua_settop(L, 4);
+  lua_getfield(L, 4, "on_retry"); /* index 5 */
+  on_retry = lua_isfunction(L, 5);
+  /* indexes 6, 7, 8: kept on the stack while the strings are in use */
   query = opt_string(L, 4, "query");
   ctype = opt_string(L, 4, "content_type");
   lua_getfield(L, 4, "body");
   if (!lua_isnil(L, -1)) body = luaL_checklstring(L, -1, &body_len);
-  lua_pop(L, 1); /* kept alive by the options table */
   lua_getfield(L, 4, "retry_safe");
   retry_safe = lua_toboolean(L, -1);
   lua_pop(L, 1);
   timeout = opt_number(L, 4, "timeout", t->request_timeout, 0);
-  lua_getfield(L, 4, "on_retry"); /* index 5 */
-  on_retry = lua_isfunction(L, 5);
   read = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
   luaL_buffinit(L, &b);
@@ -266,10 +266,10 @@ static int t_request(lua_State *L) {
     luaL_addchar(&b, '?');
     luaL_addstring(&b, query);
   }
-  luaL_pushresult(&b); /* index 6 */
-  url = lua_tostring(L, 6);
-  lua_newtable(L);     /* index 7: attempts */
-  attempts_idx = 7;
+  luaL_pushresult(&b); /* index 9 */
+  url = lua_tostring(L, 9);
+  lua_newtable(L);     /* index 10: attempts */
+  attempts_idx = 10;
 
   start = cozy_monotime();
   for (;;) {

@@ -95,3 +95,46 @@ describe("core/proc.c: spawn when exec fails", function()
     assert.equal(2, calls)
   end)
 end)
+
+describe("core/transport.c: option strings stay alive for the whole request", function()
+  local tsupport = require "spec.e2e.transport_support"
+  local transport = require "cozy.transport"
+  local json = require "cozy.json"
+  local srv
+  setup(function() srv = tsupport.start() end)
+  teardown(function() if srv then srv:stop() end end)
+
+  -- The body and content type used to be popped right after they were read,
+  -- "kept alive by the options table"; an on_retry that changes the table
+  -- then let the collector free the body the retry sends (ASan: heap use
+  -- after free; without it, the retry sends whatever reused the memory).
+  it("sends the same body on a retry after on_retry dropped it from the options", function()
+    local t = assert(transport.new { kubeconfig = srv.kubeconfig,
+      retry = { max_attempts = 3, base_delay = 0.01, max_delay = 0.05 } })
+    local filler = {}
+    for i = 1, 2000 do filler[i] = ("%04d"):format(i) end
+    local body = json.encode { apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "kept-alive", namespace = "team-a" }, data = { big = table.concat(filler, "-") } }
+    srv:clear_requests()
+    srv:faults { { method = "POST", path = "namespaces/team-a/configmaps$", times = 1, status = { code = 500 } } }
+    local opts = { body = body, content_type = "application/json", retry_safe = true }
+    body = nil
+    opts.on_retry = function()
+      opts.body, opts.content_type = nil, nil
+      collectgarbage("collect")
+      local junk = {}
+      for i = 1, 200 do junk[i] = ("x"):rep(8000 + i) end
+      collectgarbage("collect")
+    end
+    local status, _, attempts = t:request("POST", "/api/v1/namespaces/team-a/configmaps", opts)
+    t:close()
+    assert.equal(201, status)
+    assert.equal(2, #attempts)
+    local posts = tsupport.api_requests(srv, "POST", "namespaces/team%-a/configmaps$")
+    assert.equal(2, #posts)
+    assert.truthy(posts[1].fault, "the fault rule did not fire")
+    assert.equal(posts[1].body, posts[2].body)
+    assert.equal("application/json", posts[2].content_type)
+    assert.equal(table.concat(filler, "-"), srv:object("ConfigMap", "team-a", "kept-alive").data.big)
+  end)
+end)
