@@ -131,7 +131,9 @@ static int t_new(lua_State *L) {
   t->tokens = t->burst;
   t->refilled_at = t->token_read_at = cozy_monotime();
   t->seed = (unsigned int)((size_t)t ^ (size_t)(t->refilled_at * 1e6));
-  if (cozy_http_init(t) != 0) return luaL_error(L, "curl_easy_init failed");
+  if (cozy_http_init(t) != 0)
+    return luaL_error(L, "cannot set up the HTTP client: %s",
+                      t->errbuf[0] ? t->errbuf : "curl_easy_init failed");
   return 1;
 }
 

@@ -19,6 +19,7 @@ struct cozy_retry_policy {
 struct cozy_transport {
   CURL *curl;
   char errbuf[CURL_ERROR_SIZE];
+  CURLcode setopt_rc;      /* first curl_easy_setopt failure of a batch */
   struct curl_slist *headers;
   struct cozy_kubeconfig kc;
   double request_timeout;  /* seconds; 0 = none */

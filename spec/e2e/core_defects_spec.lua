@@ -138,3 +138,23 @@ describe("core/transport.c: option strings stay alive for the whole request", fu
     assert.equal(table.concat(filler, "-"), srv:object("ConfigMap", "team-a", "kept-alive").data.big)
   end)
 end)
+
+describe("core/transport_http.c: curl options", function()
+  local tsupport = require "spec.e2e.transport_support"
+  local transport = require "cozy.transport"
+  local srv
+  setup(function() srv = tsupport.start() end)
+  teardown(function() if srv then srv:stop() end end)
+
+  -- (long)(1e300 * 1000) is undefined behaviour; on x86 it is LONG_MIN, which
+  -- curl refuses with CURLE_BAD_FUNCTION_ARGUMENT, a result nobody checked.
+  -- Seconds are now clamped, and a refused option would fail the request
+  -- with a message naming it.
+  it("takes a timeout too large for milliseconds in a long as no limit", function()
+    local t = assert(transport.new { kubeconfig = srv.kubeconfig, request_timeout = 1e300, connect_timeout = 1e300 })
+    local status, body, attempts = t:request("GET", "/api/v1/namespaces/cozy-system/configmaps/settings", {})
+    t:close()
+    assert.equal(200, status, attempts[1] and attempts[1].message)
+    assert.matches('"name":"settings"', body)
+  end)
+end)
