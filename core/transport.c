@@ -3,6 +3,7 @@
 **
 **   local t, err = transport.new{ kubeconfig=, context=, request_timeout=30,
 **       connect_timeout=10, qps=20, burst=40, token_refresh=60,
+**       max_response_bytes=256 MiB,
 **       retry = { max_attempts=10, max_time=120, base_delay=0.25, max_delay=30 } }
 **   -- err (config problems) = { file=, field=, message= }
 **   t:info()   --> { server=, namespace=, source=, context=, cluster=, user=,
@@ -101,6 +102,11 @@ static int t_new(lua_State *L) {
   t->qps = opt_number(L, 1, "qps", 20, 0);
   t->burst = opt_number(L, 1, "burst", 40, 1);
   t->token_refresh = opt_number(L, 1, "token_refresh", 60, 0);
+  {
+    double max = opt_number(L, 1, "max_response_bytes", COZY_MAX_RESPONSE_BYTES_DEFAULT, 1);
+    if (max > 1e15) return luaL_error(L, "option 'max_response_bytes' must be <= 1e15");
+    t->max_response_bytes = (size_t)max;
+  }
   t->retry.max_attempts = 10;
   t->retry.max_time = 120;
   t->retry.base_delay = 0.25;
@@ -165,6 +171,8 @@ static int t_info(lua_State *L) {
   lua_setfield(L, -2, "qps");
   lua_pushnumber(L, t->burst);
   lua_setfield(L, -2, "burst");
+  lua_pushinteger(L, (lua_Integer)t->max_response_bytes);
+  lua_setfield(L, -2, "max_response_bytes");
   return 1;
 }
 
@@ -187,6 +195,9 @@ static const char *curl_reason(CURLcode rc, int *transient, int *unsent) {
     case CURLE_SEND_ERROR:
     case CURLE_PARTIAL_FILE: return "ConnectionReset";
     case CURLE_SSL_CONNECT_ERROR: return "TLSHandshake";
+    case CURLE_FILESIZE_EXCEEDED: /* max_response_bytes: the same answer again */
+      *transient = 0;
+      return "ResponseTooLarge";
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_CERTPROBLEM:

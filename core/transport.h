@@ -9,6 +9,14 @@
 
 #include "kubeconfig.h"
 
+/* A response body larger than this is refused (ResponseTooLarge) while it
+** is read. The largest legitimate answer is a list page: etcd caps an object
+** at 1.5 MiB (--max-request-bytes), and a 500-item page of objects averaging
+** half a MiB (VMs with big cloud-init data) is 256 MiB. The process holds
+** about three copies (curl's buffer, the Lua string, the decoded tables), so
+** this also bounds the memory a hostile server can make us take. */
+#define COZY_MAX_RESPONSE_BYTES_DEFAULT (256.0 * 1024 * 1024)
+
 struct cozy_retry_policy {
   int max_attempts;     /* including the first */
   double max_time;      /* seconds from the first attempt; no retry starts after it */
@@ -32,6 +40,8 @@ struct cozy_transport {
   /* the response being received */
   char *body;
   size_t body_len, body_cap;
+  size_t max_response_bytes; /* of the body as delivered, i.e. decompressed */
+  int body_too_large;        /* the write callback stopped the transfer */
   double retry_after;      /* Retry-After seconds, or -1 */
   char warnings[2048];     /* Warning header values of the answer, '\n'-separated */
   size_t warnings_len;

@@ -68,13 +68,20 @@ int cozy_http_reload_token(struct cozy_transport *t) {
   return 0;
 }
 
+/* libcurl hands over the body as decoded (gunzipped, de-chunked), so the
+** limit here counts what we keep, whatever the framing or the encoding. */
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   struct cozy_transport *t = ud;
   size_t n = size * nmemb;
+  if (n > t->max_response_bytes - t->body_len) {
+    t->body_too_large = 1;
+    return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
+  }
   if (t->body_len + n + 1 > t->body_cap) {
     size_t cap = t->body_cap ? t->body_cap : 16384;
     char *nb;
     while (cap < t->body_len + n + 1) cap *= 2;
+    if (cap > t->max_response_bytes + 1) cap = t->max_response_bytes + 1;
     nb = realloc(t->body, cap);
     if (nb == NULL) return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
     t->body = nb;
@@ -160,6 +167,9 @@ int cozy_http_init(struct cozy_transport *t) {
   CHECK_SETOPT(t, CURLOPT_CONNECTTIMEOUT_MS, to_ms(t->connect_timeout));
   CHECK_SETOPT(t, CURLOPT_PROTOCOLS_STR, "https,http");
   CHECK_SETOPT(t, CURLOPT_FOLLOWLOCATION, 0L);
+  /* refuses at once a Content-Length above the limit (the body is also
+  ** counted as it arrives, in on_body: chunked and compressed bodies) */
+  CHECK_SETOPT(t, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)t->max_response_bytes);
   CHECK_SETOPT(t, CURLOPT_WRITEFUNCTION, on_body);
   CHECK_SETOPT(t, CURLOPT_WRITEDATA, t);
   CHECK_SETOPT(t, CURLOPT_HEADERFUNCTION, on_header);
@@ -229,6 +239,7 @@ CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const c
   *status = 0;
   t->setopt_rc = CURLE_OK;
   t->body_len = 0;
+  t->body_too_large = 0;
   if (t->body) t->body[0] = '\0';
   t->retry_after = -1;
   t->warnings_len = 0;
@@ -290,5 +301,12 @@ CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const c
   CHECK_SETOPT(t, CURLOPT_HTTPHEADER, NULL);
   free_headers(t);
   if (rc == CURLE_OK && t->setopt_rc != CURLE_OK) rc = t->setopt_rc;
+  if (t->body_too_large || rc == CURLE_FILESIZE_EXCEEDED) {
+    rc = CURLE_FILESIZE_EXCEEDED;
+    snprintf(t->errbuf, sizeof t->errbuf,
+             "the response body is larger than max_response_bytes (%zu bytes, counted after "
+             "decompression); the transfer was stopped", t->max_response_bytes);
+    t->body_len = 0; /* nothing of a refused body is handed on */
+  }
   return rc;
 }
