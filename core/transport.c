@@ -73,6 +73,19 @@ static const char *opt_string(lua_State *L, int idx, const char *key) {
   return lua_tostring(L, -1);
 }
 
+/* 1 if s (len bytes) has a byte that may not appear in an HTTP request line
+** or header value: a control character (CR and LF would end the line and
+** start a header of the caller's choosing; NUL would cut it) or, when
+** no_space is set (method, path and query), a space. */
+static int bad_http_text(const char *s, size_t len, int no_space) {
+  size_t i;
+  for (i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x20 || c == 0x7f || (no_space && c == ' ')) return 1;
+  }
+  return 0;
+}
+
 static int t_gc(lua_State *L) {
   struct cozy_transport *t = luaL_checkudata(L, 1, TRANSPORT_MT);
   if (!t->closed) {
@@ -245,8 +258,9 @@ static double backoff(struct cozy_transport *t, int n) {
 
 static int t_request(lua_State *L) {
   struct cozy_transport *t = check_transport(L);
-  const char *method = luaL_checkstring(L, 2);
-  const char *path = luaL_checkstring(L, 3);
+  size_t method_len, path_len;
+  const char *method = luaL_checklstring(L, 2, &method_len);
+  const char *path = luaL_checklstring(L, 3, &path_len);
   const char *query = NULL, *body = NULL, *ctype = NULL;
   size_t body_len = 0;
   int retry_safe = 0, read, n = 0, did_401 = 0, on_retry = 0, attempts_idx;
@@ -257,13 +271,24 @@ static int t_request(lua_State *L) {
   long status = 0;
 
   luaL_argcheck(L, path[0] == '/', 3, "path must start with '/'");
+  luaL_argcheck(L, method_len > 0 && strspn(method, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == method_len, 2,
+                "method must be an HTTP method in capitals");
+  luaL_argcheck(L, !bad_http_text(path, path_len, 1), 3,
+                "path contains a space or a control character (CR, LF, NUL...)");
   luaL_checktype(L, 4, LUA_TTABLE);
   lua_settop(L, 4);
   lua_getfield(L, 4, "on_retry"); /* index 5 */
   on_retry = lua_isfunction(L, 5);
   /* indexes 6, 7, 8: kept on the stack while the strings are in use */
   query = opt_string(L, 4, "query");
+  if (query && bad_http_text(query, lua_rawlen(L, -1), 1))
+    return luaL_argerror(L, 4, "query contains a space or a control character (CR, LF, NUL...)");
   ctype = opt_string(L, 4, "content_type");
+  if (ctype && bad_http_text(ctype, lua_rawlen(L, -1), 0))
+    return luaL_argerror(L, 4, "content_type contains a control character (CR, LF, NUL...): "
+                               "it would split the Content-Type header");
+  if (ctype && lua_rawlen(L, -1) > 200)
+    return luaL_argerror(L, 4, "content_type is longer than 200 bytes");
   lua_getfield(L, 4, "body");
   if (!lua_isnil(L, -1)) body = luaL_checklstring(L, -1, &body_len);
   lua_getfield(L, 4, "retry_safe");

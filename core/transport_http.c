@@ -57,11 +57,13 @@ int cozy_http_reload_token(struct cozy_transport *t) {
   struct cozy_blob fresh = {NULL, 0};
   if (t->kc.token_file == NULL) return 0;
   t->token_read_at = cozy_monotime();
-  if (cozy_read_file(t->kc.token_file, &fresh) != 0) return -1;
+  if (cozy_read_file(t->kc.token_file, COZY_MAX_TOKEN_BYTES, &fresh) != 0) return -1;
   cozy_blob_rtrim(&fresh);
-  if (fresh.len == 0) {
+  if (fresh.len == 0 || cozy_token_invalid(&fresh)) {
+    /* a file being rewritten, or one that would inject headers: keep the
+    ** token we have (it was valid when loaded) */
     cozy_blob_free(&fresh);
-    return -1; /* a file being rewritten: keep the token we have */
+    return -1;
   }
   cozy_blob_free(&t->kc.token);
   t->kc.token = fresh;
