@@ -56,6 +56,10 @@ void cozy_http_cleanup(struct cozy_transport *t);
 CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url,
                            const char *body, size_t body_len, const char *content_type,
                            double timeout, long *status);
+/* libcurl's write and header callbacks (ud is the transport): they parse
+** what the server sends, so fuzz/http_response.c drives them directly. */
+size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud);
+size_t cozy_http_on_header(char *buf, size_t size, size_t nitems, void *ud);
 /* Re-reads the token file; 0 ok (or no file), -1 on failure (old token kept). */
 int cozy_http_reload_token(struct cozy_transport *t);
 void cozy_ratelimit_wait(struct cozy_transport *t);

@@ -72,7 +72,7 @@ int cozy_http_reload_token(struct cozy_transport *t) {
 
 /* libcurl hands over the body as decoded (gunzipped, de-chunked), so the
 ** limit here counts what we keep, whatever the framing or the encoding. */
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
+size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   struct cozy_transport *t = ud;
   size_t n = size * nmemb;
   if (n > t->max_response_bytes - t->body_len) {
@@ -95,7 +95,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   return n;
 }
 
-static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
+size_t cozy_http_on_header(char *buf, size_t size, size_t nitems, void *ud) {
   struct cozy_transport *t = ud;
   size_t n = size * nitems;
   static const char name[] = "retry-after:";
@@ -172,9 +172,9 @@ int cozy_http_init(struct cozy_transport *t) {
   /* refuses at once a Content-Length above the limit (the body is also
   ** counted as it arrives, in on_body: chunked and compressed bodies) */
   CHECK_SETOPT(t, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)t->max_response_bytes);
-  CHECK_SETOPT(t, CURLOPT_WRITEFUNCTION, on_body);
+  CHECK_SETOPT(t, CURLOPT_WRITEFUNCTION, cozy_http_on_body);
   CHECK_SETOPT(t, CURLOPT_WRITEDATA, t);
-  CHECK_SETOPT(t, CURLOPT_HEADERFUNCTION, on_header);
+  CHECK_SETOPT(t, CURLOPT_HEADERFUNCTION, cozy_http_on_header);
   CHECK_SETOPT(t, CURLOPT_HEADERDATA, t);
   /* The apiserver is not reached through a proxy configured for the shell. */
   CHECK_SETOPT(t, CURLOPT_PROXY, "");
