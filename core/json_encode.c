@@ -322,7 +322,7 @@ static void encode_object(Encoder *E, int idx, int marked, const Path *w) {
     luaL_checkstack(L, 3, "cozy.json: object too large to encode");
     lua_pushvalue(L, -2);
   }
-  sort_keys(o->keys + k0, n);
+  if (n > 1) sort_keys(o->keys + k0, n); /* keys is NULL before the first key: no NULL + 0 */
   o->nkeys = k0 + n; /* nested objects stack their keys above ours */
   seg.up = w;
   seg.index = 0;

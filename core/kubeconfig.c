@@ -58,12 +58,29 @@ void cozy_blob_rtrim(struct cozy_blob *b) {
   while (b->len > 0 && isspace((unsigned char)b->data[b->len - 1])) b->data[--b->len] = '\0';
 }
 
-int cozy_read_file(const char *path, struct cozy_blob *out) {
+int cozy_token_invalid(const struct cozy_blob *token) {
+  size_t i;
+  for (i = 0; i < token->len; i++) {
+    unsigned char c = (unsigned char)token->data[i];
+    if (c < 0x20 || c == 0x7f) return 1;
+  }
+  return 0;
+}
+
+int cozy_read_file(const char *path, size_t max, struct cozy_blob *out) {
   FILE *f = fopen(path, "rb");
   char *buf = NULL;
   size_t len = 0, cap = 0, n;
   if (f == NULL) return -1;
   for (;;) {
+    if (len > max) {
+      /* one byte past the limit was read: the file is larger than allowed */
+      OPENSSL_cleanse(buf, cap);
+      free(buf);
+      fclose(f);
+      errno = EFBIG;
+      return -1;
+    }
     if (cap - len < 4096) {
       /* grow by copying so a secret never lingers in a freed block */
       size_t ncap = cap ? cap * 2 : 8192;
@@ -73,7 +90,7 @@ int cozy_read_file(const char *path, struct cozy_blob *out) {
       buf = nbuf;
       cap = ncap;
     }
-    n = fread(buf + len, 1, cap - len, f);
+    n = fread(buf + len, 1, (cap - len < max + 1 - len) ? cap - len : max + 1 - len, f);
     len += n;
     if (n == 0) break;
   }
@@ -83,6 +100,36 @@ int cozy_read_file(const char *path, struct cozy_blob *out) {
   out->data = buf;
   out->len = len;
   return 0;
+}
+
+/* *dst = a copy of src; -1 (err set) when memory runs out. */
+static int dup_to(struct cozy_config_error *err, const char *file, char **dst, const char *src) {
+  *dst = strdup(src);
+  if (*dst == NULL) return fail(err, file, "", "%s: out of memory", file);
+  return 0;
+}
+
+/* A file read for the configuration, bounded (cozy_read_file): on failure
+** err names the file, what it is for and, when it is too large, the limit.
+** `context` prefixes the message ("<kubeconfig>: <field>" or "in-cluster
+** configuration"). */
+static int read_config_file(struct cozy_config_error *err, const char *file, const char *field,
+                            const char *context, const char *what, const char *path, size_t max,
+                            struct cozy_blob *out) {
+  if (cozy_read_file(path, max, out) == 0) return 0;
+  if (errno == EFBIG)
+    return fail(err, file, field, "%s: %s %s is larger than %zu bytes, the limit for %s", context,
+                what, path, max, what);
+  return fail(err, file, field, "%s: cannot read %s %s: %s", context, what, path, strerror(errno));
+}
+
+/* A token must fit in an HTTP header (see cozy_token_invalid). */
+static int check_token(struct cozy_config_error *err, const char *file, const char *field,
+                       const char *context, const struct cozy_blob *token) {
+  if (!cozy_token_invalid(token)) return 0;
+  return fail(err, file, field,
+              "%s: the token contains a CR, LF, NUL or other control character; it cannot be "
+              "sent in an Authorization header (a line break would start another header)", context);
 }
 
 /* "where.key" for messages; a field path longer than the buffer is cut. */
@@ -202,47 +249,91 @@ static int get_blob(struct loader *ld, struct kfile *f, yaml_node_t *map, const 
     char *p = resolve_path(f, v);
     join(field, sizeof field, where, key);
     if (p == NULL) return fail(ld->err, f->path, field, "out of memory");
-    if (cozy_read_file(p, out) != 0) {
-      fail(ld->err, f->path, field, "%s: %s: cannot read %s: %s", f->path, field, p, strerror(errno));
+    {
+      char context[768];
+      int r2;
+      snprintf(context, sizeof context, "%s: %s", f->path, field);
+      r2 = read_config_file(ld->err, f->path, field, context, "the file", p, COZY_MAX_PEM_BYTES, out);
       free(p);
-      return -1;
+      if (r2 < 0) return -1;
     }
-    free(p);
   }
   return 0;
 }
 
+/* The nesting of the YAML in text, checked on the event stream before any
+** document is built: libyaml's loader has no depth limit, and a 100,000-deep
+** file took 22 s to load. Malformed YAML is left for the loader to report. */
+static int check_depth(struct loader *ld, const char *path, const struct cozy_blob *text) {
+  yaml_parser_t parser;
+  yaml_event_t ev;
+  int depth = 0, done = 0, rc = 0;
+  if (!yaml_parser_initialize(&parser)) return fail(ld->err, path, "", "%s: out of memory", path);
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text->data, text->len);
+  while (!done && rc == 0) {
+    if (!yaml_parser_parse(&parser, &ev)) break;
+    switch (ev.type) {
+      case YAML_MAPPING_START_EVENT:
+      case YAML_SEQUENCE_START_EVENT:
+        if (++depth > COZY_MAX_YAML_DEPTH)
+          rc = fail(ld->err, path, "",
+                    "%s: YAML nested deeper than %d levels at line %lu (the limit for a kubeconfig)",
+                    path, COZY_MAX_YAML_DEPTH, (unsigned long)ev.start_mark.line + 1);
+        break;
+      case YAML_MAPPING_END_EVENT:
+      case YAML_SEQUENCE_END_EVENT: depth--; break;
+      case YAML_STREAM_END_EVENT: done = 1; break;
+      default: break;
+    }
+    yaml_event_delete(&ev);
+  }
+  yaml_parser_delete(&parser);
+  return rc;
+}
+
 static int load_file(struct loader *ld, const char *path, int must_exist) {
   struct kfile *f = &ld->files[ld->nfiles];
+  struct cozy_blob text = {NULL, 0};
   yaml_parser_t parser;
-  FILE *fp;
   yaml_node_t *root;
   const char *slash;
+  int loaded;
   if (ld->nfiles >= MAX_FILES)
     return fail(ld->err, path, "", "too many kubeconfig files (at most %d)", MAX_FILES);
-  fp = fopen(path, "rb");
-  if (fp == NULL) {
+  if (cozy_read_file(path, COZY_MAX_KUBECONFIG_BYTES, &text) != 0) {
     if (!must_exist && errno == ENOENT) return 0;
+    if (errno == EFBIG)
+      return fail(ld->err, path, "", "%s: the kubeconfig is larger than %u bytes, the limit for a kubeconfig",
+                  path, COZY_MAX_KUBECONFIG_BYTES);
     return fail(ld->err, path, "", "%s: cannot read kubeconfig: %s", path, strerror(errno));
+  }
+  if (check_depth(ld, path, &text) != 0) {
+    cozy_blob_free(&text);
+    return -1;
   }
   memset(f, 0, sizeof *f);
   f->path = strdup(path);
   slash = strrchr(path, '/');
   f->dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : NULL;
-  yaml_parser_initialize(&parser);
-  yaml_parser_set_input_file(&parser, fp);
-  if (!yaml_parser_load(&parser, &f->doc)) {
+  if (f->path == NULL || (slash != NULL && f->dir == NULL) || !yaml_parser_initialize(&parser)) {
+    free(f->path);
+    free(f->dir);
+    cozy_blob_free(&text);
+    return fail(ld->err, path, "", "%s: out of memory", path);
+  }
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text.data, text.len);
+  loaded = yaml_parser_load(&parser, &f->doc);
+  if (!loaded)
     fail(ld->err, path, "", "%s: malformed YAML at line %lu column %lu: %s", path,
          (unsigned long)parser.problem_mark.line + 1, (unsigned long)parser.problem_mark.column + 1,
          parser.problem ? parser.problem : "parse error");
-    yaml_parser_delete(&parser);
-    fclose(fp);
+  yaml_parser_delete(&parser);
+  cozy_blob_free(&text); /* the document has its own copies (wiped by loader_free) */
+  if (!loaded) {
     free(f->path);
     free(f->dir);
     return -1;
   }
-  yaml_parser_delete(&parser);
-  fclose(fp);
   f->loaded = 1;
   ld->nfiles++;
   root = yaml_document_get_root_node(&f->doc);
@@ -282,11 +373,14 @@ void cozy_kubeconfig_free(struct cozy_kubeconfig *kc) {
 
 static int load_token_file(struct cozy_kubeconfig *kc, struct cozy_config_error *err,
                            const char *file, const char *field) {
-  if (cozy_read_file(kc->token_file, &kc->token) != 0)
-    return fail(err, file, field, "%s: %s: cannot read token file %s: %s", file, field,
-                kc->token_file, strerror(errno));
+  char context[768];
+  snprintf(context, sizeof context, "%s: %s", file, field);
+  if (read_config_file(err, file, field, context, "token file", kc->token_file, COZY_MAX_TOKEN_BYTES,
+                       &kc->token) < 0)
+    return -1;
   cozy_blob_rtrim(&kc->token);
-  return 0;
+  snprintf(context, sizeof context, "%s: %s: token file %s", file, field, kc->token_file);
+  return check_token(err, file, field, context, &kc->token);
 }
 
 /* The selected context, cluster and user, from the loaded files. */
@@ -311,14 +405,14 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
       return fail(err, first, "current-context",
                   "%s: current-context is not set and no --context was given", first);
   }
-  kc->context = strdup(ctxname);
+  if (dup_to(err, first, &kc->context, ctxname) < 0) return -1;
   f = find_named(ld, "contexts", "context", ctxname, &ctx);
   if (f == NULL || ctx == NULL || ctx->type != YAML_MAPPING_NODE)
     return fail(err, first, want ? "--context" : "current-context",
                 "%s: context \"%s\" not found in contexts", first, ctxname);
   snprintf(where, sizeof where, "contexts[%s].context", ctxname);
   if ((r = get_str(ld, f, ctx, "namespace", where, &v)) < 0) return -1;
-  if (r == 1 && *v) kc->namespace = strdup(v);
+  if (r == 1 && *v && dup_to(err, f->path, &kc->namespace, v) < 0) return -1;
   if ((r = get_str(ld, f, ctx, "cluster", where, &v)) <= 0) {
     if (r == 0) {
       join(field, sizeof field, where, "cluster");
@@ -326,9 +420,9 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
     }
     return -1;
   }
-  kc->cluster = strdup(v);
+  if (dup_to(err, f->path, &kc->cluster, v) < 0) return -1;
   if ((r = get_str(ld, f, ctx, "user", where, &v)) < 0) return -1;
-  kc->user = r == 1 ? strdup(v) : NULL;
+  if (r == 1 && dup_to(err, f->path, &kc->user, v) < 0) return -1;
 
   /* cluster */
   f = find_named(ld, "clusters", "cluster", kc->cluster, &cl);
@@ -346,7 +440,7 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
   join(field, sizeof field, where, "server");
   if (strncmp(v, "https://", 8) != 0 && strncmp(v, "http://", 7) != 0)
     return fail(err, f->path, field, "%s: %s must be an http:// or https:// URL", f->path, field);
-  kc->server = strdup(v);
+  if (dup_to(err, f->path, &kc->server, v) < 0) return -1;
   while (strlen(kc->server) > 8 && kc->server[strlen(kc->server) - 1] == '/')
     kc->server[strlen(kc->server) - 1] = '\0';
   n = map_get(&f->doc, cl, "insecure-skip-tls-verify");
@@ -404,8 +498,18 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
   }
   if ((r = get_str(ld, f, us, "token", where, &v)) < 0) return -1;
   if (r == 1 && *v) {
-    kc->token.len = strlen(v);
-    kc->token.data = strdup(v);
+    /* the scalar's own length: a "\0" escape must not cut the token short */
+    struct cozy_blob raw;
+    raw.data = (char *)v;
+    raw.len = map_get(&f->doc, us, "token")->data.scalar.length;
+    join(field, sizeof field, where, "token");
+    {
+      char context[768];
+      snprintf(context, sizeof context, "%s: %s", f->path, field);
+      if (check_token(err, f->path, field, context, &raw) < 0) return -1;
+    }
+    if (dup_to(err, f->path, &kc->token.data, v) < 0) return -1;
+    kc->token.len = raw.len;
   }
   if ((r = get_str(ld, f, us, "tokenFile", where, &v)) < 0) return -1;
   if (r == 1 && *v) {
@@ -413,6 +517,7 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
     kc->token_file = resolve_path(f, v);
     cozy_blob_free(&kc->token);
     join(field, sizeof field, where, "tokenFile");
+    if (kc->token_file == NULL) return fail(err, f->path, field, "%s: out of memory", f->path);
     if (load_token_file(kc, err, f->path, field) < 0) return -1;
   }
   return 0;
@@ -436,27 +541,40 @@ static int in_cluster(struct cozy_kubeconfig *kc, struct cozy_config_error *err)
   if (port == NULL || *port == '\0')
     return fail(err, "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_PORT",
                 "in-cluster configuration: KUBERNETES_SERVICE_HOST is set but KUBERNETES_SERVICE_PORT is not");
-  kc->source = strdup("in-cluster");
+  if (dup_to(err, "in-cluster", &kc->source, "in-cluster") < 0) return -1;
   n = strlen(host) + strlen(port) + 16;
   kc->server = malloc(n);
+  if (kc->server == NULL) return fail(err, "in-cluster", "", "in-cluster: out of memory");
   if (strchr(host, ':') != NULL && host[0] != '[') /* IPv6 literal */
     snprintf(kc->server, n, "https://[%s]:%s", host, port);
   else
     snprintf(kc->server, n, "https://%s:%s", host, port);
   kc->token_file = sa_path(dir, "token");
-  if (load_token_file(kc, err, kc->token_file, "token") < 0) return -1;
+  if (kc->token_file == NULL) return fail(err, "in-cluster", "", "in-cluster: out of memory");
+  if (read_config_file(err, kc->token_file, "token", "in-cluster configuration", "token file",
+                       kc->token_file, COZY_MAX_TOKEN_BYTES, &kc->token) < 0)
+    return -1;
+  cozy_blob_rtrim(&kc->token);
+  if (check_token(err, kc->token_file, "token", "in-cluster configuration", &kc->token) < 0) return -1;
   p = sa_path(dir, "ca.crt");
-  if (cozy_read_file(p, &kc->ca) != 0) {
-    fail(err, p, "ca.crt", "in-cluster configuration: cannot read %s: %s", p, strerror(errno));
+  if (p == NULL) return fail(err, "in-cluster", "", "in-cluster: out of memory");
+  if (read_config_file(err, p, "ca.crt", "in-cluster configuration", "CA file", p, COZY_MAX_PEM_BYTES,
+                       &kc->ca) < 0) {
     free(p);
     return -1;
   }
   free(p);
   p = sa_path(dir, "namespace");
-  if (cozy_read_file(p, &ns) == 0) {
+  if (p == NULL) return fail(err, "in-cluster", "", "in-cluster: out of memory");
+  if (cozy_read_file(p, 4096, &ns) == 0) { /* a namespace name is at most 63 bytes */
+    int bad = 0;
     cozy_blob_rtrim(&ns);
-    if (ns.len > 0) kc->namespace = strdup(ns.data);
+    if (ns.len > 0) bad = dup_to(err, p, &kc->namespace, ns.data);
     cozy_blob_free(&ns);
+    if (bad) {
+      free(p);
+      return -1;
+    }
   }
   free(p);
   return 0;
@@ -473,16 +591,17 @@ int cozy_kubeconfig_load(const char *path, const char *context, struct cozy_kube
   ld.err = err;
   if (path != NULL && *path != '\0') {
     rc = load_file(&ld, path, 1);
-    if (rc == 0) kc->source = strdup(path);
+    if (rc == 0) rc = dup_to(err, path, &kc->source, path);
   } else if (env != NULL && *env != '\0') {
     /* missing files in the list are skipped, as kubectl does */
     char *list = strdup(env), *save = NULL, *p;
-    for (p = strtok_r(list, ":", &save); p && rc == 0; p = strtok_r(NULL, ":", &save))
+    if (list == NULL) rc = fail(err, "KUBECONFIG", "KUBECONFIG", "KUBECONFIG: out of memory");
+    for (p = list ? strtok_r(list, ":", &save) : NULL; p && rc == 0; p = strtok_r(NULL, ":", &save))
       if (*p) rc = load_file(&ld, p, 0);
     free(list);
     if (rc == 0 && ld.nfiles == 0)
       rc = fail(err, env, "KUBECONFIG", "no file named in KUBECONFIG exists (%s)", env);
-    if (rc == 0) kc->source = strdup(env);
+    if (rc == 0) rc = dup_to(err, "KUBECONFIG", &kc->source, env);
   } else if (getenv("KUBERNETES_SERVICE_HOST") && *getenv("KUBERNETES_SERVICE_HOST")) {
     rc = in_cluster(kc, err);
     if (rc != 0) cozy_kubeconfig_free(kc);
@@ -496,7 +615,7 @@ int cozy_kubeconfig_load(const char *path, const char *context, struct cozy_kube
       rc = fail(err, def, "",
                 "no cluster configuration: no --kubeconfig, no KUBECONFIG, not in a cluster "
                 "(KUBERNETES_SERVICE_HOST unset), and %s does not exist", def);
-    if (rc == 0) kc->source = strdup(def);
+    if (rc == 0) rc = dup_to(err, def, &kc->source, def);
   }
   if (rc == 0) rc = from_kubeconfig(&ld, context, kc);
   loader_free(&ld);

@@ -11,6 +11,19 @@
 #define COZY_SA_DIR_ENV "COZY_MIGRATE_SERVICEACCOUNT_DIR"
 #define COZY_SA_DIR_DEFAULT "/var/run/secrets/kubernetes.io/serviceaccount"
 
+/* Limits on what configuration may cost to read. Each is far above any
+** real file and low enough that a path to /dev/zero or a generated file
+** fails at once, with an error naming the limit:
+** - a kubeconfig: real ones are KiBs (embedded certificates included);
+** - a YAML nesting depth: a kubeconfig nests 5 levels (users[].user.exec.env[]);
+** - a bearer token: service account JWTs are about 1 KiB, OIDC ones a few;
+** - a PEM file (CA bundle, client certificate or key): the whole Debian
+**   trust store is some 200 KiB. */
+#define COZY_MAX_KUBECONFIG_BYTES (16u * 1024 * 1024)
+#define COZY_MAX_YAML_DEPTH 64
+#define COZY_MAX_TOKEN_BYTES (64u * 1024)
+#define COZY_MAX_PEM_BYTES (4u * 1024 * 1024)
+
 struct cozy_config_error {
   char file[512];    /* the file at fault (or the environment variable) */
   char field[256];   /* e.g. users[admin].user.client-key-data; "" if none */
@@ -42,8 +55,13 @@ int cozy_kubeconfig_load(const char *path, const char *context,
                          struct cozy_kubeconfig *kc, struct cozy_config_error *err);
 void cozy_kubeconfig_free(struct cozy_kubeconfig *kc);
 
-/* Reads a whole file; returns 0 or -1 with errno set. */
-int cozy_read_file(const char *path, struct cozy_blob *out);
+/* Reads a whole file of at most max bytes; returns 0, or -1 with errno set
+** (EFBIG: the file has more than max bytes; reading stopped there). */
+int cozy_read_file(const char *path, size_t max, struct cozy_blob *out);
+/* 1 if the token has a byte that cannot go into an HTTP header value: CR,
+** LF, NUL or another control character (it would end the Authorization
+** header and start another). */
+int cozy_token_invalid(const struct cozy_blob *token);
 /* Drops trailing whitespace (token files end with a newline). */
 void cozy_blob_rtrim(struct cozy_blob *b);
 /* Wipes and frees. */

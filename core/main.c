@@ -15,9 +15,11 @@
 
 static const char *progname = "cozy-migrate";
 
+/* One fprintf, so the line reaches stderr (unbuffered) as one write and
+** cannot interleave with a line from another thread. */
 static void l_message(const char *pname, const char *msg) {
-  if (pname) fprintf(stderr, "%s: ", pname);
-  fprintf(stderr, "%s\n", msg);
+  if (pname) fprintf(stderr, "%s: %s\n", pname, msg);
+  else fprintf(stderr, "%s\n", msg);
   fflush(stderr);
 }
 
@@ -64,7 +66,23 @@ static int pmain(lua_State *L) {
   }
   status = lua_pcall(L, 1, 1, 3);
   if (status != LUA_OK) return lua_error(L);
-  return 1; /* the exit status cozy.cli.main returned */
+  /* The exit status cozy.cli.main returned (nil: success), checked here,
+  ** inside the protected call: a bad value is an error like any other,
+  ** not a panic outside it. */
+  if (lua_isnil(L, -1)) {
+    lua_pushinteger(L, EXIT_SUCCESS);
+  } else {
+    int isint;
+    lua_Integer code = lua_tointegerx(L, -1, &isint);
+    if (!isint || lua_type(L, -1) != LUA_TNUMBER || code < 0 || code > 255) {
+      const char *type = luaL_typename(L, -1);
+      const char *text = luaL_tolstring(L, -1, NULL);
+      return luaL_error(L, "internal error: cozy.cli.main returned %s %s, not an exit status (0-255)",
+                        type, text);
+    }
+    lua_pushinteger(L, code);
+  }
+  return 1;
 }
 
 int main(int argc, char **argv) {
@@ -79,7 +97,8 @@ int main(int argc, char **argv) {
   lua_pushinteger(L, argc);
   lua_pushlightuserdata(L, argv);
   status = lua_pcall(L, 2, 1, 0);
-  result = status == LUA_OK ? (int)luaL_optinteger(L, -1, EXIT_SUCCESS) : EXIT_FAILURE;
+  /* pmain returned an integer in 0..255, or failed: nothing here can raise */
+  result = status == LUA_OK ? (int)lua_tointeger(L, -1) : EXIT_FAILURE;
   report(L, status);
   lua_close(L);
   return result;

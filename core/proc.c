@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,12 +105,35 @@ struct line_buffer {
   const char *name;
 };
 
-/* Calls on_line(name, line) protected; the first error is kept at errslot. */
+struct line {
+  const char *name, *s;
+  size_t len;
+};
+
+/* Runs protected: pushes the line's strings (which allocate, so may raise)
+** and calls on_line(name, line). */
+static int call_on_line(lua_State *L) {
+  const struct line *ln = lua_touserdata(L, 2);
+  lua_pushvalue(L, 1);
+  lua_pushstring(L, ln->name);
+  lua_pushlstring(L, ln->s, ln->len);
+  lua_call(L, 2, 0);
+  return 0;
+}
+
+/* Calls on_line(name, line) protected; the first error is kept at errslot.
+** Only non-allocating pushes happen outside the protected call, so nothing
+** here raises past proc_spawn's buffers, pipes and child. */
 static void emit_line(lua_State *L, int cb, int errslot, const char *name,
                       const char *s, size_t len) {
+  struct line ln;
+  ln.name = name;
+  ln.s = s;
+  ln.len = len;
+  if (!lua_checkstack(L, 5)) return; /* cannot happen: spawn uses a few slots */
+  lua_pushcfunction(L, call_on_line);
   lua_pushvalue(L, cb);
-  lua_pushstring(L, name);
-  lua_pushlstring(L, s, len);
+  lua_pushlightuserdata(L, &ln);
   if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
     if (lua_isnil(L, errslot)) lua_replace(L, errslot);
     else lua_pop(L, 1);
@@ -127,7 +151,7 @@ static void emit_line(lua_State *L, int cb, int errslot, const char *name,
 */
 static int proc_spawn(lua_State *L) {
   char **argv, **envp = NULL;
-  int out[2], err[2], status, forwarded = 0, i, errslot, cb;
+  int out[2], err[2], exec_err[2], status, forwarded = 0, i, errslot, cb;
   pid_t pid;
   struct pollfd pfd[2];
   char *pending[2] = {NULL, NULL};
@@ -149,9 +173,16 @@ static int proc_spawn(lua_State *L) {
     close(out[0]); close(out[1]);
     return luaL_error(L, "pipe: %s", strerror(errno));
   }
+  /* exec_err: the child writes exec's errno here; a successful exec closes
+  ** it (O_CLOEXEC), so the parent reads either an errno or end of file. */
+  if (pipe2(exec_err, O_CLOEXEC) != 0) {
+    close(out[0]); close(out[1]); close(err[0]); close(err[1]);
+    return luaL_error(L, "pipe: %s", strerror(errno));
+  }
   pid = fork();
   if (pid < 0) {
     close(out[0]); close(out[1]); close(err[0]); close(err[1]);
+    close(exec_err[0]); close(exec_err[1]);
     return luaL_error(L, "fork: %s", strerror(errno));
   }
   if (pid == 0) {
@@ -169,16 +200,31 @@ static int proc_spawn(lua_State *L) {
     if (envp) execve(argv[0], argv, envp);
     else execv(argv[0], argv);
     {
-      const char *m = strerror(errno);
-      ssize_t w = write(2, "exec failed: ", 13);
-      w = write(2, m, strlen(m));
-      w = write(2, "\n", 1);
+      /* strerror is not async-signal-safe (locale, a static buffer): the
+      ** parent formats the message */
+      int e = errno;
+      ssize_t w = write(exec_err[1], &e, sizeof e);
       (void)w;
     }
     _exit(127);
   }
   close(out[1]);
   close(err[1]);
+  close(exec_err[1]);
+  {
+    int e = 0;
+    ssize_t n;
+    while ((n = read(exec_err[0], &e, sizeof e)) < 0 && errno == EINTR) {}
+    close(exec_err[0]);
+    if (n == (ssize_t)sizeof e) {
+      /* reported as the child's own stderr line; it exits 127, as a shell's */
+      char msg[512];
+      int len = snprintf(msg, sizeof msg, "exec failed: %s: %s", argv[0], strerror(e));
+      if (len < 0) len = 0;
+      if ((size_t)len >= sizeof msg) len = (int)sizeof msg - 1;
+      emit_line(L, cb, errslot, names[1], msg, (size_t)len);
+    }
+  }
   pfd[0].fd = out[0];
   pfd[1].fd = err[0];
   pfd[0].events = pfd[1].events = POLLIN;

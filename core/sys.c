@@ -82,20 +82,43 @@ static int sys_sha256(lua_State *L) {
   return 1;
 }
 
+/* An open directory owned by a userdata, so a memory error raised while the
+** names are pushed cannot leak it: __gc closes what the loop left open. */
+#define DIR_MT "cozy.sys.dir"
+
+static int dir_gc(lua_State *L) {
+  DIR **box = luaL_checkudata(L, 1, DIR_MT);
+  if (*box != NULL) closedir(*box);
+  *box = NULL;
+  return 0;
+}
+
 /* Names in a directory, sorted by the caller if it cares; nil, err on failure. */
 static int sys_listdir(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
-  DIR *d = opendir(path);
+  DIR **box = lua_newuserdatauv(L, sizeof *box, 0);
   struct dirent *e;
   int n = 0;
-  if (d == NULL) return push_errno(L, path);
-  lua_newtable(L);
-  while ((e = readdir(d)) != NULL) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    lua_pushstring(L, e->d_name);
-    lua_rawseti(L, -2, ++n);
+  *box = NULL;
+  if (luaL_newmetatable(L, DIR_MT)) {
+    lua_pushcfunction(L, dir_gc);
+    lua_setfield(L, -2, "__gc");
   }
-  closedir(d);
+  lua_setmetatable(L, -2);
+  *box = opendir(path);
+  if (*box == NULL) return push_errno(L, path);
+  lua_newtable(L);
+  errno = 0;
+  while ((e = readdir(*box)) != NULL) {
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+      lua_pushstring(L, e->d_name);
+      lua_rawseti(L, -2, ++n);
+    }
+    errno = 0;
+  }
+  if (errno != 0) return push_errno(L, path); /* a partial listing is not a listing */
+  closedir(*box);
+  *box = NULL;
   return 1;
 }
 

@@ -3,6 +3,7 @@
 **
 **   local t, err = transport.new{ kubeconfig=, context=, request_timeout=30,
 **       connect_timeout=10, qps=20, burst=40, token_refresh=60,
+**       max_response_bytes=256 MiB,
 **       retry = { max_attempts=10, max_time=120, base_delay=0.25, max_delay=30 } }
 **   -- err (config problems) = { file=, field=, message= }
 **   t:info()   --> { server=, namespace=, source=, context=, cluster=, user=,
@@ -67,17 +68,29 @@ static double opt_number(lua_State *L, int idx, const char *key, double dflt, do
   return v;
 }
 
+/* Pushes option `key` (nil or a string) and returns the string or NULL. The
+** value stays on the stack for as long as the pointer is used: the options
+** table is no guarantee (an __index may return a fresh string, an on_retry
+** callback may change the table, and the collector frees what nothing
+** holds). */
 static const char *opt_string(lua_State *L, int idx, const char *key) {
-  const char *s;
   lua_getfield(L, idx, key);
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    return NULL;
-  }
+  if (lua_isnil(L, -1)) return NULL;
   if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "option '%s' must be a string", key);
-  s = lua_tostring(L, -1);
-  lua_pop(L, 1); /* still referenced by the options table */
-  return s;
+  return lua_tostring(L, -1);
+}
+
+/* 1 if s (len bytes) has a byte that may not appear in an HTTP request line
+** or header value: a control character (CR and LF would end the line and
+** start a header of the caller's choosing; NUL would cut it) or, when
+** no_space is set (method, path and query), a space. */
+static int bad_http_text(const char *s, size_t len, int no_space) {
+  size_t i;
+  for (i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x20 || c == 0x7f || (no_space && c == ' ')) return 1;
+  }
+  return 0;
 }
 
 static int t_gc(lua_State *L) {
@@ -97,8 +110,9 @@ static int t_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   pthread_once(&global_once, global_init);
   if (global_rc != CURLE_OK) return luaL_error(L, "curl_global_init failed: %s", curl_easy_strerror(global_rc));
-  path = opt_string(L, 1, "kubeconfig");
-  context = opt_string(L, 1, "context");
+  lua_settop(L, 1);
+  path = opt_string(L, 1, "kubeconfig"); /* index 2 */
+  context = opt_string(L, 1, "context"); /* index 3 */
   t = lua_newuserdatauv(L, sizeof *t, 0);
   memset(t, 0, sizeof *t);
   t->closed = 1; /* until fully set up, __gc has nothing to free */
@@ -108,6 +122,11 @@ static int t_new(lua_State *L) {
   t->qps = opt_number(L, 1, "qps", 20, 0);
   t->burst = opt_number(L, 1, "burst", 40, 1);
   t->token_refresh = opt_number(L, 1, "token_refresh", 60, 0);
+  {
+    double max = opt_number(L, 1, "max_response_bytes", COZY_MAX_RESPONSE_BYTES_DEFAULT, 1);
+    if (max > 1e15) return luaL_error(L, "option 'max_response_bytes' must be <= 1e15");
+    t->max_response_bytes = (size_t)max;
+  }
   t->retry.max_attempts = 10;
   t->retry.max_time = 120;
   t->retry.base_delay = 0.25;
@@ -138,7 +157,9 @@ static int t_new(lua_State *L) {
   t->tokens = t->burst;
   t->refilled_at = t->token_read_at = cozy_monotime();
   t->seed = (unsigned int)((size_t)t ^ (size_t)(t->refilled_at * 1e6));
-  if (cozy_http_init(t) != 0) return luaL_error(L, "curl_easy_init failed");
+  if (cozy_http_init(t) != 0)
+    return luaL_error(L, "cannot set up the HTTP client: %s",
+                      t->errbuf[0] ? t->errbuf : "curl_easy_init failed");
   return 1;
 }
 
@@ -170,6 +191,8 @@ static int t_info(lua_State *L) {
   lua_setfield(L, -2, "qps");
   lua_pushnumber(L, t->burst);
   lua_setfield(L, -2, "burst");
+  lua_pushinteger(L, (lua_Integer)t->max_response_bytes);
+  lua_setfield(L, -2, "max_response_bytes");
   return 1;
 }
 
@@ -192,6 +215,9 @@ static const char *curl_reason(CURLcode rc, int *transient, int *unsent) {
     case CURLE_SEND_ERROR:
     case CURLE_PARTIAL_FILE: return "ConnectionReset";
     case CURLE_SSL_CONNECT_ERROR: return "TLSHandshake";
+    case CURLE_FILESIZE_EXCEEDED: /* max_response_bytes: the same answer again */
+      *transient = 0;
+      return "ResponseTooLarge";
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_CERTPROBLEM:
@@ -317,8 +343,9 @@ static int ask_before_attempt(lua_State *L, struct cozy_transport *t, int fn, in
 
 static int t_request(lua_State *L) {
   struct cozy_transport *t = check_transport(L);
-  const char *method = luaL_checkstring(L, 2);
-  const char *path = luaL_checkstring(L, 3);
+  size_t method_len, path_len;
+  const char *method = luaL_checklstring(L, 2, &method_len);
+  const char *path = luaL_checklstring(L, 3, &path_len);
   const char *query = NULL, *body = NULL, *ctype = NULL;
   size_t body_len = 0;
   int retry_safe = 0, read, n = 0, did_401 = 0, on_retry = 0, before = 0, attempts_idx, stopped = 0;
@@ -329,19 +356,30 @@ static int t_request(lua_State *L) {
   long status = 0;
 
   luaL_argcheck(L, path[0] == '/', 3, "path must start with '/'");
+  luaL_argcheck(L, method_len > 0 && strspn(method, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == method_len, 2,
+                "method must be an HTTP method in capitals");
+  luaL_argcheck(L, !bad_http_text(path, path_len, 1), 3,
+                "path contains a space or a control character (CR, LF, NUL...)");
   luaL_checktype(L, 4, LUA_TTABLE);
   lua_settop(L, 4);
+  lua_getfield(L, 4, "on_retry"); /* index 5 */
+  on_retry = lua_isfunction(L, 5);
+  /* indexes 6, 7, 8: kept on the stack while the strings are in use */
   query = opt_string(L, 4, "query");
+  if (query && bad_http_text(query, lua_rawlen(L, -1), 1))
+    return luaL_argerror(L, 4, "query contains a space or a control character (CR, LF, NUL...)");
   ctype = opt_string(L, 4, "content_type");
+  if (ctype && bad_http_text(ctype, lua_rawlen(L, -1), 0))
+    return luaL_argerror(L, 4, "content_type contains a control character (CR, LF, NUL...): "
+                               "it would split the Content-Type header");
+  if (ctype && lua_rawlen(L, -1) > 200)
+    return luaL_argerror(L, 4, "content_type is longer than 200 bytes");
   lua_getfield(L, 4, "body");
   if (!lua_isnil(L, -1)) body = luaL_checklstring(L, -1, &body_len);
-  lua_pop(L, 1); /* kept alive by the options table */
   lua_getfield(L, 4, "retry_safe");
   retry_safe = lua_toboolean(L, -1);
   lua_pop(L, 1);
   timeout = opt_number(L, 4, "timeout", t->request_timeout, 0);
-  lua_getfield(L, 4, "on_retry"); /* index 5 */
-  on_retry = lua_isfunction(L, 5);
   read = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
   luaL_buffinit(L, &b);
@@ -351,13 +389,13 @@ static int t_request(lua_State *L) {
     luaL_addchar(&b, '?');
     luaL_addstring(&b, query);
   }
-  luaL_pushresult(&b); /* index 6 */
-  url = lua_tostring(L, 6);
-  lua_newtable(L);     /* index 7: attempts */
-  attempts_idx = 7;
-  lua_getfield(L, 4, "before_attempt"); /* index 8 */
-  before = lua_isfunction(L, 8);
-  if (!before && !lua_isnil(L, 8)) return luaL_error(L, "option 'before_attempt' must be a function");
+  luaL_pushresult(&b); /* index 9 */
+  url = lua_tostring(L, 9);
+  lua_newtable(L);     /* index 10: attempts */
+  attempts_idx = 10;
+  lua_getfield(L, 4, "before_attempt"); /* index 11 */
+  before = lua_isfunction(L, 11);
+  if (!before && !lua_isnil(L, 11)) return luaL_error(L, "option 'before_attempt' must be a function");
 
   /* the caller's proc.watch: a signal or its deadline ends the request */
   t->watch = cozy_watches(L);
@@ -368,7 +406,7 @@ static int t_request(lua_State *L) {
     double delay = 0, deadline = 0, stop_detail = 0, now, left;
     stop = cozy_ratelimit_wait(t, &stop_detail);
     if (stop == COZY_GO && before)
-      stop = ask_before_attempt(L, t, 8, n + 1, method, path, timeout, &deadline, &stop_detail);
+      stop = ask_before_attempt(L, t, 11, n + 1, method, path, timeout, &deadline, &stop_detail);
     else if (stop == COZY_GO)
       deadline = attempt_deadline(t, cozy_monotime(), timeout);
     now = cozy_monotime();

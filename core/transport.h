@@ -10,6 +10,14 @@
 #include "kubeconfig.h"
 #include "watch.h"
 
+/* A response body larger than this is refused (ResponseTooLarge) while it
+** is read. The largest legitimate answer is a list page: etcd caps an object
+** at 1.5 MiB (--max-request-bytes), and a 500-item page of objects averaging
+** half a MiB (VMs with big cloud-init data) is 256 MiB. The process holds
+** about three copies (curl's buffer, the Lua string, the decoded tables), so
+** this also bounds the memory a hostile server can make us take. */
+#define COZY_MAX_RESPONSE_BYTES_DEFAULT (256.0 * 1024 * 1024)
+
 struct cozy_retry_policy {
   int max_attempts;     /* including the first */
   double max_time;      /* seconds from the first attempt; no retry starts after it */
@@ -20,6 +28,7 @@ struct cozy_retry_policy {
 struct cozy_transport {
   CURL *curl;
   char errbuf[CURL_ERROR_SIZE];
+  CURLcode setopt_rc;      /* first curl_easy_setopt failure of a batch */
   struct curl_slist *headers;
   struct cozy_kubeconfig kc;
   double request_timeout;  /* seconds; 0 = none */
@@ -32,6 +41,8 @@ struct cozy_transport {
   /* the response being received */
   char *body;
   size_t body_len, body_cap;
+  size_t max_response_bytes; /* of the body as delivered, i.e. decompressed */
+  int body_too_large;        /* the write callback stopped the transfer */
   double retry_after;      /* Retry-After seconds, or -1 */
   char warnings[2048];     /* Warning header values of the answer, '\n'-separated */
   size_t warnings_len;
@@ -51,6 +62,10 @@ void cozy_http_cleanup(struct cozy_transport *t);
 CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url,
                            const char *body, size_t body_len, const char *content_type,
                            double timeout, long *status);
+/* libcurl's write and header callbacks (ud is the transport): they parse
+** what the server sends, so fuzz/http_response.c drives them directly. */
+size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud);
+size_t cozy_http_on_header(char *buf, size_t size, size_t nitems, void *ud);
 /* Re-reads the token file; 0 ok (or no file), -1 on failure (old token kept). */
 int cozy_http_reload_token(struct cozy_transport *t);
 /* COZY_GO, or why the wait was cut short (t->watch said stop) */

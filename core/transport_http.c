@@ -51,24 +51,33 @@ int cozy_http_reload_token(struct cozy_transport *t) {
   struct cozy_blob fresh = {NULL, 0};
   if (t->kc.token_file == NULL) return 0;
   t->token_read_at = cozy_monotime();
-  if (cozy_read_file(t->kc.token_file, &fresh) != 0) return -1;
+  if (cozy_read_file(t->kc.token_file, COZY_MAX_TOKEN_BYTES, &fresh) != 0) return -1;
   cozy_blob_rtrim(&fresh);
-  if (fresh.len == 0) {
+  if (fresh.len == 0 || cozy_token_invalid(&fresh)) {
+    /* a file being rewritten, or one that would inject headers: keep the
+    ** token we have (it was valid when loaded) */
     cozy_blob_free(&fresh);
-    return -1; /* a file being rewritten: keep the token we have */
+    return -1;
   }
   cozy_blob_free(&t->kc.token);
   t->kc.token = fresh;
   return 0;
 }
 
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
+/* libcurl hands over the body as decoded (gunzipped, de-chunked), so the
+** limit here counts what we keep, whatever the framing or the encoding. */
+size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   struct cozy_transport *t = ud;
   size_t n = size * nmemb;
+  if (n > t->max_response_bytes - t->body_len) {
+    t->body_too_large = 1;
+    return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
+  }
   if (t->body_len + n + 1 > t->body_cap) {
     size_t cap = t->body_cap ? t->body_cap : 16384;
     char *nb;
     while (cap < t->body_len + n + 1) cap *= 2;
+    if (cap > t->max_response_bytes + 1) cap = t->max_response_bytes + 1;
     nb = realloc(t->body, cap);
     if (nb == NULL) return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
     t->body = nb;
@@ -80,7 +89,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   return n;
 }
 
-static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
+size_t cozy_http_on_header(char *buf, size_t size, size_t nitems, void *ud) {
   struct cozy_transport *t = ud;
   size_t n = size * nitems;
   static const char name[] = "retry-after:";
@@ -115,6 +124,27 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
   return n;
 }
 
+/* Every curl_easy_setopt result goes through here (CHECK_SETOPT): an option
+** this libcurl lacks or refuses (a CA or client-certificate blob its TLS
+** backend cannot take, a bad value) must fail the request with a message
+** naming the option, not send a request weaker than the one configured. The
+** first failure is kept; the callers check t->setopt_rc after their batch. */
+static void check_setopt(struct cozy_transport *t, const char *name, CURLcode rc) {
+  if (rc == CURLE_OK || t->setopt_rc != CURLE_OK) return;
+  t->setopt_rc = rc;
+  snprintf(t->errbuf, sizeof t->errbuf, "curl_easy_setopt(%s) failed: %s", name, curl_easy_strerror(rc));
+}
+#define CHECK_SETOPT(t, opt, val) check_setopt((t), #opt, curl_easy_setopt((t)->curl, opt, val))
+
+/* Seconds to the milliseconds curl takes, clamped: (long) of a double beyond
+** LONG_MAX is undefined (x86 gives LONG_MIN, which curl refuses). */
+static long to_ms(double seconds) {
+  double ms = seconds * 1000;
+  if (!(ms > 0)) return 0;
+  if (ms > 1e12) return 1000000000000L; /* some 31 years: no limit, in effect */
+  return (long)ms;
+}
+
 /* Called by libcurl often during a transfer and about once a second when it
 ** idles (a signal interrupting its poll wakes it early): a non-zero answer
 ** aborts the transfer with CURLE_ABORTED_BY_CALLBACK; t->stop says why. */
@@ -132,48 +162,52 @@ int cozy_http_init(struct cozy_transport *t) {
   if (c == NULL) return -1;
   t->curl = c;
   t->errbuf[0] = '\0';
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, t->errbuf);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 1L);
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "cozy-migrate/" COZY_MIGRATE_VERSION);
-  curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, ""); /* every encoding curl supports: gzip */
-  curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 30L);
-  curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 15L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(t->connect_timeout * 1000));
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https,http");
-  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, t);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, t);
+  t->setopt_rc = CURLE_OK;
+  CHECK_SETOPT(t, CURLOPT_ERRORBUFFER, t->errbuf);
+  CHECK_SETOPT(t, CURLOPT_NOSIGNAL, 1L);
+  CHECK_SETOPT(t, CURLOPT_NOPROGRESS, 1L);
+  CHECK_SETOPT(t, CURLOPT_USERAGENT, "cozy-migrate/" COZY_MIGRATE_VERSION);
+  CHECK_SETOPT(t, CURLOPT_ACCEPT_ENCODING, ""); /* every encoding curl supports: gzip */
+  CHECK_SETOPT(t, CURLOPT_TCP_KEEPALIVE, 1L);
+  CHECK_SETOPT(t, CURLOPT_TCP_KEEPIDLE, 30L);
+  CHECK_SETOPT(t, CURLOPT_TCP_KEEPINTVL, 15L);
+  CHECK_SETOPT(t, CURLOPT_CONNECTTIMEOUT_MS, to_ms(t->connect_timeout));
+  CHECK_SETOPT(t, CURLOPT_PROTOCOLS_STR, "https,http");
+  CHECK_SETOPT(t, CURLOPT_FOLLOWLOCATION, 0L);
+  /* refuses at once a Content-Length above the limit (the body is also
+  ** counted as it arrives, in on_body: chunked and compressed bodies) */
+  CHECK_SETOPT(t, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)t->max_response_bytes);
+  CHECK_SETOPT(t, CURLOPT_WRITEFUNCTION, cozy_http_on_body);
+  CHECK_SETOPT(t, CURLOPT_WRITEDATA, t);
+  CHECK_SETOPT(t, CURLOPT_HEADERFUNCTION, cozy_http_on_header);
+  CHECK_SETOPT(t, CURLOPT_HEADERDATA, t);
   /* The apiserver is not reached through a proxy configured for the shell. */
-  curl_easy_setopt(c, CURLOPT_PROXY, "");
+  CHECK_SETOPT(t, CURLOPT_PROXY, "");
   if (t->kc.insecure) {
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    CHECK_SETOPT(t, CURLOPT_SSL_VERIFYPEER, 0L);
+    CHECK_SETOPT(t, CURLOPT_SSL_VERIFYHOST, 0L);
   } else {
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    CHECK_SETOPT(t, CURLOPT_SSL_VERIFYPEER, 1L);
+    CHECK_SETOPT(t, CURLOPT_SSL_VERIFYHOST, 2L);
   }
   if (t->kc.ca.data) {
     blob.data = t->kc.ca.data;
     blob.len = t->kc.ca.len;
     blob.flags = CURL_BLOB_COPY;
-    curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
+    CHECK_SETOPT(t, CURLOPT_CAINFO_BLOB, &blob);
   }
   if (t->kc.cert.data && t->kc.key.data) {
     blob.data = t->kc.cert.data;
     blob.len = t->kc.cert.len;
     blob.flags = CURL_BLOB_COPY;
-    curl_easy_setopt(c, CURLOPT_SSLCERT_BLOB, &blob);
-    curl_easy_setopt(c, CURLOPT_SSLCERTTYPE, "PEM");
+    CHECK_SETOPT(t, CURLOPT_SSLCERT_BLOB, &blob);
+    CHECK_SETOPT(t, CURLOPT_SSLCERTTYPE, "PEM");
     blob.data = t->kc.key.data;
     blob.len = t->kc.key.len;
-    curl_easy_setopt(c, CURLOPT_SSLKEY_BLOB, &blob);
-    curl_easy_setopt(c, CURLOPT_SSLKEYTYPE, "PEM");
+    CHECK_SETOPT(t, CURLOPT_SSLKEY_BLOB, &blob);
+    CHECK_SETOPT(t, CURLOPT_SSLKEYTYPE, "PEM");
   }
-  return 0;
+  return t->setopt_rc == CURLE_OK ? 0 : -1;
 }
 
 static void free_headers(struct cozy_transport *t) {
@@ -210,7 +244,9 @@ CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const c
   CURLcode rc;
   char line[256];
   *status = 0;
+  t->setopt_rc = CURLE_OK;
   t->body_len = 0;
+  t->body_too_large = 0;
   if (t->body) t->body[0] = '\0';
   t->retry_after = -1;
   t->warnings_len = 0;
@@ -234,41 +270,54 @@ CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const c
     free(auth);
     if (bad) return CURLE_OUT_OF_MEMORY;
   }
-  curl_easy_setopt(c, CURLOPT_URL, url);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, t->headers);
-  curl_easy_setopt(c, CURLOPT_NOBODY, strcmp(method, "HEAD") == 0 ? 1L : 0L);
+  CHECK_SETOPT(t, CURLOPT_URL, url);
+  CHECK_SETOPT(t, CURLOPT_HTTPHEADER, t->headers);
+  CHECK_SETOPT(t, CURLOPT_NOBODY, strcmp(method, "HEAD") == 0 ? 1L : 0L);
   if (body != NULL) {
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    CHECK_SETOPT(t, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    CHECK_SETOPT(t, CURLOPT_POSTFIELDS, body);
+    CHECK_SETOPT(t, CURLOPT_CUSTOMREQUEST, method);
   } else if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
-    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, NULL);
+    CHECK_SETOPT(t, CURLOPT_HTTPGET, 1L);
+    CHECK_SETOPT(t, CURLOPT_CUSTOMREQUEST, NULL);
   } else {
-    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    CHECK_SETOPT(t, CURLOPT_HTTPGET, 1L);
+    CHECK_SETOPT(t, CURLOPT_CUSTOMREQUEST, method);
   }
   /* libcurl silently re-sends a request whose reused connection dies before
   ** any byte of the answer (Curl_retry_request). For a write that replay
   ** would be invisible to our retry rule, and could apply it twice; so a
   ** write always goes out on a connection opened for it, which then joins
   ** the pool for the reads that follow. */
-  curl_easy_setopt(c, CURLOPT_FRESH_CONNECT,
-                   strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0 ? 0L : 1L);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout > 0 ? (long)(timeout * 1000) : 0L);
+  CHECK_SETOPT(t, CURLOPT_FRESH_CONNECT,
+               strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0 ? 0L : 1L);
+  CHECK_SETOPT(t, CURLOPT_TIMEOUT_MS, to_ms(timeout));
   /* Stall detection: under 1 byte/s for 30 s (or the whole timeout, if shorter)
   ** means a dead peer, even with no overall timeout set. */
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
-                   (long)(timeout > 0 && timeout < 30 ? (timeout < 1 ? 1 : timeout) : 30));
+  CHECK_SETOPT(t, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  CHECK_SETOPT(t, CURLOPT_LOW_SPEED_TIME,
+               (long)(timeout > 0 && timeout < 30 ? (timeout < 1 ? 1 : timeout) : 30));
   t->stop = COZY_GO;
-  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-  curl_easy_setopt(c, CURLOPT_XFERINFODATA, t);
-  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-  rc = curl_easy_perform(c);
-  if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-  /* the token must not stay in a header list longer than the request */
+  CHECK_SETOPT(t, CURLOPT_XFERINFOFUNCTION, on_progress);
+  CHECK_SETOPT(t, CURLOPT_XFERINFODATA, t);
+  CHECK_SETOPT(t, CURLOPT_NOPROGRESS, 0L);
+  if (t->setopt_rc != CURLE_OK) {
+    rc = t->setopt_rc; /* t->errbuf names the option */
+  } else {
+    rc = curl_easy_perform(c);
+    if (rc == CURLE_OK && curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status) != CURLE_OK) *status = 0;
+  }
+  /* the token must not stay in a header list longer than the request: the
+  ** handle forgets the list before it is freed */
+  CHECK_SETOPT(t, CURLOPT_HTTPHEADER, NULL);
   free_headers(t);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+  if (rc == CURLE_OK && t->setopt_rc != CURLE_OK) rc = t->setopt_rc;
+  if (t->body_too_large || rc == CURLE_FILESIZE_EXCEEDED) {
+    rc = CURLE_FILESIZE_EXCEEDED;
+    snprintf(t->errbuf, sizeof t->errbuf,
+             "the response body is larger than max_response_bytes (%zu bytes, counted after "
+             "decompression); the transfer was stopped", t->max_response_bytes);
+    t->body_len = 0; /* nothing of a refused body is handed on */
+  }
   return rc;
 }

@@ -75,12 +75,16 @@ function Logger:write(level, message, fields)
     line = table.concat(parts, " ")
   end
   local root = self.root
+  -- One write call per line, newline included: on unbuffered stderr each
+  -- call is one write(2), and another thread (the lease renewer) logs to
+  -- the same file descriptor, so a line in two calls could be split.
+  local out = line .. "\n"
   if root.bar_active then
     -- a progress bar occupies the current terminal line: clear it first
-    root.stream:write("\r\27[K")
+    out = "\r\27[K" .. out
     root.bar_active = false
   end
-  root.stream:write(line, "\n")
+  root.stream:write(out)
   root.stream:flush()
   if root.sink then root.sink(level, message, all) end
 end
@@ -115,8 +119,8 @@ function Progress:step(n_done)
     if now - self.last_draw < 0.2 then return end
     self.last_draw = now
     local root = self.logger.root
-    root.stream:write("\r\27[K", bar(self.done_count, self.total, 30), self.label, " ",
-      tostring(self.done_count), self.total and ("/" .. self.total) or "")
+    root.stream:write(table.concat { "\r\27[K", bar(self.done_count, self.total, 30), self.label, " ",
+      tostring(self.done_count), self.total and ("/" .. self.total) or "" })
     root.stream:flush()
     root.bar_active = true
     return

@@ -92,12 +92,13 @@ describe("runner lock", function()
       local t = srv:object("ConfigMap", "cozy-system", "runner-test")
       return t and t.data and t.data.i
     end), "the slow migration did not start: " .. p:stderr())
-    -- Hold each of the migration's writes for 2.5 s from now on, so that the
+    -- Hold each of the migration's writes for 1 s from now on (an attempt
+    -- under a 3 s lease may take 1.5 s at most), so that the
     -- renewal that finds the lease stolen (due within 1 s: every duration/3)
     -- comes while at most one write is in flight, and the runner has learnt
     -- of the loss before it could send another: what follows the renewal in
     -- the log is then exactly what the runner did knowing the lease was lost.
-    srv:faults { { method = "PATCH", path = "configmaps/runner-test$", times = -1, delay_ms = 2500 } }
+    srv:faults { { method = "PATCH", path = "configmaps/runner-test$", times = -1, delay_ms = 1000 } }
     set_holder(srv, "thief")
     local r = p:wait(20)
     assert.equal(1, r.code, r.stderr)

@@ -36,6 +36,9 @@ describe("fake API server faults and request log", function()
     srv:request("GET", "/_fake/objects", { token = false })   -- control: not logged
     local log = srv:requests()
     assert.equal(2, #log)
+    -- when it arrived: a wall-clock time, now-ish
+    assert.is_true(math.abs(log[1].at - os.time()) < 60, tostring(log[1].at))
+    log[1].at = nil
     assert.same({ method = "PATCH", path = CM .. "/cm-a", query = "fieldManager=me",
       content_type = "application/merge-patch+json", body = '{"data":{"k":"2"}}', status = 200,
       user_agent = "cozy-migrate/test" }, log[1])

@@ -80,4 +80,33 @@ describe("cozy.log", function()
     read()
     assert.same({ "error:boom" }, seen)
   end)
+
+  -- stderr is unbuffered: each write() call on it is one write(2), and the
+  -- lease thread logs from its own Lua state to the same fd. A line split
+  -- over two calls (text, then "\n") can interleave with another thread's.
+  it("hands each line, newline included, to the stream in one write call", function()
+    local calls = {}
+    local stream = {
+      write = function(self, ...)
+        calls[#calls + 1] = table.pack(...)
+        return self
+      end,
+      flush = function(self) return self end,
+    }
+    local l = log.new{ stream = stream, tty = true }
+    l:info("plain")
+    l:with{ migration = "59-x" }:warn("tagged", { a = 1 })
+    l:progress("objects", 10):step(5)
+    l:info("after a bar")
+    log.new{ stream = stream, format = "json" }:error("as json")
+    local lines = {}
+    for _, c in ipairs(calls) do
+      assert.equal(1, c.n, "a write call with " .. c.n .. " arguments")
+      if c[1]:sub(-1) == "\n" then lines[#lines + 1] = c[1] end
+    end
+    assert.equal(4, #lines)
+    assert.matches("INFO  plain\n$", lines[1])
+    assert.matches("^\r\27%[K%d.*INFO  after a bar\n$", lines[3])
+    assert.matches('"msg":"as json"', lines[4])
+  end)
 end)

@@ -69,7 +69,7 @@ end
 -- The connect options that are plain data (no functions): enough to open an
 -- independent client in another Lua state (e.g. a lease renewer thread).
 local plain_keys = { "kubeconfig", "context", "request_timeout", "connect_timeout", "qps", "burst",
-  "token_refresh", "retry", "dry_run", "page_limit", "update" }
+  "token_refresh", "retry", "dry_run", "page_limit", "update", "max_response_bytes" }
 
 local function warn(self, message, fields)
   if self.log then
@@ -77,7 +77,8 @@ local function warn(self, message, fields)
   else
     local parts = { "cozy-migrate: warning: ", message }
     for k, v in pairs(fields or {}) do parts[#parts + 1] = (" %s=%s"):format(k, tostring(v)) end
-    io.stderr:write(table.concat(parts), "\n")
+    parts[#parts + 1] = "\n"
+    io.stderr:write(table.concat(parts)) -- one write: other threads log too
   end
 end
 
@@ -98,6 +99,7 @@ function kube.connect(opts)
     connect_timeout = opts.connect_timeout,
     qps = opts.qps or kube.defaults.qps, burst = opts.burst or kube.defaults.burst,
     token_refresh = opts.token_refresh, retry = opts.retry,
+    max_response_bytes = opts.max_response_bytes,
   }
   if t == nil then
     error(errors.config { file = cerr.file, field = cerr.field ~= "" and cerr.field or nil, message = cerr.message })
