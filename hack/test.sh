@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian machine: installs what is needed,
 # builds the engine twice (plain, and with ASan+UBSan) and runs every spec
-# through ctest against each build.
+# through ctest against each build; the C parsers are fuzzed for a bounded
+# time first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +10,11 @@ hack/install-deps.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
 status=0
+# Fuzzing runs once, bounded, first (so that ctest's summary stays the last
+# thing printed): every C parser (JSON, kubeconfig, HTTP response headers)
+# under libFuzzer with ASan+UBSan.
+echo "=== fuzz (FUZZ_TIME=${FUZZ_TIME:-30}s per target) ==="
+FUZZ_TIME=${FUZZ_TIME:-30} hack/fuzz.sh || status=1
 for variant in build:OFF build-asan:ON; do
   dir=${variant%%:*}
   sanitize=${variant##*:}
