@@ -54,12 +54,20 @@ local commands = {
   run = true, plan = true, status = true, check = true, list = true, new = true,
 }
 
--- option name -> kind: "flag", "count", or a value parser
+-- option name -> kind: "flag", "count", or a value parser. Numbers are plain
+-- decimal (no hex, no exponent, no sign): what an operator types.
+local function decimal(v)
+  if type(v) ~= "string" or not (v:match("^%d+$") or v:match("^%d+%.%d+$") or v:match("^%.%d+$")) then
+    return nil
+  end
+  return tonumber(v)
+end
+
 local function number_value(name)
   return function(v)
-    local n = tonumber(v)
-    if n == nil or n < 0 then
-      errors.raise("usage", ("%s expects a non-negative number, got %q"):format(name, v))
+    local n = decimal(v)
+    if n == nil then
+      errors.raise("usage", ("%s expects a non-negative number, in plain decimal, got %q"):format(name, v))
     end
     return n
   end
@@ -67,9 +75,9 @@ end
 
 local function integer_value(name)
   return function(v)
-    local n = math.tointeger(tonumber(v))
-    if n == nil or n < 0 then
-      errors.raise("usage", ("%s expects a non-negative integer, got %q"):format(name, v))
+    local n = v:match("^%d+$") and math.tointeger(tonumber(v))
+    if not n then
+      errors.raise("usage", ("%s expects a non-negative integer, in plain decimal, got %q"):format(name, v))
     end
     return n
   end
@@ -78,9 +86,9 @@ end
 -- Rates: zero would switch the client's limiter off, which is for tests only.
 local function positive_value(name)
   return function(v)
-    local n = tonumber(v)
-    if n == nil or n <= 0 or n ~= n or n == math.huge then
-      errors.raise("usage", ("%s expects a positive number, got %q"):format(name, v))
+    local n = decimal(v)
+    if n == nil or n <= 0 or n == math.huge then
+      errors.raise("usage", ("%s expects a positive number, in plain decimal, got %q"):format(name, v))
     end
     return n
   end
@@ -179,6 +187,11 @@ function cli.parse(argv)
       end
     end
     i = i + 1
+  end
+  -- only `new` takes an argument (its NAME); anything else is a mistake
+  local takes = command == "new" and 1 or 0
+  if #args > takes then
+    errors.raise("usage", ("unexpected argument %q for '%s'"):format(args[takes + 1], command))
   end
   return command, opts, args
 end

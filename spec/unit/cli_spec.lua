@@ -38,6 +38,16 @@ describe("cli.parse", function()
     { { "run", "--target", "-3" }, "non%-negative integer" },
     { { "status", "--output", "yaml" }, "must be one of" },
     { { "run", "--dry-run=yes" }, "takes no value" },
+    { { "run", "--target", "0x3C" }, "non%-negative integer, in plain decimal" },
+    { { "run", "--target", "1e3" }, "non%-negative integer, in plain decimal" },
+    { { "run", "--target", " 60" }, "non%-negative integer, in plain decimal" },
+    { { "run", "--request-timeout", "1e3" }, "non%-negative number, in plain decimal" },
+    { { "run", "--request-timeout", "0x10" }, "non%-negative number, in plain decimal" },
+    { { "run", "--qps", "inf" }, "positive number, in plain decimal" },
+    { { "run", "--qps", "0" }, "positive number, in plain decimal" },
+    { { "run", "extra" }, "unexpected argument \"extra\" for 'run'" },
+    { { "status", "a", "b" }, "unexpected argument \"a\"" },
+    { { "new", "a", "b" }, "unexpected argument \"b\" for 'new'" },
   }) do
     it("refuses " .. table.concat(case[1], " "), function()
       local ok, err = pcall(cli.parse, case[1])

@@ -22,6 +22,16 @@ describe("runner discovery", function()
     assert.is_nil(discovery.classify("helper.lua"))
   end)
 
+  it("refuses a migration number that does not fit, instead of skipping the file", function()
+    for _, name in ipairs({ "99999999999999999999-x.lua", "1000001-x.lua", "123456789012" }) do
+      local ok, err = pcall(discovery.classify, name)
+      assert.is_false(ok, name)
+      assert.is_true(errors.is(err, "invalid"), tostring(err))
+      assert.matches(name .. ": migration number", err.message, 1, true)
+    end
+    assert.same({ 1000000, "lua" }, { discovery.classify("1000000-x.lua") })
+  end)
+
   it("finds Lua and legacy migrations in order, with sha256 and descriptions", function()
     local set = discovery.discover{ migrations = fixtures .. "legacy" }
     assert.same({ 1, 2, 3 }, { set.migrations[1].number, set.migrations[2].number, set.migrations[3].number })

@@ -26,7 +26,7 @@ function M.collect(opts, log)
     st.state = "not installed (the first run stamps the target)"
   else
     st.current = stamp.version_of(cm)
-    local history, why = stamp.history_of(cm)
+    local history, why = stamp.history_of(cm, true)
     if why then st.warnings[#st.warnings + 1] = why end
     for _, rec in ipairs(history) do
       local entry = {}

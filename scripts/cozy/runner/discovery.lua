@@ -63,13 +63,25 @@ end
 
 -- Parses a file name. Returns number, kind ("lua" | "legacy"), or nil for
 -- files that are not migrations (README, dot files, ...).
+-- A number that does not fit an integer (or is absurdly large) raises
+-- "invalid": a file that looks like a migration is never silently skipped.
+local MAX_NUMBER = 1000000
+
+local function number_of(filename, digits)
+  local n = #digits <= 7 and math.tointeger(tonumber(digits))
+  if not n or n > MAX_NUMBER then
+    invalid(filename, "migration number %s is out of range (0..%d)", { digits, MAX_NUMBER })
+  end
+  return n
+end
+
 function discovery.classify(filename)
   if filename:sub(1, 1) == "." then return nil end
   local n = filename:match("^(%d+)%-[^/]+%.lua$")
-  if n then return math.tointeger(tonumber(n)), "lua" end
+  if n then return number_of(filename, n:gsub("^0+(%d)", "%1")), "lua" end
   if filename:match("%.lua$") then return nil end
   n = filename:match("^(%d+)$") or filename:match("^(%d+)%-[^/]+$")
-  if n then return math.tointeger(tonumber(n)), "legacy" end
+  if n then return number_of(filename, n:gsub("^0+(%d)", "%1")), "legacy" end
   return nil
 end
 
