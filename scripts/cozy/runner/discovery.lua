@@ -27,6 +27,9 @@ end
 -- migration needs.
 local allowed_keys = { description = true, run = true, check = true, permissions = true }
 
+-- A declared permission: what `check` asks and `rbac` grants.
+local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true }
+
 -- Validates the table a migration file returned; raises "invalid" naming the file.
 function discovery.validate_definition(def, file)
   if type(def) ~= "table" then
@@ -49,9 +52,15 @@ function discovery.validate_definition(def, file)
   if def.permissions ~= nil then
     if type(def.permissions) ~= "table" then invalid(file, "permissions must be an array") end
     for i, p in ipairs(def.permissions) do
-      if type(p) ~= "table" or type(p.verb) ~= "string" or type(p.resource) ~= "string"
-          or (p.group ~= nil and type(p.group) ~= "string") then
-        invalid(file, "permissions[%d] must be { verb = string, resource = string, group = string or nil }", { i })
+      local ok = type(p) == "table" and type(p.verb) == "string" and type(p.resource) == "string"
+      if ok then
+        for k, v in pairs(p) do
+          if not permission_keys[k] or type(v) ~= "string" then ok = false end
+        end
+      end
+      if not ok then
+        invalid(file, "permissions[%d] must be { verb = string, resource = string, group = string or nil, "
+          .. "subresource = string or nil, namespace = string or nil }", { i })
       end
     end
   end
