@@ -16,6 +16,7 @@ Commands:
   plan    [--target N] [--server-dry-run]               what run would change, nothing written
   status  [--output text|json]                          version, target, pending, lock, history
   check   [--migration N] [--output text|json]          read-only preflight and each pending check()
+          [--service-account NAME]                      review NAME's permissions (SubjectAccessReview), not ours
   list    [--output text|json]                          migrations known to this build
   new NAME                                              scaffold migrations/NN-NAME.lua and its spec
   rbac    [--all] [--target N] [--preflight] [--output yaml|json]
@@ -117,6 +118,7 @@ local options = {
   ["--output"] = one_of("--output", "text", "json"),
   ["--dry-run"] = "flag",
   ["--server-dry-run"] = "flag",
+  ["--service-account"] = string_value,
   ["--no-builtin"] = "flag",
   ["--all"] = "flag",
   ["--preflight"] = "flag",
@@ -133,7 +135,7 @@ local command_options = {
   run = { ["--target"] = true, ["--dry-run"] = true, ["--server-dry-run"] = true },
   plan = { ["--target"] = true, ["--server-dry-run"] = true },
   status = { ["--output"] = true, ["--target"] = true },
-  check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true },
+  check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true, ["--service-account"] = true },
   list = { ["--output"] = true },
   new = {},
   rbac = { ["--all"] = true, ["--target"] = true, ["--preflight"] = true, ["--output"] = true },

@@ -223,6 +223,37 @@ describe("deploy/helm", function()
     assert.same(reviews, saw_review)
   end)
 
+  it("the preflight's check reviews the hook's account with SubjectAccessReviews", function()
+    local fake = require "spec.support.fake"
+    local srv = fake.start{ fixtures = { "spec/fixtures/59-vmi-hotplug/cluster.json" }, tls = true, token = "t",
+      deny = { "patch:kubevirt.io:virtualmachines" } }
+    finally(function() srv:stop() end)
+    local r = support.run({ "check", "--service-account", "cozystack-migration-hook", "--kubeconfig", srv.kubeconfig,
+      "--output", "json" }, { NAMESPACE = NS, TARGET_VERSION = "60", COZY_MIGRATE_MIGRATIONS = "" })
+    assert.equal(1, r.code, r.stderr)
+    local report = json.decode(r.stdout)
+    assert.is_true(report.blocked)
+    local blocked = {}
+    for _, f in ipairs(report.findings) do
+      if f.severity == "block" then blocked[#blocked + 1] = f.message end
+    end
+    assert.equal(1, #blocked, table.concat(blocked, "; "))
+    assert.matches("not allowed: patch virtualmachines%.kubevirt%.io", blocked[1])
+    local sar, ssar = 0, 0
+    for _, req in ipairs(srv:requests{ method = "POST" }) do
+      if req.path:match("/subjectaccessreviews$") then
+        sar = sar + 1
+        local body = json.decode(req.body)
+        assert.equal("system:serviceaccount:cozy-system:cozystack-migration-hook", body.spec.user)
+      elseif req.path:match("selfsubjectaccessreviews") then
+        ssar = ssar + 1
+      end
+    end
+    assert.is_true(sar > 0)
+    assert.equal(0, ssar)
+    assert.same({}, support.writes(srv))
+  end)
+
   it("keeps the generated RBAC templates in step with generate-rbac.lua", function()
     local dir = support.tmpdir()
     finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
