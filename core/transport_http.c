@@ -15,6 +15,7 @@
 
 #include <openssl/crypto.h>
 
+#include "proxy.h"
 #include "transport.h"
 
 #ifndef COZY_MIGRATE_VERSION
@@ -142,8 +143,16 @@ int cozy_http_init(struct cozy_transport *t) {
   curl_easy_setopt(c, CURLOPT_WRITEDATA, t);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, t);
-  /* The apiserver is not reached through a proxy configured for the shell. */
-  curl_easy_setopt(c, CURLOPT_PROXY, "");
+  {
+    /* the proxy as kubectl picks it from the environment, or none: libcurl's
+    ** own reading of it differs (core/proxy.c) */
+    char *proxy = cozy_proxy_for(t->kc.server);
+    curl_easy_setopt(c, CURLOPT_PROXY, proxy ? proxy : "");  /* libcurl copies it */
+    if (proxy) {
+      OPENSSL_cleanse(proxy, strlen(proxy));  /* may carry user:password */
+      free(proxy);
+    }
+  }
   if (t->kc.insecure) {
     curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
     curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);

@@ -82,7 +82,7 @@ end
 
 function runner.namespace(opts)
   local ns = opts.namespace or os.getenv("NAMESPACE")
-  if ns == nil or ns == "" then ns = "cozy-system" end
+  if ns == nil or ns == "" then ns = require("cozy.runner.incluster").namespace(opts) or "cozy-system" end
   return ns
 end
 
