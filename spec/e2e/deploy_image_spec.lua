@@ -1,0 +1,129 @@
+-- The runtime image without a container engine: deploy/Dockerfile's
+-- RUNTIME_PACKAGES must be exactly the packages owning the libraries the
+-- binary links (ldd); a root assembled from those packages' files (apt-get
+-- download + dpkg -x, as the Dockerfile's rootfs stage does) must run
+-- `cozy-migrate run` in-cluster against the fake, as a non-root uid, with
+-- nothing in it writable. Needs the Debian mirror for the download (cached
+-- under build/runtime-debs/): unreachable, the spec fails.
+local fake = require "spec.support.fake"
+local support = require "spec.e2e.runner_support"
+
+local q = support.quote
+local CACHE = "build/runtime-debs"
+local UID = 65532
+local CLUSTER = "spec/fixtures/59-vmi-hotplug/cluster.json"
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  local ok, _, code = p:close()
+  return ok, out, code
+end
+
+local function dockerfile_packages()
+  local text = assert(support.slurp("deploy/Dockerfile"))
+  local list = assert(text:match('ARG RUNTIME_PACKAGES="(.-)"'), "no RUNTIME_PACKAGES in deploy/Dockerfile")
+  local set = {}
+  for name in list:gsub("\\\n", " "):gmatch("[%w%.%+%-]+") do set[name] = true end
+  return set
+end
+
+-- Packages owning the binary's shared libraries, as dpkg knows them.
+local function ldd_packages(bin)
+  local ok, out = sh("ldd " .. q(bin))
+  assert(ok, out)
+  local set, libs = {}, {}
+  for line in out:gmatch("[^\n]+") do
+    local path = line:match("=>%s+(/%S+)") or line:match("^%s*(/%S+)")
+    if path then libs[#libs + 1] = path end
+  end
+  assert(#libs > 3, out)
+  for _, path in ipairs(libs) do
+    local _, real = sh("realpath " .. q(path))
+    real = real:gsub("%s+$", "")
+    local owner
+    for _, candidate in ipairs({ real, path, (real:gsub("^/usr", "")), "/usr" .. path }) do
+      local found, answer = sh("dpkg -S " .. q(candidate))
+      if found then owner = answer:match("^([^:]+)") break end
+    end
+    assert(owner, "no package owns " .. path)
+    set[owner] = true
+  end
+  return set
+end
+
+local function keys(set)
+  local out = {}
+  for k in pairs(set) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+describe("the runtime image's closure", function()
+  it("installs exactly the packages of the libraries the binary links", function()
+    assert.same(keys(ldd_packages(support.bin)), keys(dockerfile_packages()))
+  end)
+
+  it("runs cozy-migrate from a root of those packages, in-cluster, as a non-root uid", function()
+    local packages = keys(dockerfile_packages())
+    assert(os.execute("mkdir -p " .. q(CACHE)))
+    local missing = {}
+    for _, name in ipairs(packages) do
+      local ok = sh(("ls %s/%s_*.deb"):format(q(CACHE), name))
+      if not ok then missing[#missing + 1] = name end
+    end
+    if #missing > 0 then
+      local ok, out = sh(("cd %s && apt-get download %s"):format(q(CACHE), table.concat(missing, " ")))
+      assert(ok, "apt-get download failed (the Debian mirror is needed): " .. out)
+    end
+
+    local root = support.tmpdir()
+    finally(function() os.execute("rm -rf " .. q(root)) end)
+    for _, name in ipairs(packages) do
+      local ok, out = sh(("for d in %s/%s_*.deb; do dpkg -x \"$d\" %s || exit 1; done"):format(q(CACHE), name, q(root)))
+      assert(ok, out)
+    end
+    local sa = root .. "/var/run/secrets/kubernetes.io/serviceaccount"
+    local srv = fake.start{ fixtures = { CLUSTER }, tls = true, token = "image-token" }
+    finally(function() srv:stop() end)
+    local setup_cmds = {
+      ("mkdir -p %s/usr/bin %s/etc %s"):format(q(root), q(root), q(sa)),
+      ("install -m 0755 %s %s/usr/bin/cozy-migrate"):format(q(support.bin), q(root)),
+      ("printf 'cozy-migrate:x:%d:%d::/nonexistent:/usr/sbin/nologin\\n' >%s/etc/passwd"):format(UID, UID, q(root)),
+      ("printf 'image-token\\n' >%s/token && cp %s %s/ca.crt && printf cozy-system >%s/namespace"):format(
+        q(sa), q(srv.ca), q(sa), q(sa)),
+      ("printf secret >%s/etc/root-only && chmod 0600 %s/etc/root-only"):format(q(root), q(root)),
+      -- as the kubelet projects them: world-readable (defaultMode 0644)
+      ("chmod 0644 %s/token %s/ca.crt %s/namespace"):format(q(sa), q(sa), q(sa)),
+      ("chown -R 0:0 %s && chmod 0755 %s"):format(q(root), q(root)),
+    }
+    for _, c in ipairs(setup_cmds) do
+      local ok, out = sh(c)
+      assert(ok, c .. ": " .. out)
+    end
+    -- read-only friendly: nothing in the root is writable by the runtime uid
+    local _, writable = sh(("find %s ! -type l \\( -perm -o+w -o -user %d \\)"):format(q(root), UID))
+    assert.equal("", writable)
+
+    local port = srv.url:match(":(%d+)$")
+    local found, chroot = sh("command -v chroot")
+    assert(found, "no chroot (coreutils)")
+    chroot = chroot:gsub("%s+$", "")
+    local function in_root(args)
+      return sh(("env -i KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=%s POD_NAME=hook-pod "
+        .. "%s --userspec=%d:%d %s /usr/bin/cozy-migrate %s"):format(port, chroot, UID, UID, q(root), args))
+    end
+    -- the uid is not root: a root-only file cannot be read
+    local ok, out, code = in_root([[lua -e 'local f = io.open("/etc/root-only") os.exit(f and 0 or 3)']])
+    assert.falsy(ok, out)
+    assert.equal(3, code, out)
+
+    ok, out = in_root("run")
+    assert.is_true(ok, out)
+    local cm = srv:object("ConfigMap", "cozy-system", "cozystack-version")
+    assert.equal("60", cm.data.version)
+    assert.matches("updated 6 VMs", out)
+    local h = support.history(cm)
+    assert.same({ 59, "hook-pod" }, { h[#h].number, h[#h].runner })
+  end)
+end)
