@@ -69,7 +69,7 @@ local function sorted_keys(t)
   return keys
 end
 
--- Declared permissions -> rules grouped by (group, resource), verbs sorted,
+-- Declared permissions -> rules grouped by (group, resource, name), verbs sorted,
 -- one table per namespace ("" = cluster-wide). preflight keeps read verbs.
 function rbac.declared_rules(migrations, preflight)
   local by_ns = {}
@@ -78,11 +78,11 @@ function rbac.declared_rules(migrations, preflight)
       if not preflight or READ_VERBS[p.verb] then
         local ns = p.namespace or ""
         local resource = p.resource .. (p.subresource and ("/" .. p.subresource) or "")
-        local key = (p.group or "") .. "\0" .. resource
+        local key = (p.group or "") .. "\0" .. resource .. "\0" .. (p.name or "")
         by_ns[ns] = by_ns[ns] or {}
         local r = by_ns[ns][key]
         if not r then
-          r = { group = p.group or "", resource = resource, verbs = {} }
+          r = { group = p.group or "", resource = resource, name = p.name, verbs = {} }
           by_ns[ns][key] = r
         end
         r.verbs[p.verb] = true
@@ -94,7 +94,8 @@ function rbac.declared_rules(migrations, preflight)
     local list = {}
     for _, key in ipairs(sorted_keys(rules)) do
       local r = rules[key]
-      list[#list + 1] = { apiGroups = { r.group }, resources = { r.resource }, verbs = sorted_keys(r.verbs) }
+      list[#list + 1] = { apiGroups = { r.group }, resources = { r.resource },
+        resourceNames = r.name and { r.name } or nil, verbs = sorted_keys(r.verbs) }
     end
     out[ns] = list
   end

@@ -28,7 +28,8 @@ end
 local allowed_keys = { description = true, run = true, check = true, permissions = true }
 
 -- A declared permission: what `check` asks and `rbac` grants.
-local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true }
+local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true,
+  name = true }
 
 -- Validates the table a migration file returned; raises "invalid" naming the file.
 function discovery.validate_definition(def, file)
@@ -60,7 +61,7 @@ function discovery.validate_definition(def, file)
       end
       if not ok then
         invalid(file, "permissions[%d] must be { verb = string, resource = string, group = string or nil, "
-          .. "subresource = string or nil, namespace = string or nil }", { i })
+          .. "subresource, namespace, name = string or nil }", { i })
       end
     end
   end
