@@ -26,7 +26,8 @@ Commands:
 Common options:
   --kubeconfig PATH         kubeconfig file (else $KUBECONFIG, in-cluster, ~/.kube/config)
   --context NAME            kubeconfig context (else current-context)
-  --namespace NS            namespace of the version ConfigMap and the lock (else $NAMESPACE, cozy-system)
+  --namespace NS            namespace of the version ConfigMap and the lock
+                            (else $NAMESPACE, in-cluster the service account's namespace, cozy-system)
   --migrations DIR          add DIR's migrations (legacy scripts NN, NN-name) to the built-in ones
                             (else $COZY_MIGRATE_MIGRATIONS, else /migrations when it exists)
   --no-builtin              leave the built-in migrations out (DIR's set alone)
@@ -47,6 +48,7 @@ Environment:
   COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
   COZY_MIGRATE_MIGRATIONS     default for --migrations (empty: no directory, not even /migrations)
   KUBERNETES_SERVICE_HOST/PORT  in-cluster API server (with the service account's token, ca.crt, namespace)
+  COZY_MIGRATE_SERVICEACCOUNT_DIR  the service account's directory (tests; else the pod's)
   HTTPS_PROXY, HTTP_PROXY, NO_PROXY  proxy for the API server, as kubectl uses them
 
 Exit status: 0 done or nothing to do; 1 a migration or an API call failed,
