@@ -140,6 +140,12 @@ describe("deploy/helm", function()
     assert.is_true(pod.terminationGracePeriodSeconds > 30 + 2 * 5, tostring(pod.terminationGracePeriodSeconds))
     -- the hook's RBAC exists before the preflight (0) and the Job (1), only for the run
     for _, o in ipairs(rbac_of(render(59), "migration")) do assert.truthy(o) end
+    -- a read-only root with scratch space; HOME there only for legacy scripts' kubectl
+    assert.same({ { name = "tmp", mountPath = "/tmp" } }, c.volumeMounts)
+    assert.same({ { name = "tmp", emptyDir = {} } }, pod.volumes)
+    assert.is_nil(env.HOME)
+    local legacy_job = find(render(58, { migrations = { legacyScripts = true } }), "Job", "cozystack-migration-hook")
+    assert.equal("/tmp", env_of(legacy_job.spec.template.spec.containers[1]).HOME)
     local sa = find(objects, "ServiceAccount", "cozystack-migration-hook")
     assert.equal("-1", sa.metadata.annotations["helm.sh/hook-weight"])
     assert.equal("before-hook-creation,hook-succeeded", sa.metadata.annotations["helm.sh/hook-delete-policy"])

@@ -78,6 +78,26 @@ local function keys(set)
 end
 
 describe("the runtime image's closure", function()
+  it("builds the default image from scratch, non-root, cozy-migrate run; LEGACY=1 adds the shell tools", function()
+    local text = assert(support.slurp("deploy/Dockerfile"))
+    local default = assert(text:match("FROM scratch AS runtime%-0\n(.-)\n\n"))
+    assert.same({ "COPY --from=rootfs /rootfs/ /" }, (function()
+      local lines = {}
+      for l in default:gmatch("[^\n]+") do lines[#lines + 1] = l end
+      return lines
+    end)())
+    local final = assert(text:match("FROM runtime%-%${LEGACY}\n(.*)$"))
+    assert.matches("COPY %-%-from=build /src/build/cozy%-migrate /usr/bin/cozy%-migrate", final)
+    assert.matches("USER 65532:65532", final)
+    assert.matches('ENTRYPOINT %["cozy%-migrate"%]', final)
+    assert.matches('CMD %["run"%]', final)
+    local legacy = assert(text:match("FROM debian:bookworm%-slim AS runtime%-1\n(.-)\n\n"))
+    for _, want in ipairs({ "%${RUNTIME_PACKAGES}", "bash", "coreutils", "jq", "kubernetes%-client",
+        "COPY %-%-from=legacy / /migrations/" }) do
+      assert.matches(want, legacy)
+    end
+  end)
+
   it("installs exactly the packages of the libraries the binary links", function()
     assert.same(keys(ldd_packages(support.bin)), keys(expected_packages(support.bin)))
   end)
