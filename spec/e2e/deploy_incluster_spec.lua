@@ -146,9 +146,13 @@ describe("in-cluster operation", function()
     finally(function() p:cleanup() end)
     assert.truthy(support.poll(30, function() return patches_of(srv, "tenant-root", "runner-test") >= 20 end),
       p:stderr())
+    -- frozen while counting, so the count is the writes sent before the
+    -- signal (one may still be on its way to the server's log)
+    p:kill("STOP")
     local before = patches_of(srv, "tenant-root", "runner-test")
     local t0 = sys.monotime()
     p:kill("TERM")
+    p:kill("CONT")
     local r = p:wait(grace)
     local took = sys.monotime() - t0
     assert.equal(1, r.code, r.stderr)
