@@ -14,6 +14,7 @@
 
 #include <openssl/crypto.h>
 
+#include "proxy.h"
 #include "transport.h"
 
 #ifndef COZY_MIGRATE_VERSION
@@ -181,8 +182,16 @@ int cozy_http_init(struct cozy_transport *t) {
   CHECK_SETOPT(t, CURLOPT_WRITEDATA, t);
   CHECK_SETOPT(t, CURLOPT_HEADERFUNCTION, cozy_http_on_header);
   CHECK_SETOPT(t, CURLOPT_HEADERDATA, t);
-  /* The apiserver is not reached through a proxy configured for the shell. */
-  CHECK_SETOPT(t, CURLOPT_PROXY, "");
+  {
+    /* the proxy as kubectl picks it from the environment, or none: libcurl's
+    ** own reading of it differs (core/proxy.c) */
+    char *proxy = cozy_proxy_for(t->kc.server);
+    CHECK_SETOPT(t, CURLOPT_PROXY, proxy ? proxy : "");  /* libcurl copies it */
+    if (proxy) {
+      OPENSSL_cleanse(proxy, strlen(proxy));  /* may carry user:password */
+      free(proxy);
+    }
+  }
   if (t->kc.insecure) {
     CHECK_SETOPT(t, CURLOPT_SSL_VERIFYPEER, 0L);
     CHECK_SETOPT(t, CURLOPT_SSL_VERIFYHOST, 0L);

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   liblua5.4-dev lua5.4 lua-cjson-dev libcurl4-openssl-dev libyaml-dev libssl-dev
-  lua-busted python3-jsonpatch openssl curl jq ca-certificates
+  lua-busted python3-jsonpatch python3-yaml openssl curl jq ca-certificates
   # hack/fuzz.sh: clang and its libFuzzer runtime (only a Recommends of clang)
   clang libclang-rt-14-dev
 )

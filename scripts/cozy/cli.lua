@@ -17,15 +17,21 @@ Commands:
   plan    [--target N] [--server-dry-run]               what run would change, nothing written
   status  [--output text|json]                          version, target, pending, lock, history
   check   [--migration N] [--output text|json]          read-only preflight and each pending check()
+          [--service-account NAME]                      review NAME's permissions (SubjectAccessReview), not ours
   list    [--output text|json]                          migrations known to this build
   new NAME                                              scaffold migrations/NN-NAME.lua and its spec
+  rbac    [--all] [--target N] [--preflight] [--output yaml|json]
+                                                        the least-privilege RBAC of the pending range
   lua [SCRIPT [ARGS...]] | lua -e CODE                  Lua 5.4 interpreter with the engine's modules
 
 Common options:
   --kubeconfig PATH         kubeconfig file (else $KUBECONFIG, in-cluster, ~/.kube/config)
   --context NAME            kubeconfig context (else current-context)
-  --namespace NS            namespace of the version ConfigMap and the lock (else $NAMESPACE, cozy-system)
-  --migrations DIR          read migrations from DIR instead of the ones built in
+  --namespace NS            namespace of the version ConfigMap and the lock
+                            (else $NAMESPACE, in-cluster the service account's namespace, cozy-system)
+  --migrations DIR          add DIR's migrations (legacy scripts NN, NN-name) to the built-in ones
+                            (else $COZY_MIGRATE_MIGRATIONS, else /migrations when it exists)
+  --no-builtin              leave the built-in migrations out (DIR's set alone)
   --log-format text|json    log line format (default text)
   --request-timeout SECONDS per-request timeout (default 30)
   --lock-timeout SECONDS    how long to wait for another runner's lock (default 300)
@@ -43,6 +49,10 @@ Environment:
   KUBECONFIG                  kubeconfig files, as kubectl reads them
   POD_NAME                    the lock holder's identity (else host-pid)
   COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
+  COZY_MIGRATE_MIGRATIONS     default for --migrations (empty: no directory, not even /migrations)
+  KUBERNETES_SERVICE_HOST/PORT  in-cluster API server (with the service account's token, ca.crt, namespace)
+  COZY_MIGRATE_SERVICEACCOUNT_DIR  the service account's directory (tests; else the pod's)
+  HTTPS_PROXY, HTTP_PROXY, NO_PROXY  proxy for the API server, as kubectl uses them
 
 Exit status: 0 done or nothing to do; 1 a migration or an API call failed,
 a run was stopped (SIGTERM, lost lock) or check found a blocking finding;
@@ -51,7 +61,7 @@ See docs/operations.md.
 ]==]
 
 local commands = {
-  run = true, plan = true, status = true, check = true, list = true, new = true,
+  run = true, plan = true, status = true, check = true, list = true, new = true, rbac = true,
 }
 
 -- option name -> kind: "flag", "count", or a value parser. Numbers are plain
@@ -122,7 +132,16 @@ local options = {
   ["--output"] = one_of("--output", "text", "json"),
   ["--dry-run"] = "flag",
   ["--server-dry-run"] = "flag",
+  ["--service-account"] = string_value,
+  ["--no-builtin"] = "flag",
+  ["--all"] = "flag",
+  ["--preflight"] = "flag",
   ["-v"] = "count",
+}
+
+-- An option whose values differ for one command.
+local command_values = {
+  rbac = { ["--output"] = one_of("--output", "yaml", "json") },
 }
 
 -- Which command-specific options each command accepts (common ones always).
@@ -130,13 +149,15 @@ local command_options = {
   run = { ["--target"] = true, ["--dry-run"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true },
   plan = { ["--target"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true },
   status = { ["--output"] = true, ["--target"] = true },
-  check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true, ["--step-timeout"] = true },
+  check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true, ["--step-timeout"] = true,
+    ["--service-account"] = true },
   list = { ["--output"] = true },
   new = {},
+  rbac = { ["--all"] = true, ["--target"] = true, ["--preflight"] = true, ["--output"] = true },
 }
 local common = {
   ["--kubeconfig"] = true, ["--context"] = true, ["--namespace"] = true,
-  ["--migrations"] = true, ["--log-format"] = true, ["--request-timeout"] = true,
+  ["--migrations"] = true, ["--no-builtin"] = true, ["--log-format"] = true, ["--request-timeout"] = true,
   ["--lock-timeout"] = true, ["--qps"] = true, ["--burst"] = true, ["-v"] = true,
 }
 
@@ -158,7 +179,7 @@ function cli.parse(argv)
     local a = argv[i]
     local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
     name = name or a
-    local kind = options[name]
+    local kind = (command_values[command] or {})[name] or options[name]
     if a == "--" then
       for j = i + 1, #argv do args[#args + 1] = argv[j] end
       break

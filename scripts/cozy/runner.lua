@@ -67,7 +67,7 @@ function runner.protect(opts, fn)
 end
 
 function runner.discover(opts)
-  return discovery.discover({ migrations = opts.migrations })
+  return discovery.discover(discovery.options(opts))
 end
 
 -- Plain-data connect options (the lease worker connects with the same).
@@ -87,7 +87,7 @@ end
 function runner.load_file(path)
   local dir, filename = path:match("^(.*)/([^/]+)$")
   dir, filename = dir or ".", filename or path
-  local set = discovery.discover({ migrations = dir })
+  local set = discovery.discover({ migrations = dir, builtin = false })
   for _, m in ipairs(set.migrations) do
     if m.filename == filename then return m end
   end

@@ -188,7 +188,7 @@ describe("cozy-migrate run", function()
   end)
 
   it("exits 2 for a configuration error", function()
-    local r = support.run({ "run", "--kubeconfig", "/nonexistent/kubeconfig", "--migrations", "spec/fixtures/runner/two" })
+    local r = support.run({ "run", "--kubeconfig", "/nonexistent/kubeconfig", "--no-builtin", "--migrations", "spec/fixtures/runner/two" })
     assert.equal(2, r.code, r.stderr)
   end)
 end)

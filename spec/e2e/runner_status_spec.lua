@@ -121,7 +121,7 @@ contexts: [{name: x, context: {cluster: x, user: x}}]
 current-context: x
 ]])
     f:close()
-    local r = support.run({ "check", "--kubeconfig", kubeconfig, "--migrations", "spec/fixtures/runner/checks",
+    local r = support.run({ "check", "--kubeconfig", kubeconfig, "--no-builtin", "--migrations", "spec/fixtures/runner/checks",
       "--request-timeout", "2" })
     assert.equal(1, r.code, r.stdout .. r.stderr)
     assert.matches("UNREACHABLE", r.stdout)

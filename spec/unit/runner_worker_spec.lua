@@ -74,6 +74,23 @@ describe("cozy.proc.spawn", function()
     assert.matches("exec failed", out[1])
   end)
 
+  it("runs the child in opts.cwd, with a relative argv[1] made absolute first", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir .. "/sub && printf '#!/bin/sh\\necho \"$0 $(pwd)\"\\n' > "
+      .. dir .. "/sub/script && chmod +x " .. dir .. "/sub/script"))
+    finally(function() os.execute("rm -rf " .. dir) end)
+    local real = require("cozy.sys").realpath(dir .. "/sub")
+    local out = {}
+    local how, code = proc.spawn({ dir .. "/sub/script" }, nil, function(_, l) out[#out + 1] = l end,
+      { cwd = dir .. "/sub" })
+    assert.same({ "exit", 0 }, { how, code })
+    assert.same({ real .. "/script " .. real }, out)
+    assert.has_error(function()
+      proc.spawn({ "/bin/true" }, nil, function() end, { cwd = dir .. "/missing" })
+    end)
+  end)
+
   it("raises the callback's error after the child is reaped", function()
     assert.has_error(function()
       proc.spawn({ "/bin/echo", "x" }, nil, function() error("callback broke") end)

@@ -31,11 +31,15 @@ end
 -- What a watch raises when it stops a step.
 function step.stopper(name, limit)
   return function(reason, detail, where)
-    if reason == "signal" then
-      errors.raise("interrupted", ("%s stopped by signal %d (at %s)"):format(name, detail, tostring(where)))
+    -- where the migration was, when it was in its own code (not the engine's)
+    local at = ""
+    if type(where) == "string" and not where:find("^scripts/cozy/") and not where:find("^%[") then
+      at = " (at " .. where .. ")"
     end
-    errors.raise("timeout", ("%s ran past its time limit of %ss (at %s)"):format(name, tostring(limit),
-      tostring(where)))
+    if reason == "signal" then
+      errors.raise("interrupted", ("%s stopped by signal %d%s"):format(name, detail, at))
+    end
+    errors.raise("timeout", ("%s ran past its time limit of %ss%s"):format(name, tostring(limit), at))
   end
 end
 local stopper = step.stopper

@@ -8,7 +8,8 @@ local steps = {}
 
 function steps.namespace(opts)
   local ns = opts.namespace or os.getenv("NAMESPACE")
-  if ns == nil or ns == "" then ns = "cozy-system" end
+  -- in a pod, the service account's namespace, as kubectl takes it
+  if ns == nil or ns == "" then ns = require("cozy.runner.incluster").namespace(opts) or "cozy-system" end
   return ns
 end
 
