@@ -443,12 +443,13 @@ local function run(ctx)
   if progress then progress:done() end
 
   local counts = { vms = #fleet.vm_order, vmis_with_hotplug_volumes = #fleet.vmis,
-                   already_complete = seen.complete, deleted_meanwhile = gone }
+                   already_complete = seen.complete, deleted_meanwhile = gone,
+                   updated = updated, volumes = volumes_added, disks = disks_added }
+  ctx.outcome(counts)
   if updated == 0 then
     ctx.log:info(("nothing to update: no running VMI holds a hotplugged volume missing from its VM spec"
       .. " (%d VMs already complete)"):format(seen.complete), counts)
   else
-    counts.updated, counts.volumes, counts.disks = updated, volumes_added, disks_added
     ctx.log:info(("%s %d VMs: %d volumes, %d disks copied from their VMIs; %d VMs already complete"):format(
       ctx.mode == "plan" and "would update" or "updated", updated, volumes_added, disks_added, seen.complete),
       counts)

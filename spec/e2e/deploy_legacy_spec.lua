@@ -93,7 +93,23 @@ describe("legacy scripts beside the built-in migrations", function()
     }, steps)
     -- 59 did its work (the fixture's VMs needing a copy were patched)
     assert.matches("updated 6 VMs", r.stderr)
-    -- the outcome record of 59 in the history: added with the step executor
+    -- the outcome record of 59: its counts, kept with the stamp; legacy
+    -- steps report none
+    assert.is_nil(h[1].outcome)
+    local counts = h[3].outcome.counts
+    assert.equal(6, counts.updated)
+    assert.is_true(counts.volumes >= 6)
+    assert.is_number(counts.disks)
+    assert.equal(0, counts.deleted_meanwhile)
+    -- status shows it, and its JSON carries it
+    local st = support.run({ "status", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
+      { NAMESPACE = "cozy-system", TARGET_VERSION = "60" })
+    assert.equal(0, st.code, st.stderr)
+    assert.matches("outcome: already_complete=%d+ deleted_meanwhile=0 disks=%d+ updated=6", st.stdout)
+    local js = support.run({ "status", "--output", "json", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
+      { NAMESPACE = "cozy-system", TARGET_VERSION = "60" })
+    local doc = require("cozy.json").decode(js.stdout)
+    assert.equal(6, doc.history[3].outcome.counts.updated)
   end)
 
   it("lists the directory's scripts beside the built-ins", function()

@@ -441,3 +441,44 @@ return {
     assert.matches("stack traceback", r.stderr, 1, true)
   end)
 end)
+
+describe("a step's outcome", function()
+  local srv
+  setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
+  teardown(function() srv:stop() end)
+
+  it("keeps the counts and warnings a migration reports, bounded", function()
+    srv:reset(support.fixture(1))
+    local dir = migration_dir("reports", [[
+return {
+  description = "reports",
+  run = function(ctx)
+    local many = {}
+    for i = 1, 30 do many[("k%02d"):format(i)] = i end
+    ctx.outcome{ updated = 3, note = ("x"):rep(500) }
+    ctx.outcome(many)
+    ctx.outcome{ updated = 4 }
+    for i = 1, 15 do ctx.log:warn("careful " .. i) end
+    assert(not pcall(ctx.outcome, { bad = {} }))
+  end,
+}
+]])
+    local r = support.run(support.args(srv, dir, "run"))
+    os.execute("rm -rf " .. support.quote(dir))
+    assert.equal(0, r.code, r.stderr)
+    local _, cm = support.version(srv)
+    local o = support.history(cm)[1].outcome
+    local keys = 0
+    for _ in pairs(o.counts) do keys = keys + 1 end
+    assert.equal(20, keys)
+    assert.equal(4, o.counts.updated)
+    assert.equal(200, #o.counts.note)
+    assert.equal(10, #o.warnings)
+    assert.equal("careful 1", o.warnings[1])
+    assert.equal(5, o.warnings_dropped)
+    local st = support.run(support.args(srv, support.tmpdir(), "status", "--target", "2"))
+    assert.equal(0, st.code, st.stderr)
+    assert.matches("outcome: .*updated=4", st.stdout)
+    assert.matches("(5 more warnings not kept)", st.stdout, 1, true)
+  end)
+end)

@@ -122,10 +122,10 @@ function M.collect(opts, log)
     if m.kind == "legacy" then
       finding(m.name, "info", "legacy script: no check available")
     else
-      local cok, err, findings, defined = step.execute(m, { client = client, log = log, namespace = namespace,
+      local cok, err, result = step.execute(m, { client = client, log = log, namespace = namespace,
         mode = "check", timeout = opts.step_timeout })
-      for _, f in ipairs(findings) do finding(m.name, f.severity, f.message, f.fields) end
-      if not defined then
+      for _, f in ipairs(result.findings) do finding(m.name, f.severity, f.message, f.fields) end
+      if not result.defined then
         finding(m.name, "info", "no check() defined")
       elseif not cok then
         finding(m.name, "block", "check() failed: " .. errors.text(err))

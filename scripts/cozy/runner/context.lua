@@ -136,18 +136,38 @@ local function progress_facade(p)
   return seal(f, "a progress bar")
 end
 
-local function log_facade(logger)
+-- Bounds of what a step's outcome (kept in the history record) may hold.
+context.OUTCOME_LIMITS = { counts = 20, warnings = 10, text = 200 }
+
+local function bounded_text(v)
+  local s = errors.safe_text(v)
+  if #s > context.OUTCOME_LIMITS.text then s = s:sub(1, context.OUTCOME_LIMITS.text - 3) .. "..." end
+  return s
+end
+
+local function note_warning(outcome, message)
+  if outcome == nil then return end
+  if #outcome.warnings < context.OUTCOME_LIMITS.warnings then
+    outcome.warnings[#outcome.warnings + 1] = bounded_text(message)
+  else
+    outcome.warnings_dropped = outcome.warnings_dropped + 1
+  end
+end
+
+local function log_facade(logger, outcome)
   local l = {}
   for _, level in ipairs({ "info", "warn", "error", "debug" }) do
     l[level] = method(l, function(message, fields)
-      return logger:write(level, errors.safe_text(message), fields and plain(fields) or nil)
+      local text = errors.safe_text(message)
+      if level == "warn" or level == "error" then note_warning(outcome, text) end
+      return logger:write(level, text, fields and plain(fields) or nil)
     end)
   end
   l.enabled = method(l, function(level) return logger:enabled(level) end)
   l.progress = method(l, function(label, total)
     return progress_facade(logger:progress(errors.safe_text(label), math.tointeger(total) or total))
   end)
-  l.with = method(l, function(tags) return log_facade(logger:with(plain(tags or {}))) end)
+  l.with = method(l, function(tags) return log_facade(logger:with(plain(tags or {})), outcome) end)
   return seal(l, "ctx.log")
 end
 
@@ -163,13 +183,33 @@ function context.new(opts)
   local seen = {} -- the migration's own copy, readable as ctx.findings
   local ctx = {
     kube = kube_facade(opts.view),
-    log = log_facade(logger),
+    log = log_facade(logger, opts.outcome),
     namespace = opts.namespace,
     from = opts.from,
     to = opts.to,
     mode = opts.mode or "run",
     findings = seen,
   }
+  -- What the step did, in a few counts (or short strings) for the history
+  -- record: ctx.outcome{ updated = 3, volumes = 5 }. Later calls add to and
+  -- overwrite earlier keys; at most OUTCOME_LIMITS.counts keys are kept.
+  local outcome = opts.outcome
+  function ctx.outcome(fields)
+    if type(fields) ~= "table" then error("ctx.outcome(fields): fields must be a table", 2) end
+    if outcome == nil then return end
+    for k, v in next, fields do
+      if type(k) ~= "string" then error("ctx.outcome: keys must be strings", 2) end
+      local t = type(v)
+      if t ~= "number" and t ~= "string" and t ~= "boolean" then
+        error(("ctx.outcome: %s must be a number, a string or a boolean, got a %s"):format(k, t), 2)
+      end
+      local n = 0
+      for _ in next, outcome.counts do n = n + 1 end
+      if outcome.counts[k] ~= nil or n < context.OUTCOME_LIMITS.counts then
+        outcome.counts[k] = t == "string" and bounded_text(v) or v
+      end
+    end
+  end
   function ctx.progress(label, total)
     return ctx.log.progress(label, total)
   end

@@ -103,13 +103,19 @@ end
 
 -- The history record of step m (from -> to), started at wall-clock time
 -- `started`, by runner `identity`.
-function stamp.history_record(m, from, to, started, identity)
-  return {
+function stamp.history_record(m, from, to, started, identity, outcome)
+  local rec = {
     number = m.number, name = m.name, kind = m.kind, sha256 = m.sha256,
     from = from, to = to,
     started = log.iso8601(started), finished = log.iso8601(sys.time()),
     engine = sys.version, runner = identity,
   }
+  -- what the step reported (ctx.outcome) and warned about, already bounded
+  if outcome and (next(outcome.counts) ~= nil or #outcome.warnings > 0) then
+    rec.outcome = { counts = json.object(outcome.counts), warnings = json.array(outcome.warnings),
+      warnings_dropped = outcome.warnings_dropped > 0 and outcome.warnings_dropped or nil }
+  end
+  return rec
 end
 
 -- The ConfigMap, or nil when it is absent (a fresh install).
