@@ -1,7 +1,7 @@
 -- Writes templates/rbac.yaml and templates/preflight-rbac.yaml from the
 -- built-in migrations' declared permissions: what `cozy-migrate rbac --all`
 -- (and `--all --preflight`) print, as hooks that exist only for the run.
--- spec/deploy/helm_spec.lua fails when the committed files drift.
+-- spec/e2e/deploy_helm_spec.lua fails when the committed files drift.
 --
 --   build/cozy-migrate lua deploy/helm/generate-rbac.lua [OUTDIR]
 local discovery = require "cozy.runner.discovery"

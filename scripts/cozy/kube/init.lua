@@ -466,20 +466,12 @@ function Resource:delete(...)
   return nil
 end
 
--- The conflict-aware update loop (docs/engine-api.md).
-function Resource:update(a, ...)
-  local obj, ns, name, mutate
-  if type(a) == "table" then
-    obj, mutate = a, ...
-    local md = obj.metadata or {}
-    ns, name = md.namespace, md.name
-    if type(name) ~= "string" or (self.namespaced and type(ns) ~= "string") then
-      error("update(obj, mutate): obj.metadata must name the object", 2)
-    end
-  else
-    ns, name, mutate = target(self, 2, a, ...)
-  end
-  if type(mutate) ~= "function" then error("update: mutate must be a function", 2) end
+-- The conflict-aware loop behind update and change: compute(current)
+-- returns the JSON patch ops to apply to `current` (nil or empty: nothing
+-- to do); the engine prepends a test of its resourceVersion, sends it, and on
+-- a conflict (409, or 422 from that test) re-reads and computes again, with
+-- bounded attempts and backoff. Returns the object, and whether a write landed.
+local function conflict_loop(self, ns, name, obj, compute)
   local c = self.client
   local policy = c.update_policy
   local delay = policy.base_delay
@@ -488,10 +480,8 @@ function Resource:update(a, ...)
   for attempt = 1, policy.attempts do
     if obj == nil then obj = self:_get(ns, name) end
     local rv = obj.metadata and obj.metadata.resourceVersion
-    if rv == nil then error(("update: %s has no metadata.resourceVersion"):format(self:path(ns, name)), 2) end
-    -- mutate gets its own copy: the object must stay intact as the base of a
-    -- client dry run, and mutate must not be able to change it behind us
-    local ops = mutate(patch.deepcopy(obj))
+    if rv == nil then error(("update: %s has no metadata.resourceVersion"):format(self:path(ns, name)), 0) end
+    local ops = compute(obj)
     if ops == nil or next(ops) == nil then return obj, maybe_applied end
     local full = json.array { { op = "test", path = "/metadata/resourceVersion", value = rv } }
     for i = 1, #ops do full[i + 1] = ops[i] end
@@ -501,7 +491,7 @@ function Resource:update(a, ...)
     local ours = res.code == 409
     local fresh
     if res.code == 422 then
-      -- our test failed if the object moved on; otherwise one of mutate's ops did
+      -- our test failed if the object moved on; otherwise one of the ops did
       fresh = self:_get(ns, name)
       ours = fresh.metadata.resourceVersion ~= rv
     end
@@ -522,13 +512,142 @@ function Resource:update(a, ...)
   error(last_err, 0)
 end
 
+-- (obj, fn) or (ns, name, fn) / (name, fn): the object to start from, its
+-- namespace and name, and the function.
+local function subject(self, level, what, a, ...)
+  local obj, ns, name, fn
+  if type(a) == "table" then
+    obj, fn = a, ...
+    local md = obj.metadata or {}
+    ns, name = md.namespace, md.name
+    if type(name) ~= "string" or (self.namespaced and type(ns) ~= "string") then
+      error(("%s(obj, fn): obj.metadata must name the object"):format(what), level + 1)
+    end
+  else
+    ns, name, fn = target(self, level + 1, a, ...)
+  end
+  if type(fn) ~= "function" then error(("%s: the last argument must be a function"):format(what), level + 1) end
+  return obj, ns, name, fn
+end
+
+-- The conflict-aware update (docs/engine-api.md): mutate(copy) returns JSON
+-- patch ops. Returns obj, changed.
+function Resource:update(a, ...)
+  local obj, ns, name, mutate = subject(self, 2, "update", a, ...)
+  -- mutate gets its own copy: the object must stay intact as the base of a
+  -- client dry run, and mutate must not be able to change it behind us
+  return conflict_loop(self, ns, name, obj, function(current) return mutate(patch.deepcopy(current)) end)
+end
+
+-- Change by editing a copy (docs/engine-api.md): edit(copy) changes a copy of
+-- the object in place; the engine sends the JSON patch of the difference
+-- (appends as /- adds, created parents, removals), nothing when there is
+-- none, and on a conflict re-reads and edits again. Returns obj, changed and
+-- what the last call of edit returned.
+function Resource:change(a, ...)
+  local obj, ns, name, edit = subject(self, 2, "change", a, ...)
+  local info
+  local result, changed = conflict_loop(self, ns, name, obj, function(current)
+    local copy = patch.deepcopy(current)
+    info = edit(copy)
+    return patch.diff(current, copy)
+  end)
+  return result, changed, info
+end
+
+-- A batch of independent changes: change(item, edit) for each item, in no
+-- promised order (the items must not depend on each other). opts:
+--   absent = "skip"      an object deleted since the list is counted and
+--                        skipped (on_absent(item) is told); else it raises
+--   on_change(item, info, obj)  after each change that landed (or, in a
+--                        client dry run, was recorded)
+--   progress             an object with step(n), stepped after each item
+-- Returns { total =, changed =, unchanged =, absent = }. The first other
+-- error stops the batch and is raised.
+function Resource:update_each(items, edit, opts)
+  opts = opts or {}
+  if type(items) ~= "table" then error("update_each(items, edit, opts): items must be an array", 2) end
+  if type(edit) ~= "function" then error("update_each: edit must be a function", 2) end
+  if opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail" then
+    error("update_each: opts.absent must be \"skip\" or \"fail\"", 2)
+  end
+  local counts = { total = #items, changed = 0, unchanged = 0, absent = 0 }
+  for i, item in ipairs(items) do
+    local ok, obj, changed, info = pcall(self.change, self, item, function(copy) return edit(copy, item) end)
+    if not ok then
+      if not (opts.absent == "skip" and errors.is_error(obj) and obj.absent == "object") then error(obj, 0) end
+      counts.absent = counts.absent + 1
+      if opts.on_absent then opts.on_absent(item) end
+    elseif changed then
+      counts.changed = counts.changed + 1
+      if opts.on_change then opts.on_change(item, info, obj) end
+    else
+      counts.unchanged = counts.unchanged + 1
+    end
+    if opts.progress then opts.progress:step(i) end
+  end
+  return counts
+end
+
+-- A projection: dotted paths ("spec.template.spec.volumes"; "*" for every
+-- element of an array) to the subtrees a lean list keeps, as a tree
+-- { key = true | subtree, ["*"] = ... }. The object's identity (apiVersion,
+-- kind, metadata name, namespace, uid, resourceVersion) is always kept, so
+-- a lean object can be the base of an update or change.
+function kube.projection(paths)
+  local tree = { apiVersion = true, kind = true,
+    metadata = { name = true, namespace = true, uid = true, resourceVersion = true } }
+  for _, p in ipairs(paths) do
+    if type(p) ~= "string" or p == "" then error("a projection is an array of dotted paths", 3) end
+    local node, parts = tree, {}
+    for part in p:gmatch("[^.]+") do parts[#parts + 1] = part end
+    for i, part in ipairs(parts) do
+      if node[part] == true then break end
+      if i == #parts then node[part] = true else
+        node[part] = node[part] or {}
+        node = node[part]
+      end
+    end
+  end
+  return tree
+end
+
+-- The lean copy of v that a projection tree keeps: a kept path is present
+-- exactly when it is present in v, with its parents (each holding only what
+-- the projection names).
+local function prune(v, tree)
+  if tree == true or type(v) ~= "table" then return v end
+  if patch.is_array(v) then
+    if tree["*"] == nil then return v end
+    local out = json.array {}
+    for i = 1, #v do out[i] = prune(v[i], tree["*"]) end
+    return out
+  end
+  local out = json.object {}
+  for k, sub in pairs(tree) do
+    if k ~= "*" and v[k] ~= nil then out[k] = prune(v[k], sub) end
+  end
+  return out
+end
+kube.prune = prune
+
 -- Pagination hidden: see cozy.kube.pager.
 function Resource:list(opts)
   opts = opts or {}
   if self.namespaced == false and opts.namespace ~= nil then
     error(("%s is cluster-scoped: list takes no namespace"):format(self.plural), 2)
   end
-  return pager.new(self, opts)
+  local project = opts.project
+  if type(project) == "table" then
+    local tree = kube.projection(project)
+    project = function(obj) return prune(obj, tree) end
+  elseif project ~= nil and type(project) ~= "function" then
+    error("list: project must be an array of dotted paths or a function", 2)
+  end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.project = project
+  return pager.new(self, o)
 end
 
 -- Is `plural` of `api_version` served? Answered from discovery (the group

@@ -78,11 +78,42 @@ local function pager_facade(p)
   })
 end
 
-local list_options = { "namespace", "label_selector", "field_selector", "limit" }
+local list_options = { "namespace", "label_selector", "field_selector", "limit", "project" }
 
-local function resource_facade(res)
+-- "Kind ns/name" of an object, for log lines.
+local function describe(res, obj)
+  local md = type(obj) == "table" and type(obj.metadata) == "table" and obj.metadata or {}
+  local kind = type(obj) == "table" and obj.kind or res.kind or res.plural
+  return ("%s %s%s"):format(kind, md.namespace and (md.namespace .. "/") or "", tostring(md.name))
+end
+
+local function resource_facade(res, logger)
   local r = { api_version = res.api_version, plural = res.plural, namespaced = res.namespaced }
-  for _, name in ipairs({ "get", "find", "create", "merge_patch", "json_patch", "delete", "update",
+  -- update_each with the step's progress bar, a line per object deleted
+  -- since the list, and a summary line (opts.summary = false leaves it out)
+  r.update_each = method(r, function(items, edit, opts)
+    if opts ~= nil and type(opts) ~= "table" then error("update_each(items, edit, opts): opts must be a table", 2) end
+    opts = opts or {}
+    local label = errors.safe_text(opts.label or res.plural)
+    local name_of = opts.describe or function(item) return describe(res, item) end
+    local progress = type(items) == "table" and #items > 0 and logger:progress(label, #items) or nil
+    local counts = res:update_each(items, edit, {
+      absent = opts.absent,
+      on_change = opts.on_change,
+      on_absent = function(item)
+        logger:write("info", ("%s: deleted since the list, %s"):format(errors.safe_text(name_of(item)),
+          errors.safe_text(opts.absent_note or "skipped")))
+      end,
+      progress = progress,
+    })
+    if progress then progress:done() end
+    if opts.summary ~= false then
+      logger:write("info", ("%s: %d changed, %d unchanged, %d deleted since the list"):format(label,
+        counts.changed, counts.unchanged, counts.absent), counts)
+    end
+    return counts
+  end)
+  for _, name in ipairs({ "get", "find", "create", "merge_patch", "json_patch", "delete", "update", "change",
       "path", "collection_path" }) do
     local fn = res[name]
     r[name] = method(r, function(...) return fn(res, ...) end)
@@ -111,12 +142,13 @@ local function call_spec(spec)
   return { query = spec.query, body = spec.body, content_type = spec.content_type, timeout = spec.timeout }
 end
 
-local function kube_facade(view)
+local function kube_facade(view, logger)
   local k = { namespace = view.namespace, server = view.server }
   k.stats = readonly(view.stats, "ctx.kube.stats")
   k.resource = method(k, function(api_version, plural, opts)
     if opts ~= nil and type(opts) ~= "table" then error("resource(api_version, plural, opts): opts must be a table", 2) end
-    return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced, kind = opts.kind }))
+    return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced, kind = opts.kind }),
+      logger)
   end)
   k.call = method(k, function(http_method, path, spec)
     if type(http_method) ~= "string" or type(path) ~= "string" then
@@ -154,8 +186,20 @@ local function note_warning(outcome, message)
   end
 end
 
-local function log_facade(logger, outcome)
+-- "{run wording|plan wording}" in a template, for the mode: one log call
+-- words a change for both ("{adding|would add}").
+local function worded(template, mode)
+  return (template:gsub("{([^|{}]*)|([^|{}]*)}", function(run, plan) return mode == "plan" and plan or run end))
+end
+context.worded = worded
+
+local function log_facade(logger, outcome, mode)
   local l = {}
+  -- a change, worded for the mode: log:change("VM %s: {adding|would add} %s", key, what)
+  l.change = method(l, function(template, ...)
+    if type(template) ~= "string" then error("log:change(template, ...): template must be a string", 2) end
+    return logger:write("info", worded(template, mode):format(...))
+  end)
   for _, level in ipairs({ "info", "warn", "error", "debug" }) do
     l[level] = method(l, function(message, fields)
       local text = errors.safe_text(message)
@@ -167,7 +211,7 @@ local function log_facade(logger, outcome)
   l.progress = method(l, function(label, total)
     return progress_facade(logger:progress(errors.safe_text(label), math.tointeger(total) or total))
   end)
-  l.with = method(l, function(tags) return log_facade(logger:with(plain(tags or {})), outcome) end)
+  l.with = method(l, function(tags) return log_facade(logger:with(plain(tags or {})), outcome, mode) end)
   return seal(l, "ctx.log")
 end
 
@@ -182,8 +226,8 @@ function context.new(opts)
   local findings = opts.findings or {}
   local seen = {} -- the migration's own copy, readable as ctx.findings
   local ctx = {
-    kube = kube_facade(opts.view),
-    log = log_facade(logger, opts.outcome),
+    kube = kube_facade(opts.view, logger),
+    log = log_facade(logger, opts.outcome, opts.mode or "run"),
     namespace = opts.namespace,
     from = opts.from,
     to = opts.to,
@@ -209,6 +253,11 @@ function context.new(opts)
         outcome.counts[k] = t == "string" and bounded_text(v) or v
       end
     end
+  end
+  -- a text worded for the mode: "{updated|would update}" (run | plan)
+  function ctx.worded(template)
+    if type(template) ~= "string" then error("ctx.worded(template): template must be a string", 2) end
+    return worded(template, ctx.mode)
   end
   function ctx.progress(label, total)
     return ctx.log.progress(label, total)
