@@ -9,6 +9,8 @@ packages=(
   lua-busted python3-jsonpatch python3-yaml openssl curl jq ca-certificates
   # hack/fuzz.sh: clang and its libFuzzer runtime (only a Recommends of clang)
   clang libclang-rt-14-dev
+  # hack/lint.sh
+  lua-check cppcheck clang-format
 )
 
 as_root() {

@@ -243,8 +243,8 @@ local function check(ctx)
       :format(obj.key(d.vm), d.volume), at(d.vm, "vm", { volume = d.volume }))
   end
   for _, u in ipairs(seen.unknown) do
-    ctx.finding("warn", ("VMI %s is in phase Unknown and holds hotplugged volumes %s missing from its VM spec: they are not copied, and are unplugged if it comes back Running")
-      :format(obj.key(u.vmi), obj.names(u.volumes)), at(u.vmi, "vmi"))
+    ctx.finding("warn", ("VMI %s is in phase Unknown and holds hotplugged volumes %s missing from its VM spec:"
+      .. " they are not copied, and are unplugged if it comes back Running"):format(obj.key(u.vmi), obj.names(u.volumes)), at(u.vmi, "vmi"))
   end
   for _, r in ipairs(seen.odd_owner) do
     ctx.finding("info", ("VMI %s is left alone: %s"):format(obj.key(r.vmi), r.why), at(r.vmi, "vmi"))

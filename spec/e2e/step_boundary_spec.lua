@@ -37,16 +37,20 @@ local CONFIGMAP_PERMISSIONS = [[
 -- each Resource write method, update, and a raw path to another group.
 -- Each entry: a label and the Lua statement making the write.
 local WRITES = {
-  { "call POST", [[ctx.kube:call("POST", "/api/v1/namespaces/cozy-system/configmaps", { body = { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "raw-post", namespace = "cozy-system" } } })]] },
-  { "call PUT", [[ctx.kube:call("PUT", "/api/v1/namespaces/cozy-system/configmaps/target", { body = { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "target", namespace = "cozy-system" }, data = { put = "1" } } })]] },
-  { "call PATCH", [[ctx.kube:call("PATCH", "/api/v1/namespaces/cozy-system/configmaps/target", { body = { data = { raw = "1" } }, content_type = "application/merge-patch+json" })]] },
+  { "call POST", [[ctx.kube:call("POST", "/api/v1/namespaces/cozy-system/configmaps",
+    { body = { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "raw-post", namespace = "cozy-system" } } })]] },
+  { "call PUT", [[ctx.kube:call("PUT", "/api/v1/namespaces/cozy-system/configmaps/target", { body = { apiVersion = "v1",
+    kind = "ConfigMap", metadata = { name = "target", namespace = "cozy-system" }, data = { put = "1" } } })]] },
+  { "call PATCH", [[ctx.kube:call("PATCH", "/api/v1/namespaces/cozy-system/configmaps/target",
+    { body = { data = { raw = "1" } }, content_type = "application/merge-patch+json" })]] },
   { "call DELETE", [[ctx.kube:call("DELETE", "/api/v1/namespaces/cozy-system/configmaps/doomed")]] },
   { "create", [[cms:create{ apiVersion = "v1", kind = "ConfigMap", metadata = { name = "created", namespace = "cozy-system" } }]] },
   { "merge_patch", [[cms:merge_patch("cozy-system", "target", { data = { merged = "1" } })]] },
   { "json_patch", [[cms:json_patch("cozy-system", "target", { { op = "add", path = "/data/patched", value = "1" } })]] },
   { "update", [[cms:update(cms:get("cozy-system", "target"), function() return { { op = "add", path = "/data/updated", value = "1" } } end)]] },
   { "delete", [[cms:delete("cozy-system", "target")]] },
-  { "call POST other group", [[ctx.kube:call("POST", "/apis/coordination.k8s.io/v1/namespaces/other/leases", { body = { apiVersion = "coordination.k8s.io/v1", kind = "Lease", metadata = { name = "l", namespace = "other" } } })]] },
+  { "call POST other group", [[ctx.kube:call("POST", "/apis/coordination.k8s.io/v1/namespaces/other/leases",
+    { body = { apiVersion = "coordination.k8s.io/v1", kind = "Lease", metadata = { name = "l", namespace = "other" } } })]] },
 }
 
 local function writer_source()
@@ -261,7 +265,8 @@ describe("the context is a boundary", function()
       "attempt to index a nil value" },
     { "the client behind a resource", [[local r = ctx.kube:resource("v1", "configmaps"); assert(r.client == nil); r.client:call("DELETE", "/x")]],
       "attempt to index a nil value" },
-    { "the resource behind a pager", [[local p = ctx.kube:resource("v1", "configmaps"):list(); assert(p.resource == nil); p.resource.client:call("DELETE", "/x")]],
+    { "the resource behind a pager", [[local p = ctx.kube:resource("v1", "configmaps"):list()
+      assert(p.resource == nil); p.resource.client:call("DELETE", "/x")]],
       "attempt to index a nil value" },
     { "the logger's class", [[getmetatable(ctx.log)]], "metatable of an engine object is not available" },
     { "the logger's class through a tagged logger", [[getmetatable(ctx.log:with{ a = 1 })]], "metatable of an engine object is not available" },

@@ -173,7 +173,7 @@ end)
 
 ---------------------------------------------------------------------------
 describe("run on a cluster with VMI-only hotplugged volumes", function()
-  local srv, before, after, code, stderr
+  local srv, before, after, code, stderr, _
 
   setup(function()
     srv = start(FIXTURES .. "cluster.json")
