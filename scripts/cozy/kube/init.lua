@@ -190,13 +190,12 @@ local function record_write(self, method, path, query, ctype, body)
   end
 end
 
--- One API call: the one path every request of the engine, the runner and a
--- migration takes. Returns the decoded body (nil when empty), the status and
--- the attempts; raises kube.Error for any non-2xx answer or transport failure.
--- spec = { query = {{k,v},...}, body = lua value, content_type =, retry_safe =, timeout =,
---          simulate = function() -> the result a client dry run returns instead of sending }
--- Whether the request is a write is decided here, from its method.
-function Client:call(method, path, spec)
+-- The request Client:call sends, prepared: the choke point's decision made
+-- (admit), the query and body encoded, the gate's per-attempt guard bound.
+-- Returns the prepared request, or (for a write a client dry run keeps back)
+-- nil and the locally computed result. Split from sending so that a batch
+-- of requests in flight at once takes exactly the same path.
+function Client:prepare(method, path, spec)
   spec = spec or {}
   local query = spec.query or {}
   local body = spec.body
@@ -210,7 +209,7 @@ function Client:call(method, path, spec)
     if spec.simulate then result = internally(self, spec.simulate) end
     self.stats.recorded = self.stats.recorded + 1
     record_write(self, method, path, query, ctype, body)
-    return result, 0, {}
+    return nil, result
   end
   if write and self.dry_run == "server" then
     query = table.move(query, 1, #query, 1, {})
@@ -230,18 +229,26 @@ function Client:call(method, path, spec)
     before_attempt = function(info) return gate.before_attempt(info, method, path) end
     if timeout == nil and gate.write_timeout then timeout = gate.write_timeout() end
   end
-  local status, raw, attempts, warnings = self._t:request(method, path, {
-    query = qs,
-    body = body ~= nil and json.encode(body) or nil,
-    content_type = ctype,
-    retry_safe = spec.retry_safe,
-    timeout = timeout,
-    before_attempt = before_attempt,
-    on_retry = function(a)
-      warn(self, "retrying API request", { method = method, path = shown, code = a.code,
-        reason = a.reason, after_s = a.after_s and ("%.2f"):format(a.after_s) or nil })
-    end,
-  })
+  return {
+    method = method, path = path, shown = shown, write = write,
+    options = {
+      query = qs,
+      body = body ~= nil and json.encode(body) or nil,
+      content_type = ctype,
+      retry_safe = spec.retry_safe,
+      timeout = timeout,
+      before_attempt = before_attempt,
+      on_retry = function(a)
+        warn(self, "retrying API request", { method = method, path = shown, code = a.code,
+          reason = a.reason, after_s = a.after_s and ("%.2f"):format(a.after_s) or nil })
+      end,
+    },
+  }
+end
+
+-- The answer to a prepared request: counted, its warnings logged once,
+-- decoded; raises kube.Error for any non-2xx answer or transport failure.
+function Client:finish(req, status, raw, attempts, warnings)
   -- attempts a watch stopped before they were sent are not requests
   local sent = 0
   for _, a in ipairs(attempts) do
@@ -250,14 +257,14 @@ function Client:call(method, path, spec)
   local stats = self.stats
   stats.requests = stats.requests + sent
   stats.retries = stats.retries + math.max(0, sent - 1)
-  if write then stats.writes = stats.writes + 1 end
-  if status == 0 then error(errors.from_transport(method, shown, attempts)) end
+  if req.write then stats.writes = stats.writes + 1 end
+  if status == 0 then error(errors.from_transport(req.method, req.shown, attempts)) end
   if warnings then
     -- the API server's Warning headers (deprecated APIs, ignored fields): once each per client
     for text in warnings:gmatch("[^\n]+") do
       if not self._warned[text] then
         self._warned[text] = true
-        warn(self, "API server warning", { warning = text, method = method, path = path })
+        warn(self, "API server warning", { warning = text, method = req.method, path = req.path })
       end
     end
   end
@@ -265,14 +272,26 @@ function Client:call(method, path, spec)
   if raw ~= nil and raw ~= "" then
     local ok, v = pcall(json.decode, raw)
     if ok then decoded = v elseif status >= 200 and status < 300 then
-      error(errors.new { method = method, path = shown, code = status, reason = "InvalidResponse",
+      error(errors.new { method = req.method, path = req.shown, code = status, reason = "InvalidResponse",
         message = "the server's answer is not JSON: " .. tostring(v), attempts = attempts })
     end
   end
   if status < 200 or status >= 300 then
-    error(errors.from_response(method, shown, status, decoded, raw, attempts))
+    error(errors.from_response(req.method, req.shown, status, decoded, raw, attempts))
   end
   return decoded, status, attempts
+end
+
+-- One API call: the one path every request of the engine, the runner and a
+-- migration takes. Returns the decoded body (nil when empty), the status and
+-- the attempts; raises kube.Error for any non-2xx answer or transport failure.
+-- spec = { query = {{k,v},...}, body = lua value, content_type =, retry_safe =, timeout =,
+--          simulate = function() -> the result a client dry run returns instead of sending }
+-- Whether the request is a write is decided here, from its method.
+function Client:call(method, path, spec)
+  local req, kept_back = self:prepare(method, path, spec)
+  if req == nil then return kept_back, 0, {} end
+  return self:finish(req, self._t:request(method, path, req.options))
 end
 
 -- Resources ------------------------------------------------------------------
