@@ -2,7 +2,7 @@
 ** cozy.transport: a Kubernetes API client connection for Lua.
 **
 **   local t, err = transport.new{ kubeconfig=, context=, request_timeout=30,
-**       connect_timeout=10, qps=20, burst=40, token_refresh=60,
+**       connect_timeout=10, qps=1000, burst=2000, token_refresh=60,
 **       max_response_bytes=256 MiB,
 **       retry = { max_attempts=10, max_time=120, base_delay=0.25, max_delay=30 } }
 **   -- err (config problems) = { file=, field=, message= }
@@ -119,8 +119,8 @@ static int t_new(lua_State *L) {
   luaL_setmetatable(L, TRANSPORT_MT);
   t->request_timeout = opt_number(L, 1, "request_timeout", 30, 0);
   t->connect_timeout = opt_number(L, 1, "connect_timeout", 10, 0.001);
-  t->qps = opt_number(L, 1, "qps", 20, 0);
-  t->burst = opt_number(L, 1, "burst", 40, 1);
+  t->qps = opt_number(L, 1, "qps", 1000, 0);
+  t->burst = opt_number(L, 1, "burst", 2000, 1);
   t->token_refresh = opt_number(L, 1, "token_refresh", 60, 0);
   {
     double max = opt_number(L, 1, "max_response_bytes", COZY_MAX_RESPONSE_BYTES_DEFAULT, 1);
