@@ -70,6 +70,8 @@ struct cozy_multi {
   lua_Integer next_id;
   int pending;          /* submitted, not yet handed out by wait */
   int busy;             /* a callback of one of its jobs is running */
+  int stop;             /* an attempt ended by the watch: the rest must end too */
+  double stop_detail;
   int closed;
   struct cozy_multi *next_open; /* in t->multis */
 };
@@ -379,7 +381,12 @@ static void process_result(lua_State *L, int m_idx, struct cozy_multi *m, struct
     }
   }
   if (stop != COZY_GO) {
+    /* the attempt's time was cut to the watch's deadline (or a signal came):
+    ** that holds for the whole batch, even when libcurl's timer fired a hair
+    ** before the watch's clock says so */
     stop_job(L, m_idx, m, j, stop, stop_detail, 1);
+    m->stop = stop;
+    m->stop_detail = stop_detail;
     return;
   }
   if (rc != CURLE_OK) {
@@ -538,6 +545,11 @@ static int m_wait(lua_State *L) {
     ** transfers are filled again before their result is handed over */
     now = cozy_monotime();
     stop = cozy_watch_poll(t->watch, now, &detail);
+    if (stop == COZY_GO && m->stop != COZY_GO) {
+      stop = m->stop;
+      detail = m->stop_detail;
+    }
+    m->stop = COZY_GO;
     if (stop != COZY_GO) {
       stop_all(L, 1, m, stop, detail);
     } else {
