@@ -16,7 +16,9 @@
 **   before_attempt({ attempt=n, deadline=, method=, path= }) runs before
 **   every attempt: nil/true sends it, a number waits that many seconds and
 **   asks again, an error ends the request with that error.
-**   t:close()  (also __gc and __close)
+**   t:multi{ concurrency = N } --> a batch of parallel requests under the
+**     same rules (core/transport_multi.c)
+**   t:close()  (also __gc and __close; closes the client's batches too)
 **
 ** Runtime failures are returned, never raised: cozy.kube turns them into
 ** structured errors. Retries happen here (see docs/transport.md for the
