@@ -188,6 +188,20 @@ static void finish(struct cozy_multi *m, struct job *j) {
   push_back(&m->done, j);
 }
 
+/* lua_error and luaL_error never return (they longjmp); saying so lets the
+** compiler and the static analyser see that a dropped job is not used after. */
+static void raise_top(lua_State *L) __attribute__((noreturn));
+static void raise_top(lua_State *L) {
+  lua_error(L);
+  abort(); /* not reached */
+}
+
+static void raise_msg(lua_State *L, const char *msg) __attribute__((noreturn));
+static void raise_msg(lua_State *L, const char *msg) {
+  lua_pushstring(L, msg);
+  raise_top(L);
+}
+
 /* Takes job j (in no list) out of the batch for good: its callback raised. */
 static void drop_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job *j) {
   lua_getiuservalue(L, m_idx, 1);
@@ -207,10 +221,10 @@ static void call_back(lua_State *L, int m_idx, struct cozy_multi *m, struct job 
   m->busy = 1;
   rc = lua_pcall(L, 1, 1, 0);
   m->busy = 0;
-  if (m->closed) luaL_error(L, "batch closed by a callback");
+  if (m->closed) raise_msg(L, "batch closed by a callback");
   if (rc != LUA_OK) {
     drop_job(L, m_idx, m, j);
-    lua_error(L);
+    raise_top(L);
   }
 }
 
@@ -283,12 +297,14 @@ static int ask_before(lua_State *L, int m_idx, struct cozy_multi *m, struct job 
     r = cozy_watch_poll(t->watch, cozy_monotime(), detail);
     if (r != COZY_GO) return r;
     drop_job(L, m_idx, m, j);
-    return luaL_error(L, "before_attempt used up the attempt's time (timeout %f s)", timeout);
+    lua_pushfstring(L, "before_attempt used up the attempt's time (timeout %f s)", timeout);
+    raise_top(L);
   }
   if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0)) {
     const char *type = luaL_typename(L, -1);
     drop_job(L, m_idx, m, j);
-    return luaL_error(L, "before_attempt must return nil, true or a number of seconds to wait, not %s", type);
+    lua_pushfstring(L, "before_attempt must return nil, true or a number of seconds to wait, not %s", type);
+    raise_top(L);
   }
   delay_job(m, j, cozy_monotime() + lua_tonumber(L, -1));
   lua_pop(L, 2);
@@ -324,14 +340,14 @@ static void start_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job 
     j->resp = calloc(1, sizeof *j->resp);
     if (j->resp == NULL) {
       drop_job(L, m_idx, m, j);
-      luaL_error(L, "out of memory");
+      raise_msg(L, "out of memory");
     }
     j->resp->max_response_bytes = t->max_response_bytes;
     j->resp->retry_after = -1;
   }
   if (x == NULL) {
     drop_job(L, m_idx, m, j);
-    luaL_error(L, "cannot set up an HTTP handle for the batch");
+    raise_msg(L, "cannot set up an HTTP handle for the batch");
   }
   if (t->kc.token_file && t->token_refresh > 0 && now - t->token_read_at >= t->token_refresh)
     cozy_http_reload_token(t);
