@@ -165,6 +165,53 @@ describe("t:multi", function()
     assert.same({ "status" }, srv:fired())
   end)
 
+  it("refuses libcurl's own re-send of a guarded write on a reused connection", function()
+    local m <close> = t:multi { concurrency = 1 }
+    m:submit("GET", cm_path("team-a", 0), {})             -- opens the connection to reuse
+    assert.equal(200, select(2, m:wait()))
+    srv:clear_requests()
+    srv:faults { { method = "PATCH", path = "team-a/configmaps/cm-01$", times = 1, reset = true } }
+    local asked = 0
+    local id = m:submit("PATCH", cm_path("team-a", 1), { body = '{"data":{"i":"z"}}', content_type = MERGE,
+      retry_safe = true, before_attempt = function() asked = asked + 1 end })
+    local got = drain(m)
+    assert.same({ 200, 2, "ConnectionReset" }, { got[id].status, #got[id].attempts, got[id].attempts[1].reason })
+    assert.equal(2, asked)
+    assert.same({ "reset" }, srv:fired())
+    local log = support.api_requests(srv, "PATCH")
+    assert.equal(2, #log)
+    assert.equal("z", srv:object("ConfigMap", "team-a", "cm-01").data.i)
+  end)
+
+  it("replays each request once after a 401 with a rotated token file", function()
+    local dir = support.tmpdir()
+    finally(function() os.execute("rm -rf " .. runner_support.quote(dir)) end)
+    local tf, kc = dir .. "/token", dir .. "/kubeconfig"
+    support.write_file(tf, "old-token\n")
+    support.write_file(kc, table.concat({ "apiVersion: v1", "kind: Config", "current-context: c",
+      "contexts:", "- name: c", "  context: {cluster: k, user: u}",
+      "clusters:", "- name: k", "  cluster:", "    server: " .. srv.url, "    certificate-authority: " .. srv.ca,
+      "users:", "- name: u", "  user:", "    tokenFile: " .. tf, "" }, "\n"))
+    local rotated = connect(srv, { kubeconfig = kc })
+    support.write_file(tf, support.TOKEN .. "\n")   -- rotated after the client read it
+    local m <close> = rotated:multi { concurrency = 2 }
+    m:submit("GET", cm_path("team-a", 0), {})
+    m:submit("GET", cm_path("team-a", 1), {})
+    local got = drain(m)
+    rotated:close()
+    -- both went out with the old token before either was answered; each is
+    -- replayed once, at once, with the token read again
+    for id = 1, 2 do
+      assert.equal(200, got[id].status)
+      assert.same({ 401, 200 }, { got[id].attempts[1].code, got[id].attempts[2].code })
+      assert.is_nil(got[id].attempts[1].after_s)
+    end
+    local statuses = {}
+    for _, e in ipairs(support.api_requests(srv, "GET")) do statuses[#statuses + 1] = e.status end
+    table.sort(statuses)
+    assert.same({ 200, 200, 401, 401 }, statuses)
+  end)
+
   it("calls before_attempt before every attempt of every request", function()
     srv:faults { { method = "GET", path = "team-a/configmaps/cm-01$", times = 1, status = 503 } }
     local m <close> = t:multi { concurrency = 2 }
