@@ -579,6 +579,8 @@ static int m_wait(lua_State *L) {
       }
     }
     if (m->done.head) return hand_over(L, 1, m);
+    if (m->in_flight == 0 && m->ready.head == NULL && m->delayed == NULL)
+      return luaL_error(L, "batch lost track of %d requests (a bug)", m->pending); /* never a hang */
     /* nothing to hand over: wait for a transfer, a delay, a token or the watch */
     now = cozy_monotime();
     wait = MULTI_POLL_SLICE;
