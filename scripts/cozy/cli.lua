@@ -37,7 +37,7 @@ Common options:
   --lock-timeout SECONDS    how long to wait for another runner's lock (default 300)
   --step-timeout SECONDS    time limit of each migration's run or check (run, plan, check;
                             default: the migration's `timeout`, else 1800)
-  --qps N --burst N         client-side rate limit on API requests (default 20 per second, bursts of 40)
+  --qps N --burst N         client-side rate limit on API requests (default 1000 per second, bursts of 2000)
   -v                        more detail (repeatable)
   --version                 print the version and exit
   --help                    print this help and exit

@@ -134,8 +134,8 @@ current-context: x
     assert.matches("connected .*burst=3", r.stderr)
     assert.matches("connected .*qps=7.5", r.stderr)
     r = support.run(support.args(srv, "checks", "status", "-v"))
-    assert.matches("connected .*burst=40", r.stderr) -- the documented defaults
-    assert.matches("connected .*qps=20", r.stderr)
+    assert.matches("connected .*burst=2000", r.stderr) -- the documented defaults
+    assert.matches("connected .*qps=1000", r.stderr)
     for _, bad in ipairs({ { "--qps", "0" }, { "--qps", "-1" }, { "--burst", "x" }, { "--qps", "nan" } }) do
       r = support.run(support.args(srv, "checks", "status", bad[1], bad[2]))
       assert.equal(2, r.code, table.concat(bad, " "))

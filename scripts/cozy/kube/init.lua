@@ -24,8 +24,8 @@ local kube = {
 -- Defaults, documented in docs/transport.md.
 kube.defaults = {
   request_timeout = 30,
-  qps = 20,
-  burst = 40,
+  qps = 1000,
+  burst = 2000,
   page_limit = 500,
   -- the update loop: client-go's DefaultBackoff is 4 steps of 10 ms x5
   -- (jitter 0.1); we allow more attempts, grow slower and cap the wait, so a
