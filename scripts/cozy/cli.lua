@@ -35,6 +35,7 @@ Common options:
   --log-format text|json    log line format (default text)
   --request-timeout SECONDS per-request timeout (default 30)
   --lock-timeout SECONDS    how long to wait for another runner's lock (default 300)
+  --concurrency N           changes of a batch (update_each) in flight at once (run, plan; 1-64, default 8)
   --step-timeout SECONDS    time limit of each migration's run or check (run, plan, check;
                             default: the migration's `timeout`, else 1800)
   --qps N --burst N         client-side rate limit on API requests (default 1000 per second, bursts of 2000)
@@ -125,6 +126,13 @@ local options = {
   ["--request-timeout"] = number_value("--request-timeout"),
   ["--lock-timeout"] = number_value("--lock-timeout"),
   ["--step-timeout"] = positive_value("--step-timeout"),
+  ["--concurrency"] = function(v)
+    local n = v:match("^%d+$") and math.tointeger(tonumber(v))
+    if not n or n < 1 or n > 64 then
+      errors.raise("usage", ("--concurrency expects an integer from 1 to 64, in plain decimal, got %q"):format(v))
+    end
+    return n
+  end,
   ["--qps"] = positive_value("--qps"),
   ["--burst"] = positive_value("--burst"),
   ["--target"] = integer_value("--target"),
@@ -146,8 +154,9 @@ local command_values = {
 
 -- Which command-specific options each command accepts (common ones always).
 local command_options = {
-  run = { ["--target"] = true, ["--dry-run"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true },
-  plan = { ["--target"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true },
+  run = { ["--target"] = true, ["--dry-run"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true,
+    ["--concurrency"] = true },
+  plan = { ["--target"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true, ["--concurrency"] = true },
   status = { ["--output"] = true, ["--target"] = true },
   check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true, ["--step-timeout"] = true,
     ["--service-account"] = true },

@@ -73,7 +73,7 @@ end
 -- Plain-data connect options (the lease worker connects with the same).
 function runner.connect_options(opts)
   return { kubeconfig = opts.kubeconfig, context = opts.context, request_timeout = opts.request_timeout or 30,
-    qps = opts.qps, burst = opts.burst }
+    qps = opts.qps, burst = opts.burst, concurrency = opts.concurrency }
 end
 
 function runner.connect(opts, log, extra)

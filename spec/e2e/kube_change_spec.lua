@@ -103,12 +103,55 @@ describe("update_each", function()
     assert.equal(404, res.code)
   end)
 
-  it("stops at the first other failure", function()
+  it("stops at the first other failure (one at a time: nothing after it)", function()
     srv:faults { { method = "PATCH", path = "/configmaps/cm-2$", times = 1, status = 403 } }
-    local ok, res = run(srv, EACH:format('"skip"'))
+    local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", "concurrency = 1, absent = ")))
     assert.is_false(ok)
     assert.equal(403, res.code)
     assert.is_nil(srv:object("ConfigMap", "cozy-system", "cm-3").data.done)
+  end)
+
+  it("in parallel, starts no change after the first failure, lets those in flight end, and raises it", function()
+    srv:reset(fixture(40))
+    srv:clear_requests()
+    srv:faults { { method = "PATCH", path = "/configmaps/cm-1$", times = 1, status = 403 } }
+    local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", "concurrency = 2, absent = ")))
+    assert.is_false(ok)
+    assert.equal(403, res.code)
+    assert.same({ "status" }, srv:fired())
+    local patched = #srv:requests { method = "PATCH" }
+    -- at most the pipe (twice the concurrency) was sent: never the 40
+    assert.is_true(patched <= 4, patched .. " patches")
+    local done = 0
+    for i = 1, 40 do
+      if srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done then done = done + 1 end
+    end
+    assert.equal(patched - 1, done)
+  end)
+
+  it("in parallel, ends in exactly the state one at a time does, under conflicts and 5xx", function()
+    local function final()
+      local out = {}
+      for i = 1, 12 do out[i] = srv:object("ConfigMap", "cozy-system", "cm-" .. i).data end
+      return out
+    end
+    local faults = {
+      { method = "PATCH", path = "/configmaps/cm-3$", times = 2, bump = { merge = { data = { other = "x" } } } },
+      { method = "PATCH", path = "/configmaps/cm-5$", times = 2, status = 503 },
+      { method = "PATCH", path = "/configmaps/cm-7$", times = 1, bump = { merge = { data = { done = "by-another" } } } },
+    }
+    local results = {}
+    for _, n in ipairs({ 1, 4 }) do
+      srv:reset(fixture(12))
+      srv:clear_requests()
+      srv:faults(faults)
+      local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", ("concurrency = %d, absent = "):format(n))))
+      assert.is_true(ok, tostring(res))
+      assert.equal(5, #srv:fired())
+      results[n] = { counts = res.outcome.counts, state = final() }
+    end
+    assert.same(results[1], results[4])
+    assert.same({ total = 12, changed = 11, unchanged = 1, absent = 0 }, results[4].counts)
   end)
 
   it("in plan mode, records each change and sends none", function()

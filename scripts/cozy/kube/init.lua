@@ -27,6 +27,8 @@ kube.defaults = {
   qps = 1000,
   burst = 2000,
   page_limit = 500,
+  -- changes of an update_each in flight at once (docs/transport.md, "Parallel writes")
+  concurrency = 8,
   -- the update loop: client-go's DefaultBackoff is 4 steps of 10 ms x5
   -- (jitter 0.1); we allow more attempts, grow slower and cap the wait, so a
   -- busy object (a VM whose status virt-controller keeps writing) still gets
@@ -69,7 +71,7 @@ end
 -- The connect options that are plain data (no functions): enough to open an
 -- independent client in another Lua state (e.g. a lease renewer thread).
 local plain_keys = { "kubeconfig", "context", "request_timeout", "connect_timeout", "qps", "burst",
-  "token_refresh", "retry", "dry_run", "page_limit", "update", "max_response_bytes" }
+  "token_refresh", "retry", "dry_run", "page_limit", "update", "max_response_bytes", "concurrency" }
 
 local function warn(self, message, fields)
   if self.log then
@@ -119,6 +121,7 @@ function kube.connect(opts)
     record = opts.record,
     log = opts.log,
     page_limit = opts.page_limit or kube.defaults.page_limit,
+    concurrency = math.tointeger(opts.concurrency) or kube.defaults.concurrency,
     update_policy = update,
     stats = { requests = 0, writes = 0, retries = 0, conflicts = 0, list_restarts = 0, recorded = 0 },
     _t = t,
@@ -485,6 +488,8 @@ function Resource:delete(...)
   return nil
 end
 
+local update_in_parallel -- below update_each, which calls it
+
 -- The conflict-aware loop behind update and change: compute(current)
 -- returns the JSON patch ops to apply to `current` (nil or empty: nothing
 -- to do); the engine prepends a test of its resourceVersion, sends it, and on
@@ -574,6 +579,102 @@ function Resource:change(a, ...)
   return result, changed, info
 end
 
+-- update_each with up to `concurrency` changes in flight at once, on the
+-- transport's multi interface: each change is prepared by Client:prepare
+-- (the same choke point, gate and per-attempt lock guard as one request),
+-- has its own conflict re-read and retries, and its own error. The first
+-- failure stops new changes; those in flight finish (or fail) and are
+-- counted; then the failure is raised. Progress steps as changes end.
+update_in_parallel = function(self, items, edit, opts, counts, concurrency)
+  local c = self.client
+  local policy = c.update_policy
+  local m <close> = c._t:multi { concurrency = concurrency }
+  local inflight, pending, next_item, done, first_err = {}, 0, 1, 0, nil
+
+  local function finished(state)
+    done = done + 1
+    if opts.progress then opts.progress:step(done) end
+    return state
+  end
+
+  -- Computes the change of `state` from state.obj and sends it, or ends
+  -- the state when there is nothing to change.
+  local function start(state)
+    local ns, name = state.obj.metadata.namespace, state.obj.metadata.name
+    local rv = state.obj.metadata.resourceVersion
+    local copy = patch.deepcopy(state.obj)
+    state.info = edit(copy, state.item)
+    local ops = patch.diff(state.obj, copy)
+    if #ops == 0 then
+      if state.maybe_applied then
+        counts.changed = counts.changed + 1
+        if opts.on_change then opts.on_change(state.item, state.info, state.obj) end
+      else
+        counts.unchanged = counts.unchanged + 1
+      end
+      return finished(state)
+    end
+    local full = json.array { { op = "test", path = "/metadata/resourceVersion", value = rv } }
+    for i = 1, #ops do full[i + 1] = ops[i] end
+    state.rv, state.ns, state.name = rv, ns, name
+    local req = c:prepare("PATCH", self:path(ns, name), { body = full, content_type = JSON_PATCH, retry_safe = true })
+    state.req = req
+    inflight[m:submit("PATCH", req.path, req.options)] = state
+    pending = pending + 1
+  end
+
+  -- What a completed PATCH means for its state: changed, another attempt
+  -- from a fresh read (a conflict of ours), or a failure.
+  local function settle(state, ok, res)
+    if ok then
+      counts.changed = counts.changed + 1
+      if opts.on_change then opts.on_change(state.item, state.info, res) end
+      return finished(state)
+    end
+    if errors.is_error(res) and (res.code == 409 or res.code == 422) then
+      local fresh_ok, fresh = pcall(self._get, self, state.ns, state.name)
+      if not fresh_ok then return settle(state, false, fresh) end
+      local ours = res.code == 409 or fresh.metadata.resourceVersion ~= state.rv
+      if ours and state.attempt < policy.attempts then
+        if uncertain(res.attempts) then state.maybe_applied = true end
+        c.stats.conflicts = c.stats.conflicts + 1
+        state.attempt, state.obj = state.attempt + 1, fresh
+        return start(state)
+      end
+      if ours then
+        res.message = ("%s (gave up after %d conflicting attempts)"):format(res.message, policy.attempts)
+      end
+    end
+    if opts.absent == "skip" and errors.is_error(res) and res.absent == "object" then
+      counts.absent = counts.absent + 1
+      if opts.on_absent then opts.on_absent(state.item) end
+      return finished(state)
+    end
+    first_err = first_err or res
+    return finished(state)
+  end
+
+  while true do
+    -- keep the pipe full (submitted beyond the concurrency wait in the batch)
+    while first_err == nil and next_item <= #items and pending < concurrency * 2 do
+      local item = items[next_item]
+      next_item = next_item + 1
+      local ok, err = pcall(start, { item = item, obj = item, attempt = 1 })
+      if not ok then first_err = err end
+    end
+    if pending == 0 then break end
+    local id, status, body, attempts, warnings = m:wait()
+    if id == nil then break end
+    local state = inflight[id]
+    inflight[id], pending = nil, pending - 1
+    local ok, res = pcall(c.finish, c, state.req, status, body, attempts, warnings)
+    local sok, serr = pcall(settle, state, ok, res)
+    if not sok then first_err = first_err or serr end
+  end
+  if first_err ~= nil then error(first_err, 0) end
+  return counts
+end
+
 -- A batch of independent changes: change(item, edit) for each item, in no
 -- promised order (the items must not depend on each other). opts:
 --   absent = "skip"      an object deleted since the list is counted and
@@ -591,6 +692,11 @@ function Resource:update_each(items, edit, opts)
     error("update_each: opts.absent must be \"skip\" or \"fail\"", 2)
   end
   local counts = { total = #items, changed = 0, unchanged = 0, absent = 0 }
+  local concurrency = math.tointeger(opts.concurrency) or self.client.concurrency
+  -- a client dry run sends nothing: its changes are computed one by one
+  if concurrency > 1 and #items > 1 and self.client.dry_run ~= "client" then
+    return update_in_parallel(self, items, edit, opts, counts, concurrency)
+  end
   for i, item in ipairs(items) do
     local ok, obj, changed, info = pcall(self.change, self, item, function(copy) return edit(copy, item) end)
     if not ok then

@@ -99,6 +99,7 @@ local function resource_facade(res, logger)
     local progress = type(items) == "table" and #items > 0 and logger:progress(label, #items) or nil
     local counts = res:update_each(items, edit, {
       absent = opts.absent,
+      concurrency = opts.concurrency,
       on_change = opts.on_change,
       on_absent = function(item)
         logger:write("info", ("%s: deleted since the list, %s"):format(errors.safe_text(name_of(item)),
