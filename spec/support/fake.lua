@@ -331,6 +331,13 @@ function Server:deny(rules)
   self:control("POST", "/_fake/denies", encode(rules))
 end
 
+--- Allow-list mode: from now on only requests one of `rules` covers are allowed
+--- (deny rules still apply on top); each rule {verb=, group=, resource=[, namespace=][, name=]},
+--- `*` for any verb, group or resource. srv:allow{} allows nothing; srv:allow(nil) ends the mode.
+function Server:allow(rules)
+  self:control("POST", "/_fake/allows", rules == nil and "null" or encode(rules))
+end
+
 --- Reloads the whole state from a fixture: a path, a list of paths, a List table or an
 --- array of objects.
 function Server:reset(fixture)
