@@ -5,7 +5,7 @@
 -- a token rotated mid-run, SIGTERM mid-run, and HTTPS_PROXY/NO_PROXY.
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 local sys = require "cozy.sys"
 
 local q = support.quote

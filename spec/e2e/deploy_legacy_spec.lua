@@ -4,7 +4,7 @@
 -- `$(dirname "$0")`, and stamping N+1 themselves).
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 local CLUSTER = "spec/fixtures/59-vmi-hotplug/cluster.json"
 
