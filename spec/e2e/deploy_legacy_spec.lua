@@ -120,7 +120,7 @@ describe("legacy scripts beside the built-in migrations", function()
     local doc = json.decode(r.stdout)
     local got = {}
     for _, m in ipairs(doc.migrations) do got[#got + 1] = m.number .. " " .. m.kind end
-    assert.same({ "57 legacy", "58 legacy", "59 lua" }, got)
+    assert.same({ "55 lua", "57 legacy", "58 legacy", "59 lua" }, got)
   end)
 
   it("takes the directory from $COZY_MIGRATE_MIGRATIONS; empty means none", function()
@@ -166,9 +166,9 @@ describe("legacy scripts beside the built-in migrations", function()
     local r = support.run({ "list", "--output", "json", "--migrations", dir })
     assert.equal(0, r.code, r.stderr)
     local doc = json.decode(r.stdout)
-    assert.equal(4, #doc.migrations)
+    assert.equal(5, #doc.migrations)
     assert.same({ 60, "lua", "a later step" },
-      { doc.migrations[4].number, doc.migrations[4].kind, doc.migrations[4].description })
+      { doc.migrations[5].number, doc.migrations[5].kind, doc.migrations[5].description })
   end)
 
   it("runs the directory's set alone with --no-builtin", function()
