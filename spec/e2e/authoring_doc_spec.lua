@@ -8,10 +8,7 @@ local files = require "spec.helpers.files"
 local q = files.quote
 local GUIDE = "docs/authoring.md"
 
-local function absolute(path)
-  if path:sub(1, 1) == "/" then return path end
-  return (os.getenv("PWD") or files.capture("pwd"):gsub("%s+$", "")) .. "/" .. path
-end
+local absolute = files.absolute
 
 -- The first ```lua block after the heading `heading`.
 local function example(text, heading)

@@ -10,11 +10,7 @@ local sys = require "cozy.sys"
 
 local q = support.quote
 
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local write = require("spec.helpers.files").write
 
 -- A migration set with one step of `n` writes to ConfigMap runner-test.
 local function writes_dir(n)

@@ -5,13 +5,12 @@
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
 local support = require "spec.helpers.cli"
+local files = require "spec.helpers.files"
 
 local CLUSTER = "spec/fixtures/59-vmi-hotplug/cluster.json"
 
 local function write(path, text, mode)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
+  files.write(path, text)
   if mode then assert(os.execute("chmod " .. mode .. " " .. support.quote(path))) end
 end
 

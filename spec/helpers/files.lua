@@ -56,6 +56,13 @@ function files.rm_rf(dir)
   files.sh("rm -rf " .. q(dir))
 end
 
+-- `path` made absolute against the current directory (a spec runs from the
+-- repository root; a child it starts elsewhere needs the binary's full path).
+function files.absolute(path)
+  if path:sub(1, 1) == "/" then return path end
+  return (os.getenv("PWD") or files.capture("pwd"):gsub("%s+$", "")) .. "/" .. path
+end
+
 -- The lines of a text, without their newlines.
 function files.lines(text)
   local out = {}
