@@ -54,7 +54,7 @@ describe("fake API server allow-list mode", function()
     assert.equal(403, srv:request("GET", "/apis/coordination.k8s.io/v1/namespaces/cozy-system/leases").status)
     -- the refused requests are in the log with their status
     local statuses = {}
-    for _, e in ipairs(srv:requests()) do statuses[#statuses + 1] = e.method .. " " .. e.status end
+    for _, e in ipairs(srv:requests()) do statuses[#statuses + 1] = ("%s %d"):format(e.method, e.status) end
     assert.same({ "GET 200", "GET 200", "GET 403", "PATCH 403", "GET 403" }, statuses)
   end)
 

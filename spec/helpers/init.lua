@@ -180,7 +180,6 @@ local function run_step(self, n, opts)
   local captured = harness.capture_log(opts.verbosity)
   local writes = {}
   local client = opts.client or self:client(mode, captured.log, function(w) writes[#writes + 1] = w end)
-  if opts.prepare then opts.prepare(client) end
   local ok, res = pcall(runner.run_migration, m, { client = client, log = captured.log, mode = mode,
     namespace = opts.namespace or self.namespace })
   if not opts.client then client:close() end
