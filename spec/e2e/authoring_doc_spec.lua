@@ -5,10 +5,8 @@
 local cli = require "spec.helpers.cli"
 local files = require "spec.helpers.files"
 
-local q = files.quote
 local GUIDE = "docs/authoring.md"
 
-local absolute = files.absolute
 
 -- The first ```lua block after the heading `heading`.
 local function example(text, heading)
@@ -21,7 +19,8 @@ local FIXTURE = [[
 {"apiVersion": "v1", "kind": "List", "items": [
   {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cozy-system"}},
   {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant-a", "labels": {"tenant": "a"}}},
-  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant-b", "labels": {"tenant": "b", "tier": "gold"}}},
+  {"apiVersion": "v1", "kind": "Namespace",
+   "metadata": {"name": "tenant-b", "labels": {"tenant": "b", "tier": "gold"}}},
   {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}
 ]}
 ]]
@@ -29,9 +28,8 @@ local FIXTURE = [[
 describe("docs/authoring.md's examples", function()
   local tree
   before_each(function()
-    tree = files.tmpdir("cozy-authoring-doc")
-    assert.equal(0, files.sh(("mkdir -p %s/migrations %s/spec/migrations %s/spec/fixtures/60-label-tenants "
-      .. "&& cp .busted %s/ && cp -r spec/helpers spec/support %s/spec/"):format(q(tree), q(tree), q(tree), q(tree), q(tree))))
+    tree = cli.spec_tree()
+    assert.equal(0, files.sh("mkdir -p " .. files.quote(tree .. "/spec/fixtures/60-label-tenants")))
   end)
   after_each(function() files.rm_rf(tree) end)
 
@@ -40,9 +38,7 @@ describe("docs/authoring.md's examples", function()
     files.write(tree .. "/migrations/60-label-tenants.lua", example(guide, "The file"))
     files.write(tree .. "/spec/migrations/60-label-tenants_spec.lua", example(guide, "Test it with busted"))
     files.write(tree .. "/spec/fixtures/60-label-tenants/cluster.json", FIXTURE)
-    local bin = absolute(cli.bin)
-    local r = cli.shell(("cd %s && env -u COZY_SPEC_MIGRATIONS COZY_MIGRATE_BIN=%s %s lua /usr/bin/busted "
-      .. "--output=plainTerminal spec/migrations/60-label-tenants_spec.lua"):format(q(tree), q(bin), q(bin)))
+    local r = cli.busted_in(tree, "spec/migrations/60-label-tenants_spec.lua")
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.matches("5 successes / 0 failures / 0 errors", r.stdout, 1, true)
   end)

@@ -92,8 +92,10 @@ return {
 local FIXTURE = {
   { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
   { apiVersion = "v1", kind = "Namespace", metadata = { name = "tenant-a" } },
-  { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "settings", namespace = "cozy-system" }, data = { a = "1" } },
-  { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "settings", namespace = "tenant-a" }, data = { b = "2" } },
+  { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "settings", namespace = "cozy-system" },
+    data = { a = "1" } },
+  { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "settings", namespace = "tenant-a" },
+    data = { b = "2" } },
 }
 
 local function fails(fn, pattern)

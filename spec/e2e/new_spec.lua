@@ -8,30 +8,18 @@ local files = require "spec.helpers.files"
 
 local q = files.quote
 
-local absolute = files.absolute
-
-local BIN = absolute(cli.bin)
+local BIN = q(files.absolute(cli.bin))
 
 describe("cozy-migrate new", function()
   local tree
-
-  before_each(function()
-    tree = files.tmpdir("cozy-new-spec")
-    assert.equal(0, files.sh(("mkdir -p %s/spec %s/migrations && cp .busted %s/ && cp -r spec/helpers spec/support %s/spec/")
-      :format(q(tree), q(tree), q(tree), q(tree))))
-  end)
+  before_each(function() tree = cli.spec_tree() end)
   after_each(function() files.rm_rf(tree) end)
 
-  local function in_tree(cmdline)
-    return cli.shell(("cd %s && env -u COZY_SPEC_MIGRATIONS COZY_MIGRATE_BIN=%s %s"):format(q(tree), q(BIN), cmdline))
-  end
-
-  local function busted(spec)
-    return in_tree(("%s lua /usr/bin/busted --output=plainTerminal %s"):format(q(BIN), q(spec)))
-  end
+  local function in_tree(cmdline) return cli.in_tree(tree, cmdline) end
+  local function busted(spec) return cli.busted_in(tree, spec) end
 
   it("scaffolds a valid migration whose spec fails until its first real change; one line makes it pass", function()
-    local r = in_tree(q(BIN) .. " new label-tenants")
+    local r = in_tree(BIN .. " new label-tenants")
     assert.equal(0, r.code, r.stderr)
     -- the next number after the built-in set
     local builtin = cli.run { "list", "--output", "json" }
@@ -44,7 +32,7 @@ describe("cozy-migrate new", function()
     local spec = "spec/migrations/" .. base .. "_spec.lua"
     assert.equal(migration .. "\n" .. spec .. "\n", r.stdout)
 
-    local list = in_tree(q(BIN) .. " list --no-builtin --migrations migrations")
+    local list = in_tree(BIN .. " list --no-builtin --migrations migrations")
     assert.equal(0, list.code, list.stderr)
     assert.matches(base, list.stdout, 1, true)
 
@@ -59,7 +47,7 @@ describe("cozy-migrate new", function()
     -- the one-line edit: uncomment the example change
     local path = tree .. "/" .. migration
     local text = assert(files.read(path))
-    local edited, n = text:gsub("\n  %-%- (if obj%.metadata%.labels[^\n]*)", "\n  %1")
+    local edited, n = text:gsub("\n  %-%- (if not obj%.metadata%.labels%.done [^\n]*)", "\n  %1")
     assert.equal(1, n)
     files.write(path, edited)
 
@@ -69,19 +57,19 @@ describe("cozy-migrate new", function()
   end)
 
   it("writes both files or neither, and refuses a bad name", function()
-    local r = in_tree(q(BIN) .. " new once")
+    local r = in_tree(BIN .. " new once")
     assert.equal(0, r.code, r.stderr)
     local migration, spec = r.stdout:match("^(%S+)\n(%S+)\n$")
     -- without the migration the same number is next again, and its spec is in the way
     assert.is_true(os.remove(tree .. "/" .. migration))
-    r = in_tree(q(BIN) .. " new once")
+    r = in_tree(BIN .. " new once")
     assert.equal(1, r.code)
     assert.equal(("cozy-migrate: %s already exists\n"):format(spec), r.stderr)
     assert.is_nil(files.read(tree .. "/" .. migration))
-    r = in_tree(q(BIN) .. " new Bad_Name")
+    r = in_tree(BIN .. " new Bad_Name")
     assert.equal(2, r.code)
     assert.matches("invalid migration name", r.stderr)
-    r = in_tree(q(BIN) .. " new")
+    r = in_tree(BIN .. " new")
     assert.equal(2, r.code)
     assert.matches("usage: cozy%-migrate new NAME", r.stderr)
   end)

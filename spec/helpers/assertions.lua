@@ -73,7 +73,8 @@ function assertions.migration_idempotent(state, arguments)
   local writes = h:writes()
   local changed = changed_keys(after_first, h:objects())
   if #writes > 0 or #changed > 0 then
-    state.failure_message = ("migration %s is not idempotent: its second run sent %d write(s)%s%s\n--- second run's log:\n%s")
+    state.failure_message = ("migration %s is not idempotent: its second run sent %d write(s)%s%s"
+      .. "\n--- second run's log:\n%s")
       :format(tostring(n), #writes, #writes > 0 and (":\n" .. list(writes)) or "",
         #changed > 0 and ("\nand changed objects:\n  " .. table.concat(changed, "\n  ")) or "", second.log)
     return false

@@ -65,6 +65,30 @@ function cli.run(args, env, stdin)
   return cli.shell(command_line(args, merged_env(env)), stdin)
 end
 
+-- A temporary source tree that specs can run in: `.busted`, spec/helpers,
+-- spec/support and an empty migrations/ (e.g. for `new`'s scaffold, or a
+-- guide's example). Returns its path; the caller removes it (files.rm_rf).
+function cli.spec_tree()
+  local tree = files.tmpdir("cozy-spec-tree")
+  local code = files.sh(("mkdir -p %s/spec/migrations %s/migrations && cp .busted %s/ "
+    .. "&& cp -r spec/helpers spec/support %s/spec/"):format(q(tree), q(tree), q(tree), q(tree)))
+  assert(code == 0, "could not copy the harness into " .. tree)
+  return tree
+end
+
+-- Runs a shell command line from `tree`, with COZY_MIGRATE_BIN set to this
+-- build's binary (absolute) and COZY_SPEC_MIGRATIONS unset.
+function cli.in_tree(tree, cmdline)
+  return cli.shell(("cd %s && env -u COZY_SPEC_MIGRATIONS COZY_MIGRATE_BIN=%s %s")
+    :format(q(tree), q(files.absolute(cli.bin)), cmdline))
+end
+
+-- Runs busted on `spec` inside `tree`, inside the host; returns { code, stdout, stderr }.
+function cli.busted_in(tree, spec)
+  return cli.in_tree(tree, ("%s lua /usr/bin/busted --output=plainTerminal %s")
+    :format(q(files.absolute(cli.bin)), q(spec)))
+end
+
 local Proc = {}
 Proc.__index = Proc
 

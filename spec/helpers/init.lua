@@ -65,7 +65,9 @@ function harness.capture_log(verbosity)
   local chunks, lines = {}, {}
   local stream = { write = function(_, s) chunks[#chunks + 1] = s end, flush = function() end }
   local log = require("cozy.log").new { format = "text", verbosity = verbosity or 0, stream = stream, tty = false,
-    sink = function(level, message, fields) lines[#lines + 1] = { level = level, message = message, fields = fields } end }
+    sink = function(level, message, fields)
+      lines[#lines + 1] = { level = level, message = message, fields = fields }
+    end }
   return { log = log, lines = lines, text = function() return table.concat(chunks) end }
 end
 

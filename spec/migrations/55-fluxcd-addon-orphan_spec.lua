@@ -41,7 +41,8 @@ local function hr_requests(h)
   for _, e in ipairs(h:requests()) do
     local ns, name = tostring(e.path):match(HR_PATH)
     if ns then
-      out[#out + 1] = { method = e.method, key = ns .. "/" .. name, body = type(e.body) == "string" and json.decode(e.body) or nil,
+      local body = type(e.body) == "string" and json.decode(e.body) or nil
+      out[#out + 1] = { method = e.method, key = ns .. "/" .. name, body = body,
         content_type = e.content_type, status = e.status, at = e.at }
     end
   end
@@ -171,7 +172,8 @@ describe("migration 55-fluxcd-addon-orphan", function()
     end
 
     it("when the list fails", function()
-      h:faults { { method = "GET", path = "/v2/helmreleases(\\?|$)", times = -1, status = { code = 500, message = "etcd down" } } }
+      h:faults { { method = "GET", path = "/v2/helmreleases(\\?|$)", times = -1,
+        status = { code = 500, message = "etcd down" } } }
       local err = h:migrate_error(55)
       assert.equal("api", err.kind)
       assert.equal(500, err.code)
@@ -198,7 +200,8 @@ describe("migration 55-fluxcd-addon-orphan", function()
     end)
 
     it("when the finalizer patch fails: suspended, finalizers kept, nothing deleted", function()
-      h:faults { { method = "PATCH", path = FIRST, skip = 1, times = -1, status = { code = 422, message = "denied by policy" } } }
+      h:faults { { method = "PATCH", path = FIRST, skip = 1, times = -1,
+        status = { code = 422, message = "denied by policy" } } }
       local err = h:migrate_error(55)
       assert.equal(422, err.code)
       local first, sent = assert_stopped_at(err, "PATCH", "status")
@@ -210,7 +213,8 @@ describe("migration 55-fluxcd-addon-orphan", function()
 
     it("when the finalizer is back at the verify read: no delete, and the error says why", function()
       -- helm-controller (or anything) re-adds its finalizer between the removal and the read
-      h:faults { { method = "GET", path = FIRST, bump = { merge = { metadata = { finalizers = { "finalizers.fluxcd.io" } } } } } }
+      local readd = { metadata = { finalizers = { "finalizers.fluxcd.io" } } }
+      h:faults { { method = "GET", path = FIRST, bump = { merge = readd } } }
       local err = h:migrate_error(55)
       assert.equal("migration", err.kind)
       assert.matches("HelmRelease tenant%-a/kubernetes%-alpha%-fluxcd still has finalizers %[finalizers.fluxcd.io%] "
@@ -310,7 +314,9 @@ describe("migration 55-fluxcd-addon-orphan", function()
 
     it("warns about a HelmRelease that already has a deletionTimestamp", function()
       h:reset(cluster_with(function(o)
-        if o.metadata.name == "kubernetes-beta-fluxcd-operator" then o.metadata.deletionTimestamp = "2026-11-30T22:14:05Z" end
+        if o.metadata.name == "kubernetes-beta-fluxcd-operator" then
+          o.metadata.deletionTimestamp = "2026-11-30T22:14:05Z"
+        end
       end))
       local res = h:migrate(55, { mode = "check" })
       local warns = {}

@@ -20,7 +20,7 @@ local API_VERSION, PLURAL = "v1", "configmaps"   -- TODO: the objects this migra
 -- the object it is given: after a conflict the engine re-reads it and asks again.
 local function change(obj)
   -- TODO: your change. To see the spec go green, uncomment this example:
-  -- if obj.metadata.labels["example.cozystack.io/migrated"] == nil then return { { op = "add", path = "/metadata/labels/example.cozystack.io~1migrated", value = "{{NEXT}}" } } end
+  -- if not obj.metadata.labels.done then return { { op = "add", path = "/metadata/labels/done", value = "yes" } } end
   return nil
 end
 
