@@ -1,7 +1,7 @@
 -- Defects found by reading core/ (issue 13, item 9), each pinned by the
 -- behaviour that showed it: run the binary and look at its exit status and
 -- output, or call the C module directly.
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 local q = support.quote
 

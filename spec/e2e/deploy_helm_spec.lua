@@ -3,7 +3,7 @@
 -- platform's migration-hook.yaml, its RBAC equals `cozy-migrate rbac --all`,
 -- and the preflight Job runs `check` with read-only permissions.
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 local tpl = require "spec.support.helm_template"
 
 local CHART = "deploy/helm"

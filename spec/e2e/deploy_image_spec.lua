@@ -6,7 +6,7 @@
 -- nothing in it writable. Needs the Debian mirror for the download (cached
 -- under build/runtime-debs/): unreachable, the spec fails.
 local fake = require "spec.support.fake"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 local q = support.quote
 local CACHE = "build/runtime-debs"

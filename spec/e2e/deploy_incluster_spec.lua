@@ -5,16 +5,12 @@
 -- a token rotated mid-run, SIGTERM mid-run, and HTTPS_PROXY/NO_PROXY.
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 local sys = require "cozy.sys"
 
 local q = support.quote
 
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local write = require("spec.helpers.files").write
 
 -- A migration set with one step of `n` writes to ConfigMap runner-test.
 local function writes_dir(n)

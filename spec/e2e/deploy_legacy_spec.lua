@@ -4,14 +4,13 @@
 -- `$(dirname "$0")`, and stamping N+1 themselves).
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
+local files = require "spec.helpers.files"
 
 local CLUSTER = "spec/fixtures/59-vmi-hotplug/cluster.json"
 
 local function write(path, text, mode)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
+  files.write(path, text)
   if mode then assert(os.execute("chmod " .. mode .. " " .. support.quote(path))) end
 end
 
@@ -120,7 +119,7 @@ describe("legacy scripts beside the built-in migrations", function()
     local doc = json.decode(r.stdout)
     local got = {}
     for _, m in ipairs(doc.migrations) do got[#got + 1] = m.number .. " " .. m.kind end
-    assert.same({ "57 legacy", "58 legacy", "59 lua" }, got)
+    assert.same({ "55 lua", "57 legacy", "58 legacy", "59 lua" }, got)
   end)
 
   it("takes the directory from $COZY_MIGRATE_MIGRATIONS; empty means none", function()
@@ -166,9 +165,9 @@ describe("legacy scripts beside the built-in migrations", function()
     local r = support.run({ "list", "--output", "json", "--migrations", dir })
     assert.equal(0, r.code, r.stderr)
     local doc = json.decode(r.stdout)
-    assert.equal(4, #doc.migrations)
+    assert.equal(5, #doc.migrations)
     assert.same({ 60, "lua", "a later step" },
-      { doc.migrations[4].number, doc.migrations[4].kind, doc.migrations[4].description })
+      { doc.migrations[5].number, doc.migrations[5].kind, doc.migrations[5].description })
   end)
 
   it("runs the directory's set alone with --no-builtin", function()

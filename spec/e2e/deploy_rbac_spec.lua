@@ -2,7 +2,7 @@
 -- from the stamp) or of every migration (--all, no cluster needed).
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 local NO_DIR = { COZY_MIGRATE_MIGRATIONS = "" }
 

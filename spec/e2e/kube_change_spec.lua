@@ -4,7 +4,7 @@
 -- nothing.
 local fake = require "spec.support.fake"
 local runner = require "cozy.runner"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 local PERMISSIONS = [[
   permissions = {

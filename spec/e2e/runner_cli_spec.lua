@@ -1,5 +1,5 @@
 -- `list` and `new`: no cluster needed.
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 local json = require "cozy.json"
 
 local fixtures = "spec/fixtures/runner/"

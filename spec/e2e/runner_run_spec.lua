@@ -2,7 +2,7 @@
 -- with stamps and history, fail closed, invalid sets refused without a write.
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 local LABEL = "platform.cozystack.io/no-delete"
 

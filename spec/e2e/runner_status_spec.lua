@@ -3,7 +3,7 @@ local fake = require "spec.support.fake"
 local json = require "cozy.json"
 local lease = require "cozy.runner.lease"
 local sys = require "cozy.sys"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 describe("cozy-migrate status", function()
   local srv

@@ -6,13 +6,9 @@
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
 local runner = require "cozy.runner"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
-local function write_file(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local write_file = require("spec.helpers.files").write
 
 -- A directory holding one migration `1-NAME.lua` with `source`.
 local function migration_dir(name, source)

@@ -3,7 +3,7 @@
 -- was in flight when is read from the fake's request log: `at` is when a
 -- request arrived, and --latency-ms holds every request that long.
 local support = require "spec.e2e.transport_support"
-local runner_support = require "spec.e2e.runner_support"
+local runner_support = require "spec.helpers.cli"
 local json = require "cozy.json"
 local proc = require "cozy.proc"
 local sys = require "cozy.sys"

@@ -9,7 +9,9 @@ local fleet = require "spec.fixtures.59-vmi-hotplug.fleet"
 local scenarios = require "spec.fixtures.59-vmi-hotplug.scenarios"
 local generate = require "spec.fixtures.59-vmi-hotplug.generate"
 
-local BIN = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
+local files = require "spec.helpers.files"
+local cli = require "spec.helpers.cli"
+local BIN = cli.bin
 local MIGRATION = "migrations/59-vmi-hotplug.lua"
 local FIXTURES = "spec/fixtures/59-vmi-hotplug/"
 local VMS_PATH = "^/apis/kubevirt%.io/v1/namespaces/([^/]+)/virtualmachines/([^/]+)$"
@@ -19,28 +21,15 @@ local S = scenarios
 -- Helpers
 
 local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
+  return assert(files.read(path), "cannot read " .. path)
 end
-
-local function write(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
-end
+local write = files.write
 
 -- Runs the binary; returns exit status, stdout, stderr.
 local function cozy(srv, args)
-  local out, err = os.tmpname(), os.tmpname()
-  local ok, how, code = os.execute(("%s %s --kubeconfig %s >%s 2>%s </dev/null"):format(
-    BIN, args, fake.quote(srv.kubeconfig), out, err))
-  assert(how == "exit", "cozy-migrate was killed by a signal")
-  local stdout, stderr = read(out), read(err)
-  os.remove(out)
-  os.remove(err)
-  return ok and 0 or code, stdout, stderr
+  local r = cli.shell(("%s %s --kubeconfig %s"):format(BIN, args, fake.quote(srv.kubeconfig)))
+  assert(r.code < 128, "cozy-migrate was killed by a signal")
+  return r.code, r.stdout, r.stderr
 end
 
 -- A fake API server loaded with a fixture: a path, or a List built with

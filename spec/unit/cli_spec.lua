@@ -1,17 +1,13 @@
 -- The command-line contract (README.md, docs/operations.md): parsing, exit statuses, --help/--version.
 local cli = require "cozy.cli"
 
-local bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
+local shell = require "spec.helpers.cli"
 
 -- Runs the binary; returns exit status, stdout, stderr.
 local function run(args, stdin)
-  local out, errf = os.tmpname(), os.tmpname()
-  local ok, how, code = os.execute(("%s %s >%s 2>%s <%s"):format(bin, args, out, errf, stdin or "/dev/null"))
-  local function slurp(p)
-    local f = assert(io.open(p)); local s = f:read("a"); f:close(); os.remove(p); return s
-  end
-  assert(how == "exit", "killed by a signal")
-  return ok and 0 or code, slurp(out), slurp(errf)
+  local r = shell.shell(("%s %s <%s"):format(shell.quote(shell.bin), args, stdin or "/dev/null"))
+  assert(r.code < 128, "killed by a signal")
+  return r.code, r.stdout, r.stderr
 end
 
 describe("cli.parse", function()

@@ -2,7 +2,7 @@
 -- (child processes). The write guard is proven with the step executor, in
 -- spec/e2e/step_boundary_spec.lua.
 local proc = require "cozy.proc"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 local worker = require "cozy.worker"
 
 describe("cozy.worker", function()
