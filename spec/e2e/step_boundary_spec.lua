@@ -383,8 +383,8 @@ describe("the spec harness runs what production runs", function()
     -- the same requests; the patches run in parallel, so in any order
     local function sorted(list)
       local keys = {}
-      for i, r in ipairs(list) do
-        keys[i] = table.concat({ r.method, r.path, r.query or "", tostring(r.content_type), tostring(r.body) }, " ")
+      for i, req in ipairs(list) do
+        keys[i] = table.concat({ req.method, req.path, req.query or "", tostring(req.content_type), tostring(req.body) }, " ")
       end
       table.sort(keys)
       return keys
