@@ -15,12 +15,13 @@ local migration_template = [==[
 -- from this step, so every write must be safe to repeat.
 local API_VERSION, PLURAL = "v1", "configmaps"   -- TODO: the objects this migration changes
 
--- The change for one object: JSON patch ops, or nil when the object is already
--- right (then nothing is sent, so a second run changes nothing). It decides from
--- the object it is given: after a conflict the engine re-reads it and asks again.
+-- The change for one object, made on a copy of it: the engine sends the
+-- difference, and nothing when there is none (so a second run changes
+-- nothing). It decides from the object it is given: after a conflict the
+-- engine re-reads it and hands over a fresh copy. Returns true when it changed it.
 local function change(obj)
   -- TODO: your change. To see the spec go green, uncomment this example:
-  -- if not obj.metadata.labels.done then return { { op = "add", path = "/metadata/labels/done", value = "yes" } } end
+  -- if not obj.metadata.labels.done then obj.metadata.labels.done = "yes"; return true end
   return nil
 end
 
@@ -35,6 +36,7 @@ return {
   -- the others before they are sent); `cozy-migrate rbac` grants exactly these.
   permissions = {
     { verb = "list", group = "", resource = PLURAL },
+    { verb = "get", group = "", resource = PLURAL },     -- the re-read after a conflict
     { verb = "patch", group = "", resource = PLURAL },
   },
 
@@ -48,15 +50,11 @@ return {
 
   run = function(ctx)
     local objects = ctx.kube:resource(API_VERSION, PLURAL)
-    local changed = 0
-    for obj in objects:list{ namespace = ctx.namespace } do
-      local _, did = objects:update(obj, change)   -- a test of its resourceVersion guards the patch
-      if did then
-        changed = changed + 1
-        ctx.log:info((ctx.mode == "run" and "changed " or "would change ") .. key(obj))
-      end
-    end
-    ctx.outcome { changed = changed }
+    -- each change guarded by a test of its resourceVersion, several in flight
+    local counts = objects:update_each(objects:list{ namespace = ctx.namespace }:collect(), change, {
+      on_change = function(obj) ctx.log:change("{changed|would change} %s", key(obj)) end,
+    })
+    ctx.outcome { changed = counts.changed }
   end,
 }
 ]==]
