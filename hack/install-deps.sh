@@ -9,6 +9,8 @@ packages=(
   lua-busted python3-jsonpatch openssl curl jq ca-certificates
   # hack/fuzz.sh: clang and its libFuzzer runtime (only a Recommends of clang)
   clang libclang-rt-14-dev
+  # bench/run: /usr/bin/time for CPU and peak RSS, valgrind for --callgrind
+  time valgrind
 )
 
 as_root() {
