@@ -11,6 +11,8 @@ packages=(
   clang libclang-rt-14-dev
   # hack/lint.sh
   lua-check cppcheck clang-format
+  # bench/run: /usr/bin/time for CPU and peak RSS, valgrind for --callgrind
+  time valgrind
 )
 
 as_root() {

@@ -61,3 +61,30 @@ local c, z = results.cjson, results["cozy.json"]
 print(("ratio cozy.json/cjson: decode %.2f, encode %.2f, decode+encode %.2f (median), %.2f (best)")
   :format(median(z.dec) / median(c.dec), median(z.enc) / median(c.enc),
     median(z.tot) / median(c.tot), best(z.tot) / best(c.tot)))
+
+-- Projection while decoding: what a lean listing saves.
+local projection = { kind = true, apiVersion = true, metadata = true,
+  items = { ["*"] = { kind = true, metadata = { name = true, namespace = true, resourceVersion = true, uid = true },
+    spec = { template = { spec = { volumes = true, domain = { devices = { disks = true } } } } },
+    status = { phase = true, volumeStatus = true } } } }
+local function decode_timed(proj)
+  collectgarbage("collect")
+  local before = collectgarbage("count")
+  local t0 = os.clock()
+  local v = json.decode(text, proj)
+  local t1 = os.clock()
+  collectgarbage("collect")
+  local kib = collectgarbage("count") - before
+  assert(#v.items == count)
+  return t1 - t0, kib
+end
+local full_t, proj_t, full_kib, proj_kib = {}, {}, 0, 0
+decode_timed(nil)
+decode_timed(projection)
+for i = 1, reps do
+  full_t[i], full_kib = decode_timed(nil)
+  proj_t[i], proj_kib = decode_timed(projection)
+end
+print(("decode full %.1f ms (%.0f KiB held), projected %.1f ms (%.0f KiB held)")
+  :format(median(full_t) * 1e3, full_kib, median(proj_t) * 1e3, proj_kib))
+print(("ratio projected/full: time %.2f (median), memory %.3f"):format(median(proj_t) / median(full_t), proj_kib / full_kib))

@@ -288,39 +288,11 @@ describe("cozy.json", function()
 
   describe("random values", function()
     -- seeded, so a failure reproduces
-    local x = 4242
-    local function rand(n)
-      x = (x * 1103515245 + 12345) % 2147483648
-      return x % n + 1
-    end
-    local pool = { "a", "/", '"', "\\", "\n", "\t", "\0", "\31", "\127", "é", "日", "😀", "\u{2028}", "k8s", "." }
-    local function rstring()
-      local t = {}
-      for i = 1, rand(9) - 1 do t[i] = pool[rand(#pool)] end
-      return table.concat(t)
-    end
-    local floats = { 0.1, 1e300, 5e-324, -0.0, 1e15, 1e16, 1e21, 0.1 + 0.2, 2.0, -2.5e-8, 1 / 3 }
-    local function rvalue(depth)
-      local c = rand(depth < 6 and 10 or 6)
-      if c == 1 then return json.null
-      elseif c == 2 then return rand(2) == 1
-      elseif c == 3 then return ({ math.maxinteger, math.mininteger, 9007199254740993, 0, -1 })[rand(5)]
-      elseif c == 4 then return rand(2) == 1 and floats[rand(#floats)] or (rand(1000000) / rand(1000)) * 10.0 ^ (rand(600) - 300)
-      elseif c <= 6 then return rstring()
-      elseif c <= 8 then
-        local t = json.array()
-        for i = 1, rand(5) - 1 do t[i] = rvalue(depth + 1) end
-        return t
-      else
-        local t = json.object()
-        for _ = 1, rand(5) - 1 do t[rstring()] = rvalue(depth + 1) end
-        return t
-      end
-    end
+    local values = dofile("spec/fixtures/json/random_values.lua").new(4242)
 
     it("encode then decode gives the value back, and dkjson reads the same", function()
       for _ = 1, 2000 do
-        local v = rvalue(0)
+        local v = values.value()
         local text = json.encode(v)
         local back = json.decode(text)
         assert_same_json(v, back)

@@ -234,6 +234,8 @@ function Client:prepare(method, path, spec)
   end
   return {
     method = method, path = path, shown = shown, write = write,
+    -- decode only these parts of a successful answer (json.decode's projection)
+    projection = spec.projection,
     options = {
       query = qs,
       body = body ~= nil and json.encode(body) or nil,
@@ -273,7 +275,7 @@ function Client:finish(req, status, raw, attempts, warnings)
   end
   local decoded
   if raw ~= nil and raw ~= "" then
-    local ok, v = pcall(json.decode, raw)
+    local ok, v = pcall(json.decode, raw, status >= 200 and status < 300 and req.projection or nil)
     if ok then decoded = v elseif status >= 200 and status < 300 then
       error(errors.new { method = req.method, path = req.shown, code = status, reason = "InvalidResponse",
         message = "the server's answer is not JSON: " .. tostring(v), attempts = attempts })
@@ -762,16 +764,18 @@ function Resource:list(opts)
   if self.namespaced == false and opts.namespace ~= nil then
     error(("%s is cluster-scoped: list takes no namespace"):format(self.plural), 2)
   end
-  local project = opts.project
+  local project, decode_projection = opts.project, nil
   if type(project) == "table" then
     local tree = kube.projection(project)
     project = function(obj) return prune(obj, tree) end
+    -- the same tree while decoding: what is left out is never built
+    decode_projection = { kind = true, apiVersion = true, metadata = true, items = { ["*"] = tree } }
   elseif project ~= nil and type(project) ~= "function" then
     error("list: project must be an array of dotted paths or a function", 2)
   end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
-  o.project = project
+  o.project, o.decode_projection = project, decode_projection
   return pager.new(self, o)
 end
 

@@ -145,6 +145,7 @@ function pager.new(resource, opts)
     limit = opts.limit or resource.client.page_limit,
     on_restart = opts.on_restart,
     project = opts.project,  -- function(obj) -> the lean object yielded (Resource:list builds it)
+    decode_projection = opts.decode_projection,  -- and what of each page json.decode builds
     restarts = 0,
     pages = 0,
     count = 0,
@@ -168,7 +169,8 @@ function Pager:_fetch()
     { "continue", self._continue },
   }
   local path = r:collection_path(self.namespace)
-  local ok, list, status, attempts = pcall(c.call, c, "GET", path, { query = query })
+  local ok, list, status, attempts = pcall(c.call, c, "GET", path, { query = query,
+    projection = self.decode_projection })
   if not ok then
     local e = list
     if self._continue ~= nil and type(e) == "table" and e.code == 410 then

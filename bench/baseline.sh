@@ -1,6 +1,6 @@
 #!/bin/sh
 # Migration 59 done the way the shell migrations did it, as the baseline of
-# bench/m59 (run.sh runs it; it is not a migration of this repository):
+# bench/run (it is not a migration of this repository):
 #
 #   1. `kubectl get crd virtualmachines.kubevirt.io` (fail closed, absent = no KubeVirt);
 #   2. `kubectl get vm,vmi --all-namespaces -o json`, one listing of the fleet;
@@ -11,7 +11,7 @@
 #   4. one `kubectl patch vm --type=json` per such VM;
 #   5. `kubectl patch configmap cozystack-version` to stamp 60.
 #
-# ONLY CORRECT ON THE BENCHMARK FLEET (bench/m59/fleet.lua): it joins VMIs to
+# ONLY CORRECT ON THE BENCHMARK FLEET (bench/fleet.lua): it joins VMIs to
 # VMs by name only (no uid check, no VMI-named-like-its-VM check), appends to
 # lists it assumes exist (no creation of an absent volumes/disks/devices), has
 # no bootOrder check, and a conflicting patch (409/422 from the failed test)
@@ -23,7 +23,7 @@
 # the shell migrations used, so one process per VM is all it forks there.
 #
 # Environment: KUBECONFIG (the cluster); BENCH_EXEC_LOG, if set, gets one line
-# per kubectl or jq started (run.sh counts them).
+# per kubectl or jq started.
 set -eu
 
 if [ -n "${BENCH_EXEC_LOG:-}" ]; then
