@@ -43,6 +43,7 @@ Environment:
   KUBECONFIG                  kubeconfig files, as kubectl reads them
   POD_NAME                    the lock holder's identity (else host-pid)
   COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
+  COZY_MIGRATE_PAGE_LIMIT     objects per list page (default 500)
 
 Exit status: 0 done or nothing to do; 1 a migration or an API call failed,
 a run was stopped (SIGTERM, lost lock) or check found a blocking finding;
