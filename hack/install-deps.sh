@@ -9,6 +9,8 @@ packages=(
   lua-busted python3-jsonpatch openssl curl jq ca-certificates
   # hack/fuzz.sh: clang and its libFuzzer runtime (only a Recommends of clang)
   clang libclang-rt-14-dev
+  # spec/campaign/valgrind_spec.lua: one e2e run under memcheck (plain build)
+  valgrind
 )
 
 as_root() {
