@@ -30,10 +30,14 @@ function support.fleet(dir, count)
   return path, needs
 end
 
--- A TLS fake API server loaded with `fixture`, requiring a token, and a
+-- A fake API server loaded with `fixture`, requiring a token, and a
 -- kubeconfig (srv.kubeconfig_file) that reads it from srv.token_file.
-function support.server(fixture, dir)
-  local srv = fake.start { fixtures = { fixture }, tls = true, token = "t-0" }
+-- opts.tls (default true): HTTPS; without it, plain HTTP, which spares a
+-- TLS handshake per write (writes go out on fresh connections) where TLS
+-- is not what a spec is about.
+function support.server(fixture, dir, opts)
+  local tls = not (opts and opts.tls == false)
+  local srv = fake.start { fixtures = { fixture }, tls = tls, token = "t-0" }
   srv.token_file = dir .. "/token"
   write(srv.token_file, "t-0\n")
   local f = assert(io.open(srv.kubeconfig))
