@@ -135,12 +135,12 @@ function support.same(a, b)
 end
 
 -- The VMs ("ns/name" -> count) whose PATCH the server answered with a 2xx,
--- over the whole request log.
-function support.vm_patches(srv)
+-- over the whole request log (or the log given).
+function support.vm_patches(srv, log)
   local out = {}
-  for _, e in ipairs(srv:requests { method = "PATCH" }) do
+  for _, e in ipairs(log or srv:requests { method = "PATCH" }) do
     local ns, name = tostring(e.path):match(VMS_PATH)
-    if ns and type(e.status) == "number" and e.status >= 200 and e.status < 300 then
+    if ns and e.method == "PATCH" and type(e.status) == "number" and e.status >= 200 and e.status < 300 then
       local key = ns .. "/" .. name
       out[key] = (out[key] or 0) + 1
     end
@@ -149,8 +149,8 @@ function support.vm_patches(srv)
 end
 
 -- Asserts that the VMs patched are exactly `needs`, each once.
-function support.assert_patched_once(srv, needs, where)
-  local patched = support.vm_patches(srv)
+function support.assert_patched_once(srv, needs, where, log)
+  local patched = support.vm_patches(srv, log)
   for key, n in pairs(patched) do
     assert(needs[key], ("%s: %s was patched but did not need the copy"):format(where, key))
     assert(n == 1, ("%s: %s was patched %d times"):format(where, key, n))

@@ -11,14 +11,18 @@ local VALGRIND = "/usr/bin/valgrind"
 local BIN = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
 local MEMCHECK = { "--error-exitcode=99", "--leak-check=full",
   "--errors-for-leak-kinds=definite,indirect,possible", "--show-leak-kinds=definite,indirect,possible" }
-local ENV = { COZY_MIGRATE_PAGE_LIMIT = "10", COZY_MIGRATE_LEASE_SECONDS = "3" }
+-- A 6 s lease is renewed every 2 s, each renewal with 2 s to answer (ample
+-- under memcheck); the rate limit (4 requests a second, no burst) makes the
+-- run outlast a renewal whatever the machine's speed.
+local ENV = { COZY_MIGRATE_PAGE_LIMIT = "10", COZY_MIGRATE_LEASE_SECONDS = "6" }
+local SLOW = { "--qps", "4", "--burst", "1" }
 
-local function memcheck(srv, ...)
+local function memcheck(srv)
   local args = {}
   for _, a in ipairs(MEMCHECK) do args[#args + 1] = a end
   args[#args + 1] = BIN
   -- generous: everything is 20-50 times slower under memcheck
-  for _, a in ipairs(support.args(srv, "--request-timeout", "60", "-v", ...)) do args[#args + 1] = a end
+  for _, a in ipairs(support.args(srv, "--request-timeout", "60", "-v", table.unpack(SLOW))) do args[#args + 1] = a end
   local saved = support.runner.bin
   support.runner.bin = VALGRIND
   local ok, r = pcall(support.runner.run, args, ENV)
