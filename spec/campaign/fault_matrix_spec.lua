@@ -14,7 +14,7 @@ local support = require "spec.campaign.support"
 local FLEET = 200
 local PAGE = 50            -- four pages of VMs, four of VMIs
 local TIMEOUT = 2          -- --request-timeout of the main client
--- a VM that needs the copy (every third does), in the second page
+-- a VM that needs the copy (every third does)
 local VM_RE = "/namespaces/tenant-big-0/virtualmachines/node-00090$"
 
 -- Runs fast by default: the rate limit is not under test here.
