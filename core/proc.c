@@ -141,16 +141,30 @@ static void emit_line(lua_State *L, int cb, int errslot, const char *name,
 }
 
 /*
-** proc.spawn(argv, env, on_line) -> how, code
+** proc.spawn(argv, env, on_line [, opts]) -> how, code
 ** argv: { path, args... }; env: array of "K=V" (nil: inherit ours);
 ** on_line(stream, line) with stream "stdout" or "stderr".
+** opts.cwd: the child's working directory (a legacy script runs from its
+** own directory); argv[1] is then made absolute first, so a relative path
+** still names the same file and the script's $0 is a full path.
 ** how is "exit" (code = status) or "signal" (code = signal number).
 ** If the runner's signal flag is set while the child runs, the signal is
 ** forwarded to the child once (a deleted Job's pod gets SIGTERM; the
 ** script should see it too). A partial last line is delivered at EOF.
 */
+/* The absolute form of path, kept alive as a userdata-backed string on the
+** stack (realpath's malloc'd result is copied, then freed). */
+static const char *absolute(lua_State *L, const char *path) {
+  char *r = realpath(path, NULL);
+  if (r == NULL) luaL_error(L, "%s: %s", path, strerror(errno));
+  lua_pushstring(L, r);
+  free(r);
+  return lua_tostring(L, -1);
+}
+
 static int proc_spawn(lua_State *L) {
   char **argv, **envp = NULL;
+  const char *cwd = NULL;
   int out[2], err[2], exec_err[2], status, forwarded = 0, i, errslot, cb;
   pid_t pid;
   struct pollfd pfd[2];
@@ -159,11 +173,21 @@ static int proc_spawn(lua_State *L) {
   const char *names[2] = {"stdout", "stderr"};
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TFUNCTION);
+  if (!lua_isnoneornil(L, 4)) luaL_checktype(L, 4, LUA_TTABLE);
+  lua_settop(L, 4);  /* what follows is pushed above the arguments */
   argv = string_array(L, 1, "argv");
   if (argv[0] == NULL) return luaL_argerror(L, 1, "empty argv");
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     envp = string_array(L, 2, "env");
+  }
+  if (!lua_isnil(L, 4)) {
+    if (lua_getfield(L, 4, "cwd") != LUA_TNIL) {
+      cwd = absolute(L, luaL_checkstring(L, -1));
+      argv[0] = (char *)absolute(L, argv[0]);
+    } else {
+      lua_pop(L, 1);
+    }
   }
   cb = 3;
   lua_pushnil(L);
@@ -197,13 +221,19 @@ static int proc_spawn(lua_State *L) {
     dup2(err[1], 2);
     i = open("/dev/null", O_RDONLY);
     if (i >= 0) { dup2(i, 0); if (i > 2) close(i); }
-    if (envp) execve(argv[0], argv, envp);
-    else execv(argv[0], argv);
     {
       /* strerror is not async-signal-safe (locale, a static buffer): the
-      ** parent formats the message */
-      int e = errno;
-      ssize_t w = write(exec_err[1], &e, sizeof e);
+      ** child reports which call failed and its errno; the parent formats */
+      int report[2] = {0, 0};
+      ssize_t w;
+      if (cwd != NULL && chdir(cwd) != 0) {
+        report[0] = 1;
+      } else {
+        if (envp) execve(argv[0], argv, envp);
+        else execv(argv[0], argv);
+      }
+      report[1] = errno;
+      w = write(exec_err[1], report, sizeof report);
       (void)w;
     }
     _exit(127);
@@ -212,14 +242,16 @@ static int proc_spawn(lua_State *L) {
   close(err[1]);
   close(exec_err[1]);
   {
-    int e = 0;
+    int report[2] = {0, 0};
     ssize_t n;
-    while ((n = read(exec_err[0], &e, sizeof e)) < 0 && errno == EINTR) {}
+    while ((n = read(exec_err[0], report, sizeof report)) < 0 && errno == EINTR) {}
     close(exec_err[0]);
-    if (n == (ssize_t)sizeof e) {
+    if (n == (ssize_t)sizeof report) {
       /* reported as the child's own stderr line; it exits 127, as a shell's */
       char msg[512];
-      int len = snprintf(msg, sizeof msg, "exec failed: %s: %s", argv[0], strerror(e));
+      int len = report[0] == 1
+          ? snprintf(msg, sizeof msg, "chdir failed: %s: %s", cwd, strerror(report[1]))
+          : snprintf(msg, sizeof msg, "exec failed: %s: %s", argv[0], strerror(report[1]));
       if (len < 0) len = 0;
       if ((size_t)len >= sizeof msg) len = (int)sizeof msg - 1;
       emit_line(L, cb, errslot, names[1], msg, (size_t)len);

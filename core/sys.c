@@ -5,6 +5,7 @@
 */
 #include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -132,6 +133,18 @@ static int sys_stat(lua_State *L) {
   return 2;
 }
 
+/* sys.realpath(path) -> the absolute, resolved path, or nil, err. A legacy
+** script runs from its own directory: relative paths handed to it
+** (KUBECONFIG) are made absolute first. */
+static int sys_realpath(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  char *r = realpath(path, NULL);
+  if (r == NULL) return push_errno(L, path);
+  lua_pushstring(L, r);
+  free(r);
+  return 1;
+}
+
 /* The migrations compiled into this build: { {name=, path=, source=}, ... }. */
 static int sys_builtin_migrations(lua_State *L) {
   int i;
@@ -159,6 +172,7 @@ static const luaL_Reg sys_funcs[] = {
   {"sha256", sys_sha256},
   {"listdir", sys_listdir},
   {"stat", sys_stat},
+  {"realpath", sys_realpath},
   {"builtin_migrations", sys_builtin_migrations},
   {NULL, NULL}
 };

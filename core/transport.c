@@ -2,7 +2,7 @@
 ** cozy.transport: a Kubernetes API client connection for Lua.
 **
 **   local t, err = transport.new{ kubeconfig=, context=, request_timeout=30,
-**       connect_timeout=10, qps=20, burst=40, token_refresh=60,
+**       connect_timeout=10, qps=1000, burst=2000, token_refresh=60,
 **       max_response_bytes=256 MiB,
 **       retry = { max_attempts=10, max_time=120, base_delay=0.25, max_delay=30 } }
 **   -- err (config problems) = { file=, field=, message= }
@@ -16,7 +16,9 @@
 **   before_attempt({ attempt=n, deadline=, method=, path= }) runs before
 **   every attempt: nil/true sends it, a number waits that many seconds and
 **   asks again, an error ends the request with that error.
-**   t:close()  (also __gc and __close)
+**   t:multi{ concurrency = N } --> a batch of parallel requests under the
+**     same rules (core/transport_multi.c)
+**   t:close()  (also __gc and __close; closes the client's batches too)
 **
 ** Runtime failures are returned, never raised: cozy.kube turns them into
 ** structured errors. Retries happen here (see docs/transport.md for the
@@ -84,7 +86,7 @@ static const char *opt_string(lua_State *L, int idx, const char *key) {
 ** or header value: a control character (CR and LF would end the line and
 ** start a header of the caller's choosing; NUL would cut it) or, when
 ** no_space is set (method, path and query), a space. */
-static int bad_http_text(const char *s, size_t len, int no_space) {
+int cozy_bad_http_text(const char *s, size_t len, int no_space) {
   size_t i;
   for (i = 0; i < len; i++) {
     unsigned char c = (unsigned char)s[i];
@@ -96,6 +98,7 @@ static int bad_http_text(const char *s, size_t len, int no_space) {
 static int t_gc(lua_State *L) {
   struct cozy_transport *t = luaL_checkudata(L, 1, TRANSPORT_MT);
   if (!t->closed) {
+    cozy_multi_close_all(t); /* their handles are in t's share */
     cozy_http_cleanup(t);
     cozy_kubeconfig_free(&t->kc);
     t->closed = 1;
@@ -119,8 +122,8 @@ static int t_new(lua_State *L) {
   luaL_setmetatable(L, TRANSPORT_MT);
   t->request_timeout = opt_number(L, 1, "request_timeout", 30, 0);
   t->connect_timeout = opt_number(L, 1, "connect_timeout", 10, 0.001);
-  t->qps = opt_number(L, 1, "qps", 20, 0);
-  t->burst = opt_number(L, 1, "burst", 40, 1);
+  t->qps = opt_number(L, 1, "qps", 1000, 0);
+  t->burst = opt_number(L, 1, "burst", 2000, 1);
   t->token_refresh = opt_number(L, 1, "token_refresh", 60, 0);
   {
     double max = opt_number(L, 1, "max_response_bytes", COZY_MAX_RESPONSE_BYTES_DEFAULT, 1);
@@ -154,12 +157,14 @@ static int t_new(lua_State *L) {
     return 2;
   }
   t->closed = 0;
+  t->resp.max_response_bytes = t->max_response_bytes;
+  t->resp.retry_after = -1;
   t->tokens = t->burst;
   t->refilled_at = t->token_read_at = cozy_monotime();
   t->seed = (unsigned int)((size_t)t ^ (size_t)(t->refilled_at * 1e6));
   if (cozy_http_init(t) != 0)
     return luaL_error(L, "cannot set up the HTTP client: %s",
-                      t->errbuf[0] ? t->errbuf : "curl_easy_init failed");
+                      t->x.errbuf[0] ? t->x.errbuf : "curl_easy_init failed");
   return 1;
 }
 
@@ -197,105 +202,10 @@ static int t_info(lua_State *L) {
 }
 
 static int t_close(lua_State *L) {
-  luaL_checkudata(L, 1, TRANSPORT_MT);
+  struct cozy_transport *t = luaL_checkudata(L, 1, TRANSPORT_MT);
+  if (!t->closed && cozy_multi_busy(t))
+    return luaL_error(L, "transport closed by a callback of one of its batches");
   return t_gc(L);
-}
-
-/* A transport failure's reason, whether retrying it can help, and whether
-** the request certainly never left (no connection: safe to retry any write). */
-static const char *curl_reason(CURLcode rc, int *transient, int *unsent) {
-  *transient = 1;
-  *unsent = 0;
-  switch (rc) {
-    case CURLE_COULDNT_CONNECT: *unsent = 1; return "ConnectionRefused";
-    case CURLE_COULDNT_RESOLVE_HOST: *unsent = 1; return "DNSError";
-    case CURLE_OPERATION_TIMEDOUT: return "Timeout";
-    case CURLE_GOT_NOTHING: return "EOF";
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
-    case CURLE_PARTIAL_FILE: return "ConnectionReset";
-    case CURLE_SSL_CONNECT_ERROR: return "TLSHandshake";
-    case CURLE_FILESIZE_EXCEEDED: /* max_response_bytes: the same answer again */
-      *transient = 0;
-      return "ResponseTooLarge";
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_CERTPROBLEM:
-    case CURLE_SSL_ENGINE_NOTFOUND:
-      *transient = 0;
-      return "TLSVerification";
-    default:
-      *transient = 0;
-      return "TransportError";
-  }
-}
-
-static int status_transient(long code) {
-  return code == 429 || code == 500 || code == 502 || code == 503 || code == 504;
-}
-
-/* Pushes { code=, reason=, message=, retry_after= } for one attempt. */
-static void push_attempt(lua_State *L, struct cozy_transport *t, CURLcode rc, long status,
-                         const char *reason, double elapsed) {
-  lua_createtable(L, 0, 5);
-  lua_pushinteger(L, rc == CURLE_OK ? status : 0);
-  lua_setfield(L, -2, "code");
-  if (rc != CURLE_OK) {
-    lua_pushstring(L, reason);
-    lua_setfield(L, -2, "reason");
-    lua_pushstring(L, t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc));
-    lua_setfield(L, -2, "message");
-  } else if (t->retry_after >= 0) {
-    lua_pushnumber(L, t->retry_after);
-    lua_setfield(L, -2, "retry_after");
-  }
-  lua_pushnumber(L, elapsed);
-  lua_setfield(L, -2, "elapsed_s");
-}
-
-static double backoff(struct cozy_transport *t, int n) {
-  double d = t->retry.base_delay;
-  double jitter;
-  while (--n > 0 && d < t->retry.max_delay) d *= 2;
-  if (d > t->retry.max_delay) d = t->retry.max_delay;
-  /* jitter in [0.5, 1.5): spreads clients that failed together */
-  jitter = 0.5 + (double)rand_r(&t->seed) / ((double)RAND_MAX + 1.0);
-  return d * jitter;
-}
-
-/* Pushes the attempts entry of a request ended by the caller's watch:
-** { code = 0, reason = "Interrupted" | "DeadlineExceeded", message, sent }. */
-static void push_stop(lua_State *L, int stop, double detail, int sent, double elapsed) {
-  lua_createtable(L, 0, 6);
-  lua_pushinteger(L, 0);
-  lua_setfield(L, -2, "code");
-  if (stop == COZY_STOP_SIGNAL) {
-    lua_pushliteral(L, "Interrupted");
-    lua_setfield(L, -2, "reason");
-    lua_pushfstring(L, "interrupted by signal %d", (int)detail);
-    lua_setfield(L, -2, "message");
-    lua_pushinteger(L, (lua_Integer)detail);
-    lua_setfield(L, -2, "signal");
-  } else {
-    lua_pushliteral(L, "DeadlineExceeded");
-    lua_setfield(L, -2, "reason");
-    lua_pushliteral(L, "the deadline passed");
-    lua_setfield(L, -2, "message");
-  }
-  lua_pushboolean(L, sent);
-  lua_setfield(L, -2, "sent");
-  lua_pushnumber(L, elapsed);
-  lua_setfield(L, -2, "elapsed_s");
-}
-
-/* The monotonic time by which an attempt starting now ends at the latest:
-** its timeout, cut to the watch's deadline; 0 = unbounded. */
-static double attempt_deadline(const struct cozy_transport *t, double now, double timeout) {
-  double d = timeout > 0 ? now + timeout : 0;
-  if (t->watch != NULL && t->watch->top != NULL && t->watch->deadline > 0 &&
-      (d == 0 || t->watch->deadline < d))
-    d = t->watch->deadline;
-  return d;
 }
 
 /* Asks opts.before_attempt (at index fn) whether the attempt may go:
@@ -308,7 +218,7 @@ static int ask_before_attempt(lua_State *L, struct cozy_transport *t, int fn, in
   for (;;) {
     double wait;
     int r;
-    *deadline = attempt_deadline(t, cozy_monotime(), timeout);
+    *deadline = cozy_attempt_deadline(t, cozy_monotime(), timeout);
     lua_pushvalue(L, fn);
     lua_createtable(L, 0, 4);
     lua_pushinteger(L, attempt);
@@ -358,7 +268,7 @@ static int t_request(lua_State *L) {
   luaL_argcheck(L, path[0] == '/', 3, "path must start with '/'");
   luaL_argcheck(L, method_len > 0 && strspn(method, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == method_len, 2,
                 "method must be an HTTP method in capitals");
-  luaL_argcheck(L, !bad_http_text(path, path_len, 1), 3,
+  luaL_argcheck(L, !cozy_bad_http_text(path, path_len, 1), 3,
                 "path contains a space or a control character (CR, LF, NUL...)");
   luaL_checktype(L, 4, LUA_TTABLE);
   lua_settop(L, 4);
@@ -366,10 +276,10 @@ static int t_request(lua_State *L) {
   on_retry = lua_isfunction(L, 5);
   /* indexes 6, 7, 8: kept on the stack while the strings are in use */
   query = opt_string(L, 4, "query");
-  if (query && bad_http_text(query, lua_rawlen(L, -1), 1))
+  if (query && cozy_bad_http_text(query, lua_rawlen(L, -1), 1))
     return luaL_argerror(L, 4, "query contains a space or a control character (CR, LF, NUL...)");
   ctype = opt_string(L, 4, "content_type");
-  if (ctype && bad_http_text(ctype, lua_rawlen(L, -1), 0))
+  if (ctype && cozy_bad_http_text(ctype, lua_rawlen(L, -1), 0))
     return luaL_argerror(L, 4, "content_type contains a control character (CR, LF, NUL...): "
                                "it would split the Content-Type header");
   if (ctype && lua_rawlen(L, -1) > 200)
@@ -408,11 +318,11 @@ static int t_request(lua_State *L) {
     if (stop == COZY_GO && before)
       stop = ask_before_attempt(L, t, 11, n + 1, method, path, timeout, &deadline, &stop_detail);
     else if (stop == COZY_GO)
-      deadline = attempt_deadline(t, cozy_monotime(), timeout);
+      deadline = cozy_attempt_deadline(t, cozy_monotime(), timeout);
     now = cozy_monotime();
     if (stop == COZY_GO) stop = cozy_watch_poll(t->watch, now, &stop_detail);
     if (stop != COZY_GO) {
-      push_stop(L, stop, stop_detail, 0, now - start);
+      cozy_push_stop(L, stop, stop_detail, 0, now - start);
       lua_rawseti(L, attempts_idx, n + 1);
       stopped = 1;
       break;
@@ -422,12 +332,12 @@ static int t_request(lua_State *L) {
     /* what is left of the attempt's time; never 0, which libcurl reads as "no timeout" */
     left = deadline > 0 ? deadline - cozy_monotime() : 0;
     if (deadline > 0 && left < 0.002) left = 0.002;
-    rc = cozy_http_perform(t, method, url, body, body_len, ctype, left, &status);
+    rc = cozy_http_perform(t, method, url, body, body_len, ctype, left, read || retry_safe, &status);
     n++;
     elapsed = cozy_monotime() - start;
-    if (rc == CURLE_ABORTED_BY_CALLBACK && t->stop != COZY_GO) {
-      stop = t->stop;
-      stop_detail = t->stop_detail;
+    if (rc == CURLE_ABORTED_BY_CALLBACK && t->x.stop != COZY_GO) {
+      stop = t->x.stop;
+      stop_detail = t->x.stop_detail;
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
       /* cut to the watch's deadline (or a signal came): not a server timeout.
       ** libcurl's millisecond timer may end it a hair before the deadline. */
@@ -439,19 +349,19 @@ static int t_request(lua_State *L) {
     }
     if (stop != COZY_GO) {
       /* never retried: the caller is stopping */
-      push_stop(L, stop, stop_detail, 1, elapsed);
+      cozy_push_stop(L, stop, stop_detail, 1, elapsed);
       lua_rawseti(L, attempts_idx, n);
       stopped = 1;
       break;
     }
     if (rc != CURLE_OK) {
-      reason = curl_reason(rc, &transient, &unsent);
+      reason = cozy_curl_reason(rc, &transient, &unsent);
       retry = transient && (read || retry_safe || unsent);
     } else if (status == 401 && !did_401 && t->kc.token_file) {
       /* the token may have been rotated under us: re-read it and try once more */
       did_401 = 1;
       cozy_http_reload_token(t);
-      push_attempt(L, t, rc, status, NULL, elapsed);
+      cozy_push_attempt(L, &t->x, &t->resp, rc, status, NULL, elapsed);
       lua_rawseti(L, attempts_idx, n);
       if (on_retry) {
         lua_pushvalue(L, 5);
@@ -460,15 +370,11 @@ static int t_request(lua_State *L) {
         if (t->closed) return luaL_error(L, "transport closed by on_retry");
       }
       continue;
-    } else if (status_transient(status)) {
+    } else if (cozy_status_transient(status)) {
       retry = status == 429 || read || retry_safe;
     }
-    push_attempt(L, t, rc, status, reason, elapsed);
-    if (retry) {
-      delay = t->retry_after >= 0 && rc == CURLE_OK ? t->retry_after : backoff(t, n);
-      if (delay > t->retry.max_delay) delay = t->retry.max_delay;
-      if (n >= t->retry.max_attempts || elapsed + delay > t->retry.max_time) retry = 0;
-    }
+    cozy_push_attempt(L, &t->x, &t->resp, rc, status, reason, elapsed);
+    if (retry) retry = cozy_retry_within_bounds(t, &t->resp, rc, n, elapsed, &delay);
     if (retry) {
       lua_pushnumber(L, delay);
       lua_setfield(L, -2, "after_s");
@@ -483,7 +389,7 @@ static int t_request(lua_State *L) {
     }
     stop = cozy_watch_sleep(t->watch, delay, &stop_detail);
     if (stop != COZY_GO) {
-      push_stop(L, stop, stop_detail, 0, cozy_monotime() - start);
+      cozy_push_stop(L, stop, stop_detail, 0, cozy_monotime() - start);
       lua_rawseti(L, attempts_idx, n + 1);
       stopped = 1;
       break;
@@ -494,11 +400,11 @@ static int t_request(lua_State *L) {
     lua_pushnil(L);
   } else {
     lua_pushinteger(L, status);
-    lua_pushlstring(L, t->body ? t->body : "", t->body_len);
+    lua_pushlstring(L, t->resp.body ? t->resp.body : "", t->resp.body_len);
   }
   lua_pushvalue(L, attempts_idx);
-  if (!stopped && rc == CURLE_OK && t->warnings_len > 0) {
-    lua_pushlstring(L, t->warnings, t->warnings_len - 1); /* without the last '\n' */
+  if (!stopped && rc == CURLE_OK && t->resp.warnings_len > 0) {
+    lua_pushlstring(L, t->resp.warnings, t->resp.warnings_len - 1); /* without the last '\n' */
     return 4;
   }
   return 3;
@@ -506,6 +412,7 @@ static int t_request(lua_State *L) {
 
 static const luaL_Reg t_methods[] = {
   {"request", t_request},
+  {"multi", cozy_transport_multi},
   {"info", t_info},
   {"close", t_close},
   {NULL, NULL}
@@ -513,7 +420,7 @@ static const luaL_Reg t_methods[] = {
 
 static const luaL_Reg t_meta[] = {
   {"__gc", t_gc},
-  {"__close", t_gc},
+  {"__close", t_close},
   {"__index", NULL},
   {NULL, NULL}
 };
@@ -532,6 +439,7 @@ int luaopen_cozy_transport(lua_State *L) {
     lua_setfield(L, -2, "__name");
   }
   lua_pop(L, 1);
+  cozy_multi_open(L);
   luaL_newlib(L, funcs);
   lua_pushliteral(L, "cozy-migrate/" COZY_MIGRATE_VERSION);
   lua_setfield(L, -2, "user_agent");

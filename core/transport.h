@@ -1,11 +1,13 @@
-/* The HTTP transport of one client: a libcurl easy handle (connection reuse),
-** its configuration, a token bucket and the bearer token. One per client,
-** used by one thread at a time; nothing here is process-wide except
+/* The HTTP transport of one client: libcurl handles sharing one connection
+** pool, its configuration, a token bucket and the bearer token. One per
+** client, used by one thread at a time; nothing here is process-wide except
 ** curl_global_init. */
 #ifndef COZY_TRANSPORT_H
 #define COZY_TRANSPORT_H
 
 #include <curl/curl.h>
+
+#include "lua.h"
 
 #include "kubeconfig.h"
 #include "watch.h"
@@ -25,51 +27,116 @@ struct cozy_retry_policy {
   double max_delay;     /* cap of one backoff and of an honoured Retry-After */
 };
 
-struct cozy_transport {
+/* One answer as it arrives: body, Retry-After and Warning headers. */
+struct cozy_response {
+  char *body;
+  size_t body_len, body_cap;
+  size_t max_response_bytes; /* of the body as delivered, i.e. decompressed */
+  int body_too_large;        /* the write callback stopped the transfer */
+  double retry_after;        /* Retry-After seconds, or -1 */
+  char warnings[2048];       /* Warning header values of the answer, '\n'-separated */
+  size_t warnings_len;
+};
+
+/* One transfer slot: a libcurl easy handle carrying the client's fixed
+** options (TLS, timeouts, callbacks) and the state of the attempt it runs.
+** t:request has one; a batch (t:multi) one per request in flight. All of a
+** client's handles share its connection pool (transport->share). */
+struct cozy_exchange {
   CURL *curl;
   char errbuf[CURL_ERROR_SIZE];
-  CURLcode setopt_rc;      /* first curl_easy_setopt failure of a batch */
+  CURLcode setopt_rc;          /* first curl_easy_setopt failure of a batch */
   struct curl_slist *headers;
+  struct cozy_response *resp;  /* where the answer goes */
+  /* during an attempt: the calling state's watches (NULL: none), and why the
+  ** progress callback aborted the transfer (COZY_GO: it did not) */
+  const struct cozy_watches *watch;
+  int stop;
+  double stop_detail;
+  /* libcurl's own re-send (docs/transport.md, "Connections"): how often it
+  ** was about to send this attempt, and whether a second send is refused */
+  int sends;
+  int refuse_resend;
+  int resend_refused;
+  void *owner;                 /* the batch job it runs (transport_multi.c) */
+};
+
+struct cozy_multi;
+
+struct cozy_transport {
+  CURLSH *share;           /* connections, TLS sessions and DNS of every handle */
+  struct cozy_exchange x;  /* t:request's handle */
+  struct cozy_response resp;
   struct cozy_kubeconfig kc;
   double request_timeout;  /* seconds; 0 = none */
   double connect_timeout;
   double token_refresh;    /* re-read token_file at least this often (seconds) */
   double token_read_at;    /* monotonic time of the last read */
   struct cozy_retry_policy retry;
+  size_t max_response_bytes; /* of a body as delivered, i.e. decompressed */
   /* token bucket */
   double qps, burst, tokens, refilled_at;
-  /* the response being received */
-  char *body;
-  size_t body_len, body_cap;
-  size_t max_response_bytes; /* of the body as delivered, i.e. decompressed */
-  int body_too_large;        /* the write callback stopped the transfer */
-  double retry_after;      /* Retry-After seconds, or -1 */
-  char warnings[2048];     /* Warning header values of the answer, '\n'-separated */
-  size_t warnings_len;
   unsigned int seed;       /* for jitter, per client */
-  /* during a request: the calling state's watches (NULL: none), and why the
-  ** progress callback aborted the transfer (COZY_GO: it did not) */
-  const struct cozy_watches *watch;
-  int stop;
-  double stop_detail;
+  const struct cozy_watches *watch; /* during a request or a batch wait */
+  struct cozy_multi *multis;        /* open batches, closed with the client */
   int closed;
 };
 
 /* transport_http.c */
 int cozy_http_init(struct cozy_transport *t);
 void cozy_http_cleanup(struct cozy_transport *t);
-/* One attempt. Returns the CURLcode; *status is the HTTP status (0 if none). */
+/* A handle with the client's fixed options, in its connection pool. */
+int cozy_exchange_init(struct cozy_transport *t, struct cozy_exchange *x);
+void cozy_exchange_cleanup(struct cozy_exchange *x);
+/* Sets up one attempt on x (headers, token, method, body, timeout). `reuse`
+** says a kept-alive connection may carry it: a read or a write that is safe
+** to resend; otherwise it goes out on a connection opened for it. */
+CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x,
+                               const char *method, const char *url, const char *body,
+                               size_t body_len, const char *content_type, double timeout,
+                               int reuse);
+/* After the transfer ended with rc: the status (0 if none), the header list
+** wiped, rc adjusted (ResponseTooLarge, a refused re-send). */
+CURLcode cozy_exchange_finish(struct cozy_exchange *x, CURLcode rc, long *status);
+/* One attempt of t:request. Returns the CURLcode; *status is the HTTP status (0 if none). */
 CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url,
                            const char *body, size_t body_len, const char *content_type,
-                           double timeout, long *status);
-/* libcurl's write and header callbacks (ud is the transport): they parse
-** what the server sends, so fuzz/http_response.c drives them directly. */
+                           double timeout, int reuse, long *status);
+/* libcurl's write and header callbacks (ud is a struct cozy_response): they
+** parse what the server sends, so fuzz/http_response.c drives them directly. */
 size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud);
 size_t cozy_http_on_header(char *buf, size_t size, size_t nitems, void *ud);
+void cozy_response_reset(struct cozy_response *r);
+void cozy_response_free(struct cozy_response *r);
 /* Re-reads the token file; 0 ok (or no file), -1 on failure (old token kept). */
 int cozy_http_reload_token(struct cozy_transport *t);
+/* Takes a token from the bucket and returns 0, or returns how many seconds
+** until one is there (nothing taken). */
+double cozy_ratelimit_take(struct cozy_transport *t, double now);
 /* COZY_GO, or why the wait was cut short (t->watch said stop) */
 int cozy_ratelimit_wait(struct cozy_transport *t, double *detail);
 double cozy_monotime(void);
+
+/* transport_retry.c: the retry rule (docs/transport.md, "Retries"), shared by
+** t:request and batches */
+const char *cozy_curl_reason(CURLcode rc, int *transient, int *unsent);
+int cozy_status_transient(long code);
+double cozy_backoff(struct cozy_transport *t, int n);
+/* Whether attempt n (ended at `elapsed` s from the first) may be retried
+** after *delay seconds: Retry-After or backoff, within max_attempts/max_time. */
+int cozy_retry_within_bounds(struct cozy_transport *t, const struct cozy_response *r, CURLcode rc,
+                             int n, double elapsed, double *delay);
+void cozy_push_attempt(lua_State *L, const struct cozy_exchange *x, const struct cozy_response *r,
+                       CURLcode rc, long status, const char *reason, double elapsed);
+void cozy_push_stop(lua_State *L, int stop, double detail, int sent, double elapsed);
+double cozy_attempt_deadline(const struct cozy_transport *t, double now, double timeout);
+/* The checks on what goes into a request line or a header (transport.c) */
+int cozy_bad_http_text(const char *s, size_t len, int no_space);
+
+/* transport_multi.c */
+int cozy_transport_multi(lua_State *L);  /* t:multi{ concurrency = N } */
+void cozy_multi_open(lua_State *L);      /* the batch metatable */
+void cozy_multi_close_all(struct cozy_transport *t);
+int cozy_multi_busy(const struct cozy_transport *t); /* a batch is in a callback */
 
 #endif

@@ -1,10 +1,12 @@
 /*
-** One HTTP exchange over the client's libcurl easy handle, following curl's
+** One HTTP exchange over a libcurl easy handle of the client, following curl's
 ** own examples: one error buffer per handle, CURLINFO_RESPONSE_CODE rather
 ** than CURLOPT_FAILONERROR (error bodies are metav1.Status objects we want),
 ** NOSIGNAL (threads), connect and total timeouts, stall detection, TCP
 ** keepalive, and peer verification always on unless the kubeconfig itself
-** says insecure-skip-tls-verify.
+** says insecure-skip-tls-verify. Every handle of a client is in one share
+** (CURLSH): connections, TLS sessions and DNS answers are reused across
+** t:request and batches.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 
 #include <openssl/crypto.h>
 
+#include "proxy.h"
 #include "transport.h"
 
 #ifndef COZY_MIGRATE_VERSION
@@ -27,24 +30,26 @@ double cozy_monotime(void) {
 }
 
 /* Token bucket: `burst` requests at once, then `qps` per second. Retries
-** take a token too: they are load on the apiserver like any request. The
-** wait ends early when the caller's watch says stop (no token is taken). */
-int cozy_ratelimit_wait(struct cozy_transport *t, double *detail) {
-  double now;
-  if (t->qps <= 0) return COZY_GO;
-  now = cozy_monotime();
+** take a token too: they are load on the apiserver like any request. */
+double cozy_ratelimit_take(struct cozy_transport *t, double now) {
+  if (t->qps <= 0) return 0;
   t->tokens += (now - t->refilled_at) * t->qps;
   if (t->tokens > t->burst) t->tokens = t->burst;
   t->refilled_at = now;
-  if (t->tokens < 1) {
-    double wait = (1 - t->tokens) / t->qps;
-    int r = cozy_watch_sleep(t->watch, wait, detail);
-    if (r != COZY_GO) return r;
-    t->tokens = 1;
-    t->refilled_at = cozy_monotime();
-  }
+  if (t->tokens < 1) return (1 - t->tokens) / t->qps;
   t->tokens -= 1;
-  return COZY_GO;
+  return 0;
+}
+
+/* The wait ends early when the caller's watch says stop (no token is taken). */
+int cozy_ratelimit_wait(struct cozy_transport *t, double *detail) {
+  for (;;) {
+    double wait = cozy_ratelimit_take(t, cozy_monotime());
+    int r;
+    if (wait <= 0) return COZY_GO;
+    r = cozy_watch_sleep(t->watch, wait, detail);
+    if (r != COZY_GO) return r;
+  }
 }
 
 int cozy_http_reload_token(struct cozy_transport *t) {
@@ -67,7 +72,7 @@ int cozy_http_reload_token(struct cozy_transport *t) {
 /* libcurl hands over the body as decoded (gunzipped, de-chunked), so the
 ** limit here counts what we keep, whatever the framing or the encoding. */
 size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
-  struct cozy_transport *t = ud;
+  struct cozy_response *t = ud;
   size_t n = size * nmemb;
   if (n > t->max_response_bytes - t->body_len) {
     t->body_too_large = 1;
@@ -90,7 +95,7 @@ size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
 }
 
 size_t cozy_http_on_header(char *buf, size_t size, size_t nitems, void *ud) {
-  struct cozy_transport *t = ud;
+  struct cozy_response *t = ud;
   size_t n = size * nitems;
   static const char name[] = "retry-after:";
   if (n > sizeof name - 1 && strncasecmp(buf, name, sizeof name - 1) == 0) {
@@ -124,12 +129,30 @@ size_t cozy_http_on_header(char *buf, size_t size, size_t nitems, void *ud) {
   return n;
 }
 
+void cozy_response_reset(struct cozy_response *r) {
+  r->body_len = 0;
+  r->body_too_large = 0;
+  if (r->body) r->body[0] = '\0';
+  r->retry_after = -1;
+  r->warnings_len = 0;
+  r->warnings[0] = '\0';
+}
+
+void cozy_response_free(struct cozy_response *r) {
+  if (r->body) {
+    OPENSSL_cleanse(r->body, r->body_cap);
+    free(r->body);
+  }
+  r->body = NULL;
+  r->body_len = r->body_cap = 0;
+}
+
 /* Every curl_easy_setopt result goes through here (CHECK_SETOPT): an option
 ** this libcurl lacks or refuses (a CA or client-certificate blob its TLS
 ** backend cannot take, a bad value) must fail the request with a message
 ** naming the option, not send a request weaker than the one configured. The
 ** first failure is kept; the callers check t->setopt_rc after their batch. */
-static void check_setopt(struct cozy_transport *t, const char *name, CURLcode rc) {
+static void check_setopt(struct cozy_exchange *t, const char *name, CURLcode rc) {
   if (rc == CURLE_OK || t->setopt_rc != CURLE_OK) return;
   t->setopt_rc = rc;
   snprintf(t->errbuf, sizeof t->errbuf, "curl_easy_setopt(%s) failed: %s", name, curl_easy_strerror(rc));
@@ -150,67 +173,115 @@ static long to_ms(double seconds) {
 ** aborts the transfer with CURLE_ABORTED_BY_CALLBACK; t->stop says why. */
 static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
                        curl_off_t ultotal, curl_off_t ulnow) {
-  struct cozy_transport *t = ud;
+  struct cozy_exchange *t = ud;
   (void)dltotal; (void)dlnow; (void)ultotal; (void)ulnow;
   t->stop = cozy_watch_poll(t->watch, cozy_monotime(), &t->stop_detail);
   return t->stop != COZY_GO;
 }
 
-int cozy_http_init(struct cozy_transport *t) {
+/* Called by libcurl each time it is about to send the request on a
+** connection: once per attempt, and again when it re-sends the attempt by
+** itself because the kept-alive connection it reused died before any byte of
+** the answer came (Curl_retry_request). For a write, that second send is
+** refused: the attempt then fails as a reset connection, and the retry rule
+** decides, visibly (attempts, rate limit, before_attempt). */
+static int on_prereq(void *ud, char *primary_ip, char *local_ip, int primary_port, int local_port) {
+  struct cozy_exchange *x = ud;
+  (void)primary_ip; (void)local_ip; (void)primary_port; (void)local_port;
+  if (++x->sends > 1 && x->refuse_resend) {
+    x->resend_refused = 1;
+    return CURL_PREREQFUNC_ABORT;
+  }
+  return CURL_PREREQFUNC_OK;
+}
+
+int cozy_exchange_init(struct cozy_transport *t, struct cozy_exchange *x) {
   CURL *c = curl_easy_init();
   struct curl_blob blob;
+  memset(x, 0, sizeof *x);
   if (c == NULL) return -1;
-  t->curl = c;
-  t->errbuf[0] = '\0';
-  t->setopt_rc = CURLE_OK;
-  CHECK_SETOPT(t, CURLOPT_ERRORBUFFER, t->errbuf);
-  CHECK_SETOPT(t, CURLOPT_NOSIGNAL, 1L);
-  CHECK_SETOPT(t, CURLOPT_NOPROGRESS, 1L);
-  CHECK_SETOPT(t, CURLOPT_USERAGENT, "cozy-migrate/" COZY_MIGRATE_VERSION);
-  CHECK_SETOPT(t, CURLOPT_ACCEPT_ENCODING, ""); /* every encoding curl supports: gzip */
-  CHECK_SETOPT(t, CURLOPT_TCP_KEEPALIVE, 1L);
-  CHECK_SETOPT(t, CURLOPT_TCP_KEEPIDLE, 30L);
-  CHECK_SETOPT(t, CURLOPT_TCP_KEEPINTVL, 15L);
-  CHECK_SETOPT(t, CURLOPT_CONNECTTIMEOUT_MS, to_ms(t->connect_timeout));
-  CHECK_SETOPT(t, CURLOPT_PROTOCOLS_STR, "https,http");
-  CHECK_SETOPT(t, CURLOPT_FOLLOWLOCATION, 0L);
+  x->curl = c;
+  x->setopt_rc = CURLE_OK;
+  CHECK_SETOPT(x, CURLOPT_ERRORBUFFER, x->errbuf);
+  CHECK_SETOPT(x, CURLOPT_SHARE, t->share);
+  CHECK_SETOPT(x, CURLOPT_PRIVATE, x);
+  CHECK_SETOPT(x, CURLOPT_NOSIGNAL, 1L);
+  CHECK_SETOPT(x, CURLOPT_NOPROGRESS, 1L);
+  CHECK_SETOPT(x, CURLOPT_USERAGENT, "cozy-migrate/" COZY_MIGRATE_VERSION);
+  CHECK_SETOPT(x, CURLOPT_ACCEPT_ENCODING, ""); /* every encoding curl supports: gzip */
+  CHECK_SETOPT(x, CURLOPT_TCP_KEEPALIVE, 1L);
+  CHECK_SETOPT(x, CURLOPT_TCP_KEEPIDLE, 30L);
+  CHECK_SETOPT(x, CURLOPT_TCP_KEEPINTVL, 15L);
+  CHECK_SETOPT(x, CURLOPT_CONNECTTIMEOUT_MS, to_ms(t->connect_timeout));
+  CHECK_SETOPT(x, CURLOPT_PROTOCOLS_STR, "https,http");
+  CHECK_SETOPT(x, CURLOPT_FOLLOWLOCATION, 0L);
   /* refuses at once a Content-Length above the limit (the body is also
   ** counted as it arrives, in on_body: chunked and compressed bodies) */
-  CHECK_SETOPT(t, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)t->max_response_bytes);
-  CHECK_SETOPT(t, CURLOPT_WRITEFUNCTION, cozy_http_on_body);
-  CHECK_SETOPT(t, CURLOPT_WRITEDATA, t);
-  CHECK_SETOPT(t, CURLOPT_HEADERFUNCTION, cozy_http_on_header);
-  CHECK_SETOPT(t, CURLOPT_HEADERDATA, t);
-  /* The apiserver is not reached through a proxy configured for the shell. */
-  CHECK_SETOPT(t, CURLOPT_PROXY, "");
+  CHECK_SETOPT(x, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)t->max_response_bytes);
+  CHECK_SETOPT(x, CURLOPT_WRITEFUNCTION, cozy_http_on_body);
+  CHECK_SETOPT(x, CURLOPT_HEADERFUNCTION, cozy_http_on_header);
+  CHECK_SETOPT(x, CURLOPT_PREREQFUNCTION, on_prereq);
+  CHECK_SETOPT(x, CURLOPT_PREREQDATA, x);
+  CHECK_SETOPT(x, CURLOPT_XFERINFOFUNCTION, on_progress);
+  CHECK_SETOPT(x, CURLOPT_XFERINFODATA, x);
+  {
+    /* the proxy as kubectl picks it from the environment, or none: libcurl's
+    ** own reading of it differs (core/proxy.c) */
+    char *proxy = cozy_proxy_for(t->kc.server);
+    CHECK_SETOPT(x, CURLOPT_PROXY, proxy ? proxy : "");  /* libcurl copies it */
+    if (proxy) {
+      OPENSSL_cleanse(proxy, strlen(proxy));  /* may carry user:password */
+      free(proxy);
+    }
+  }
   if (t->kc.insecure) {
-    CHECK_SETOPT(t, CURLOPT_SSL_VERIFYPEER, 0L);
-    CHECK_SETOPT(t, CURLOPT_SSL_VERIFYHOST, 0L);
+    CHECK_SETOPT(x, CURLOPT_SSL_VERIFYPEER, 0L);
+    CHECK_SETOPT(x, CURLOPT_SSL_VERIFYHOST, 0L);
   } else {
-    CHECK_SETOPT(t, CURLOPT_SSL_VERIFYPEER, 1L);
-    CHECK_SETOPT(t, CURLOPT_SSL_VERIFYHOST, 2L);
+    CHECK_SETOPT(x, CURLOPT_SSL_VERIFYPEER, 1L);
+    CHECK_SETOPT(x, CURLOPT_SSL_VERIFYHOST, 2L);
   }
   if (t->kc.ca.data) {
     blob.data = t->kc.ca.data;
     blob.len = t->kc.ca.len;
     blob.flags = CURL_BLOB_COPY;
-    CHECK_SETOPT(t, CURLOPT_CAINFO_BLOB, &blob);
+    CHECK_SETOPT(x, CURLOPT_CAINFO_BLOB, &blob);
   }
   if (t->kc.cert.data && t->kc.key.data) {
     blob.data = t->kc.cert.data;
     blob.len = t->kc.cert.len;
     blob.flags = CURL_BLOB_COPY;
-    CHECK_SETOPT(t, CURLOPT_SSLCERT_BLOB, &blob);
-    CHECK_SETOPT(t, CURLOPT_SSLCERTTYPE, "PEM");
+    CHECK_SETOPT(x, CURLOPT_SSLCERT_BLOB, &blob);
+    CHECK_SETOPT(x, CURLOPT_SSLCERTTYPE, "PEM");
     blob.data = t->kc.key.data;
     blob.len = t->kc.key.len;
-    CHECK_SETOPT(t, CURLOPT_SSLKEY_BLOB, &blob);
-    CHECK_SETOPT(t, CURLOPT_SSLKEYTYPE, "PEM");
+    CHECK_SETOPT(x, CURLOPT_SSLKEY_BLOB, &blob);
+    CHECK_SETOPT(x, CURLOPT_SSLKEYTYPE, "PEM");
   }
-  return t->setopt_rc == CURLE_OK ? 0 : -1;
+  return x->setopt_rc == CURLE_OK ? 0 : -1;
 }
 
-static void free_headers(struct cozy_transport *t) {
+/* The share: one connection pool, TLS session cache and DNS cache for every
+** handle of the client. The client is used by one thread at a time, so the
+** share needs no lock callbacks. */
+int cozy_http_init(struct cozy_transport *t) {
+  CURLSHcode sc;
+  t->share = curl_share_init();
+  if (t->share == NULL) {
+    snprintf(t->x.errbuf, sizeof t->x.errbuf, "curl_share_init failed");
+    return -1;
+  }
+  sc = curl_share_setopt(t->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+  if (sc == CURLSHE_OK) sc = curl_share_setopt(t->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+  if (sc == CURLSHE_OK) sc = curl_share_setopt(t->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+  if (sc != CURLSHE_OK) {
+    snprintf(t->x.errbuf, sizeof t->x.errbuf, "curl_share_setopt failed: %s", curl_share_strerror(sc));
+    return -1;
+  }
+  return cozy_exchange_init(t, &t->x);
+}
+
+static void free_headers(struct cozy_exchange *t) {
   struct curl_slist *h;
   /* the Authorization line is a secret: wipe every line before freeing */
   for (h = t->headers; h != NULL; h = h->next) OPENSSL_cleanse(h->data, strlen(h->data));
@@ -218,46 +289,45 @@ static void free_headers(struct cozy_transport *t) {
   t->headers = NULL;
 }
 
-void cozy_http_cleanup(struct cozy_transport *t) {
-  free_headers(t);
-  if (t->curl) curl_easy_cleanup(t->curl);
-  t->curl = NULL;
-  if (t->body) {
-    OPENSSL_cleanse(t->body, t->body_cap);
-    free(t->body);
-  }
-  t->body = NULL;
-  t->body_len = t->body_cap = 0;
+void cozy_exchange_cleanup(struct cozy_exchange *x) {
+  free_headers(x);
+  if (x->curl) curl_easy_cleanup(x->curl);
+  x->curl = NULL;
 }
 
-static int add_header(struct cozy_transport *t, const char *line) {
+/* Every handle must be gone before the share (curl_share_cleanup refuses a
+** share in use): the batches are closed first (cozy_multi_close_all). */
+void cozy_http_cleanup(struct cozy_transport *t) {
+  cozy_exchange_cleanup(&t->x);
+  if (t->share) curl_share_cleanup(t->share);
+  t->share = NULL;
+  cozy_response_free(&t->resp);
+}
+
+static int add_header(struct cozy_exchange *t, const char *line) {
   struct curl_slist *n = curl_slist_append(t->headers, line);
   if (n == NULL) return -1;
   t->headers = n;
   return 0;
 }
 
-CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url,
-                           const char *body, size_t body_len, const char *content_type,
-                           double timeout, long *status) {
-  CURL *c = t->curl;
-  CURLcode rc;
+CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x,
+                               const char *method, const char *url, const char *body,
+                               size_t body_len, const char *content_type, double timeout,
+                               int reuse) {
   char line[256];
-  *status = 0;
-  t->setopt_rc = CURLE_OK;
-  t->body_len = 0;
-  t->body_too_large = 0;
-  if (t->body) t->body[0] = '\0';
-  t->retry_after = -1;
-  t->warnings_len = 0;
-  t->warnings[0] = '\0';
-  t->errbuf[0] = '\0';
-  free_headers(t);
-  if (add_header(t, "Accept: application/json") != 0) return CURLE_OUT_OF_MEMORY;
-  if (add_header(t, "Expect:") != 0) return CURLE_OUT_OF_MEMORY; /* no 100-continue round trip */
+  x->setopt_rc = CURLE_OK;
+  cozy_response_reset(x->resp);
+  x->errbuf[0] = '\0';
+  x->sends = 0;
+  x->resend_refused = 0;
+  x->stop = COZY_GO;
+  free_headers(x);
+  if (add_header(x, "Accept: application/json") != 0) return CURLE_OUT_OF_MEMORY;
+  if (add_header(x, "Expect:") != 0) return CURLE_OUT_OF_MEMORY; /* no 100-continue round trip */
   if (body != NULL && content_type != NULL) {
     snprintf(line, sizeof line, "Content-Type: %s", content_type);
-    if (add_header(t, line) != 0) return CURLE_OUT_OF_MEMORY;
+    if (add_header(x, line) != 0) return CURLE_OUT_OF_MEMORY;
   }
   if (t->kc.token.data != NULL && t->kc.token.len > 0) {
     size_t n = t->kc.token.len + sizeof "Authorization: Bearer ";
@@ -265,59 +335,78 @@ CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const c
     int bad;
     if (auth == NULL) return CURLE_OUT_OF_MEMORY;
     snprintf(auth, n, "Authorization: Bearer %s", t->kc.token.data);
-    bad = add_header(t, auth);
+    bad = add_header(x, auth);
     OPENSSL_cleanse(auth, n);
     free(auth);
     if (bad) return CURLE_OUT_OF_MEMORY;
   }
-  CHECK_SETOPT(t, CURLOPT_URL, url);
-  CHECK_SETOPT(t, CURLOPT_HTTPHEADER, t->headers);
-  CHECK_SETOPT(t, CURLOPT_NOBODY, strcmp(method, "HEAD") == 0 ? 1L : 0L);
+  CHECK_SETOPT(x, CURLOPT_WRITEDATA, x->resp);
+  CHECK_SETOPT(x, CURLOPT_HEADERDATA, x->resp);
+  CHECK_SETOPT(x, CURLOPT_URL, url);
+  CHECK_SETOPT(x, CURLOPT_HTTPHEADER, x->headers);
+  CHECK_SETOPT(x, CURLOPT_NOBODY, strcmp(method, "HEAD") == 0 ? 1L : 0L);
   if (body != NULL) {
-    CHECK_SETOPT(t, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-    CHECK_SETOPT(t, CURLOPT_POSTFIELDS, body);
-    CHECK_SETOPT(t, CURLOPT_CUSTOMREQUEST, method);
+    CHECK_SETOPT(x, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    CHECK_SETOPT(x, CURLOPT_POSTFIELDS, body);
+    CHECK_SETOPT(x, CURLOPT_CUSTOMREQUEST, method);
   } else if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
-    CHECK_SETOPT(t, CURLOPT_HTTPGET, 1L);
-    CHECK_SETOPT(t, CURLOPT_CUSTOMREQUEST, NULL);
+    CHECK_SETOPT(x, CURLOPT_HTTPGET, 1L);
+    CHECK_SETOPT(x, CURLOPT_CUSTOMREQUEST, NULL);
   } else {
-    CHECK_SETOPT(t, CURLOPT_HTTPGET, 1L);
-    CHECK_SETOPT(t, CURLOPT_CUSTOMREQUEST, method);
+    CHECK_SETOPT(x, CURLOPT_HTTPGET, 1L);
+    CHECK_SETOPT(x, CURLOPT_CUSTOMREQUEST, method);
   }
-  /* libcurl silently re-sends a request whose reused connection dies before
-  ** any byte of the answer (Curl_retry_request). For a write that replay
-  ** would be invisible to our retry rule, and could apply it twice; so a
-  ** write always goes out on a connection opened for it, which then joins
-  ** the pool for the reads that follow. */
-  CHECK_SETOPT(t, CURLOPT_FRESH_CONNECT,
-               strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0 ? 0L : 1L);
-  CHECK_SETOPT(t, CURLOPT_TIMEOUT_MS, to_ms(timeout));
+  /* Connections (docs/transport.md): a read, or a write whose resend cannot
+  ** apply it twice, goes out on a kept-alive connection; any other write on
+  ** a connection opened for it, which then joins the pool. libcurl re-sends
+  ** an attempt by itself when a reused connection dies before the answer
+  ** (on_prereq): harmless for a read, refused for a write. */
+  CHECK_SETOPT(x, CURLOPT_FRESH_CONNECT, reuse ? 0L : 1L);
+  x->refuse_resend = strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0;
+  CHECK_SETOPT(x, CURLOPT_TIMEOUT_MS, to_ms(timeout));
   /* Stall detection: under 1 byte/s for 30 s (or the whole timeout, if shorter)
   ** means a dead peer, even with no overall timeout set. */
-  CHECK_SETOPT(t, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  CHECK_SETOPT(t, CURLOPT_LOW_SPEED_TIME,
+  CHECK_SETOPT(x, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  CHECK_SETOPT(x, CURLOPT_LOW_SPEED_TIME,
                (long)(timeout > 0 && timeout < 30 ? (timeout < 1 ? 1 : timeout) : 30));
-  t->stop = COZY_GO;
-  CHECK_SETOPT(t, CURLOPT_XFERINFOFUNCTION, on_progress);
-  CHECK_SETOPT(t, CURLOPT_XFERINFODATA, t);
-  CHECK_SETOPT(t, CURLOPT_NOPROGRESS, 0L);
-  if (t->setopt_rc != CURLE_OK) {
-    rc = t->setopt_rc; /* t->errbuf names the option */
-  } else {
-    rc = curl_easy_perform(c);
-    if (rc == CURLE_OK && curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status) != CURLE_OK) *status = 0;
-  }
+  CHECK_SETOPT(x, CURLOPT_NOPROGRESS, 0L);
+  return x->setopt_rc; /* when not OK, x->errbuf names the option */
+}
+
+CURLcode cozy_exchange_finish(struct cozy_exchange *x, CURLcode rc, long *status) {
+  struct cozy_response *r = x->resp;
+  *status = 0;
+  if (rc == CURLE_OK && curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, status) != CURLE_OK) *status = 0;
   /* the token must not stay in a header list longer than the request: the
   ** handle forgets the list before it is freed */
-  CHECK_SETOPT(t, CURLOPT_HTTPHEADER, NULL);
-  free_headers(t);
-  if (rc == CURLE_OK && t->setopt_rc != CURLE_OK) rc = t->setopt_rc;
-  if (t->body_too_large || rc == CURLE_FILESIZE_EXCEEDED) {
+  x->setopt_rc = CURLE_OK;
+  CHECK_SETOPT(x, CURLOPT_HTTPHEADER, NULL);
+  free_headers(x);
+  if (rc == CURLE_OK && x->setopt_rc != CURLE_OK) rc = x->setopt_rc;
+  if (rc == CURLE_ABORTED_BY_CALLBACK && x->resend_refused) {
+    rc = CURLE_RECV_ERROR; /* a reset connection, whose request may have landed */
+    snprintf(x->errbuf, sizeof x->errbuf,
+             "the reused connection closed before any answer came (libcurl's own re-send of "
+             "the write was refused)");
+  }
+  if (r->body_too_large || rc == CURLE_FILESIZE_EXCEEDED) {
     rc = CURLE_FILESIZE_EXCEEDED;
-    snprintf(t->errbuf, sizeof t->errbuf,
+    snprintf(x->errbuf, sizeof x->errbuf,
              "the response body is larger than max_response_bytes (%zu bytes, counted after "
-             "decompression); the transfer was stopped", t->max_response_bytes);
-    t->body_len = 0; /* nothing of a refused body is handed on */
+             "decompression); the transfer was stopped", r->max_response_bytes);
+    r->body_len = 0; /* nothing of a refused body is handed on */
   }
   return rc;
+}
+
+CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url,
+                           const char *body, size_t body_len, const char *content_type,
+                           double timeout, int reuse, long *status) {
+  struct cozy_exchange *x = &t->x;
+  CURLcode rc;
+  x->resp = &t->resp;
+  x->watch = t->watch;
+  rc = cozy_exchange_prepare(t, x, method, url, body, body_len, content_type, timeout, reuse);
+  if (rc == CURLE_OK) rc = curl_easy_perform(x->curl);
+  return cozy_exchange_finish(x, rc, status);
 }

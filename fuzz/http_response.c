@@ -13,7 +13,7 @@
 #include "transport.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  struct cozy_transport t;
+  struct cozy_response t;
   size_t i = 0, total = 0;
   if (size < 2) return 0;
   memset(&t, 0, sizeof t);

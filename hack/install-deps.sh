@@ -6,9 +6,11 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   liblua5.4-dev lua5.4 lua-cjson-dev libcurl4-openssl-dev libyaml-dev libssl-dev
-  lua-busted python3-jsonpatch openssl curl jq ca-certificates
+  lua-busted python3-jsonpatch python3-yaml openssl curl jq ca-certificates
   # hack/fuzz.sh: clang and its libFuzzer runtime (only a Recommends of clang)
   clang libclang-rt-14-dev
+  # hack/lint.sh
+  lua-check cppcheck clang-format
   # spec/campaign/valgrind_spec.lua: one e2e run under memcheck (plain build)
   valgrind
 )

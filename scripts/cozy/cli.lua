@@ -17,21 +17,28 @@ Commands:
   plan    [--target N] [--server-dry-run]               what run would change, nothing written
   status  [--output text|json]                          version, target, pending, lock, history
   check   [--migration N] [--output text|json]          read-only preflight and each pending check()
+          [--service-account NAME]                      review NAME's permissions (SubjectAccessReview), not ours
   list    [--output text|json]                          migrations known to this build
   new NAME                                              scaffold migrations/NN-NAME.lua and its spec
+  rbac    [--all] [--target N] [--preflight] [--output yaml|json]
+                                                        the least-privilege RBAC of the pending range
   lua [SCRIPT [ARGS...]] | lua -e CODE                  Lua 5.4 interpreter with the engine's modules
 
 Common options:
   --kubeconfig PATH         kubeconfig file (else $KUBECONFIG, in-cluster, ~/.kube/config)
   --context NAME            kubeconfig context (else current-context)
-  --namespace NS            namespace of the version ConfigMap and the lock (else $NAMESPACE, cozy-system)
-  --migrations DIR          read migrations from DIR instead of the ones built in
+  --namespace NS            namespace of the version ConfigMap and the lock
+                            (else $NAMESPACE, in-cluster the service account's namespace, cozy-system)
+  --migrations DIR          add DIR's migrations (legacy scripts NN, NN-name) to the built-in ones
+                            (else $COZY_MIGRATE_MIGRATIONS, else /migrations when it exists)
+  --no-builtin              leave the built-in migrations out (DIR's set alone)
   --log-format text|json    log line format (default text)
   --request-timeout SECONDS per-request timeout (default 30)
   --lock-timeout SECONDS    how long to wait for another runner's lock (default 300)
+  --concurrency N           changes of a batch (update_each) in flight at once (run, plan; 1-64, default 8)
   --step-timeout SECONDS    time limit of each migration's run or check (run, plan, check;
                             default: the migration's `timeout`, else 1800)
-  --qps N --burst N         client-side rate limit on API requests (default 20 per second, bursts of 40)
+  --qps N --burst N         client-side rate limit on API requests (default 1000 per second, bursts of 2000)
   -v                        more detail (repeatable)
   --version                 print the version and exit
   --help                    print this help and exit
@@ -44,6 +51,10 @@ Environment:
   POD_NAME                    the lock holder's identity (else host-pid)
   COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
   COZY_MIGRATE_PAGE_LIMIT     objects per list page (default 500)
+  COZY_MIGRATE_MIGRATIONS     default for --migrations (empty: no directory, not even /migrations)
+  KUBERNETES_SERVICE_HOST/PORT  in-cluster API server (with the service account's token, ca.crt, namespace)
+  COZY_MIGRATE_SERVICEACCOUNT_DIR  the service account's directory (tests; else the pod's)
+  HTTPS_PROXY, HTTP_PROXY, NO_PROXY  proxy for the API server, as kubectl uses them
 
 Exit status: 0 done or nothing to do; 1 a migration or an API call failed,
 a run was stopped (SIGTERM, lost lock) or check found a blocking finding;
@@ -52,15 +63,23 @@ See docs/operations.md.
 ]==]
 
 local commands = {
-  run = true, plan = true, status = true, check = true, list = true, new = true,
+  run = true, plan = true, status = true, check = true, list = true, new = true, rbac = true,
 }
 
--- option name -> kind: "flag", "count", or a value parser
+-- option name -> kind: "flag", "count", or a value parser. Numbers are plain
+-- decimal (no hex, no exponent, no sign): what an operator types.
+local function decimal(v)
+  if type(v) ~= "string" or not (v:match("^%d+$") or v:match("^%d+%.%d+$") or v:match("^%.%d+$")) then
+    return nil
+  end
+  return tonumber(v)
+end
+
 local function number_value(name)
   return function(v)
-    local n = tonumber(v)
-    if n == nil or n < 0 then
-      errors.raise("usage", ("%s expects a non-negative number, got %q"):format(name, v))
+    local n = decimal(v)
+    if n == nil then
+      errors.raise("usage", ("%s expects a non-negative number, in plain decimal, got %q"):format(name, v))
     end
     return n
   end
@@ -68,9 +87,9 @@ end
 
 local function integer_value(name)
   return function(v)
-    local n = math.tointeger(tonumber(v))
-    if n == nil or n < 0 then
-      errors.raise("usage", ("%s expects a non-negative integer, got %q"):format(name, v))
+    local n = v:match("^%d+$") and math.tointeger(tonumber(v))
+    if not n then
+      errors.raise("usage", ("%s expects a non-negative integer, in plain decimal, got %q"):format(name, v))
     end
     return n
   end
@@ -79,9 +98,9 @@ end
 -- Rates: zero would switch the client's limiter off, which is for tests only.
 local function positive_value(name)
   return function(v)
-    local n = tonumber(v)
-    if n == nil or n <= 0 or n ~= n or n == math.huge then
-      errors.raise("usage", ("%s expects a positive number, got %q"):format(name, v))
+    local n = decimal(v)
+    if n == nil or n <= 0 or n == math.huge then
+      errors.raise("usage", ("%s expects a positive number, in plain decimal, got %q"):format(name, v))
     end
     return n
   end
@@ -108,6 +127,13 @@ local options = {
   ["--request-timeout"] = number_value("--request-timeout"),
   ["--lock-timeout"] = number_value("--lock-timeout"),
   ["--step-timeout"] = positive_value("--step-timeout"),
+  ["--concurrency"] = function(v)
+    local n = v:match("^%d+$") and math.tointeger(tonumber(v))
+    if not n or n < 1 or n > 64 then
+      errors.raise("usage", ("--concurrency expects an integer from 1 to 64, in plain decimal, got %q"):format(v))
+    end
+    return n
+  end,
   ["--qps"] = positive_value("--qps"),
   ["--burst"] = positive_value("--burst"),
   ["--target"] = integer_value("--target"),
@@ -115,21 +141,33 @@ local options = {
   ["--output"] = one_of("--output", "text", "json"),
   ["--dry-run"] = "flag",
   ["--server-dry-run"] = "flag",
+  ["--service-account"] = string_value,
+  ["--no-builtin"] = "flag",
+  ["--all"] = "flag",
+  ["--preflight"] = "flag",
   ["-v"] = "count",
+}
+
+-- An option whose values differ for one command.
+local command_values = {
+  rbac = { ["--output"] = one_of("--output", "yaml", "json") },
 }
 
 -- Which command-specific options each command accepts (common ones always).
 local command_options = {
-  run = { ["--target"] = true, ["--dry-run"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true },
-  plan = { ["--target"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true },
+  run = { ["--target"] = true, ["--dry-run"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true,
+    ["--concurrency"] = true },
+  plan = { ["--target"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true, ["--concurrency"] = true },
   status = { ["--output"] = true, ["--target"] = true },
-  check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true, ["--step-timeout"] = true },
+  check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true, ["--step-timeout"] = true,
+    ["--service-account"] = true },
   list = { ["--output"] = true },
   new = {},
+  rbac = { ["--all"] = true, ["--target"] = true, ["--preflight"] = true, ["--output"] = true },
 }
 local common = {
   ["--kubeconfig"] = true, ["--context"] = true, ["--namespace"] = true,
-  ["--migrations"] = true, ["--log-format"] = true, ["--request-timeout"] = true,
+  ["--migrations"] = true, ["--no-builtin"] = true, ["--log-format"] = true, ["--request-timeout"] = true,
   ["--lock-timeout"] = true, ["--qps"] = true, ["--burst"] = true, ["-v"] = true,
 }
 
@@ -151,7 +189,7 @@ function cli.parse(argv)
     local a = argv[i]
     local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
     name = name or a
-    local kind = options[name]
+    local kind = (command_values[command] or {})[name] or options[name]
     if a == "--" then
       for j = i + 1, #argv do args[#args + 1] = argv[j] end
       break
@@ -180,6 +218,11 @@ function cli.parse(argv)
       end
     end
     i = i + 1
+  end
+  -- only `new` takes an argument (its NAME); anything else is a mistake
+  local takes = command == "new" and 1 or 0
+  if #args > takes then
+    errors.raise("usage", ("unexpected argument %q for '%s'"):format(args[takes + 1], command))
   end
   return command, opts, args
 end

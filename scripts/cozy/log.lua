@@ -85,6 +85,9 @@ function Logger:write(level, message, fields)
     root.bar_active = false
   end
   root.stream:write(out)
+  -- and draw it again below the line, so the bar stays the last line on
+  -- the screen however many lines a run logs
+  if root.bar then root.bar:draw(sys.monotime()) end
   root.stream:flush()
   if root.sink then root.sink(level, message, all) end
 end
@@ -110,27 +113,54 @@ local function bar(done, total, width)
   return "[" .. ("#"):rep(filled) .. ("."):rep(width - filled) .. "] "
 end
 
--- Reports n_done (of total) at most every log.progress_interval seconds;
--- on a terminal, redraws a bar in place instead.
+local function seconds_text(t)
+  if t >= 3600 then return ("%dh%02dm"):format(t // 3600, t % 3600 // 60) end
+  if t >= 60 then return ("%dm%02ds"):format(t // 60, t % 60) end
+  return ("%ds"):format(t)
+end
+
+-- Done per second so far, and the seconds left at that pace (nil when unknown).
+function Progress:pace(now)
+  local elapsed = now - self.started
+  local rate = elapsed > 0 and self.done_count / elapsed or nil
+  local eta = rate and rate > 0 and self.total and math.max(0, self.total - self.done_count) / rate or nil
+  return rate, eta
+end
+
+-- The bar on the terminal's last line: "[####....] VMs 120/500 12.3/s ETA 31s".
+function Progress:draw(now)
+  local rate, eta = self:pace(now)
+  local root = self.logger.root
+  root.stream:write(table.concat { "\r\27[K", bar(self.done_count, self.total, 30), self.label, " ",
+    tostring(self.done_count), self.total and ("/" .. self.total) or "",
+    rate and (" %.1f/s"):format(rate) or "", eta and (" ETA " .. seconds_text(math.ceil(eta))) or "" })
+  root.bar_active = true
+  self.last_draw = now
+end
+
+-- Reports n_done (of total): on a terminal a bar redrawn in place (at most
+-- five times a second, and after every log line); elsewhere a progress line
+-- at most every log.progress_interval seconds, with rate and ETA.
 function Progress:step(n_done)
   self.done_count = n_done or (self.done_count + 1)
   local now = sys.monotime()
   if self.logger.tty and self.logger.format == "text" then
-    if now - self.last_draw < 0.2 then return end
-    self.last_draw = now
-    local root = self.logger.root
-    root.stream:write(table.concat { "\r\27[K", bar(self.done_count, self.total, 30), self.label, " ",
-      tostring(self.done_count), self.total and ("/" .. self.total) or "" })
-    root.stream:flush()
-    root.bar_active = true
+    self.logger.root.bar = self
+    if now - self.last_draw < 0.2 and self.done_count ~= self.total then return end
+    self:draw(now)
+    self.logger.root.stream:flush()
     return
   end
   if now - self.last_line < log.progress_interval then return end
   self.last_line = now
-  self.logger:info("progress", { task = self.label, done = self.done_count, total = self.total })
+  local rate, eta = self:pace(now)
+  self.logger:info("progress", { task = self.label, done = self.done_count, total = self.total,
+    rate_per_s = rate and ("%.1f"):format(rate) or nil, eta_s = eta and math.ceil(eta) or nil })
 end
 
 function Progress:done()
+  local root = self.logger.root
+  if root.bar == self then root.bar = nil end
   self.logger:info("progress done", { task = self.label, done = self.done_count, total = self.total,
     seconds = ("%.1f"):format(sys.monotime() - self.started) })
 end
@@ -139,7 +169,7 @@ function Logger:progress(label, total)
   local now = sys.monotime()
   return setmetatable({
     logger = self, label = tostring(label), total = total, done_count = 0,
-    started = now, last_line = now, last_draw = 0,
+    started = now, last_line = now, last_draw = -math.huge,
   }, Progress)
 end
 

@@ -67,7 +67,7 @@ function runner.protect(opts, fn)
 end
 
 function runner.discover(opts)
-  return discovery.discover({ migrations = opts.migrations })
+  return discovery.discover(discovery.options(opts))
 end
 
 -- The list page size; COZY_MIGRATE_PAGE_LIMIT changes it (tests that want
@@ -81,7 +81,7 @@ end
 -- Plain-data connect options (the lease worker connects with the same).
 function runner.connect_options(opts)
   return { kubeconfig = opts.kubeconfig, context = opts.context, request_timeout = opts.request_timeout or 30,
-    qps = opts.qps, burst = opts.burst, page_limit = runner.page_limit() }
+    qps = opts.qps, burst = opts.burst, concurrency = opts.concurrency, page_limit = runner.page_limit() }
 end
 
 function runner.connect(opts, log, extra)
@@ -95,7 +95,7 @@ end
 function runner.load_file(path)
   local dir, filename = path:match("^(.*)/([^/]+)$")
   dir, filename = dir or ".", filename or path
-  local set = discovery.discover({ migrations = dir })
+  local set = discovery.discover({ migrations = dir, builtin = false })
   for _, m in ipairs(set.migrations) do
     if m.filename == filename then return m end
   end
@@ -105,17 +105,18 @@ end
 -- Runs one Lua migration through the step executor, without stamping or
 -- locking (the spec harness). opts: kubeconfig or client, namespace, mode
 -- ("run" | "plan" | "check"), log, record (plan: each write kept back).
--- Raises what the step raised; returns { findings = {...} }.
+-- Raises what the step raised; returns what step.execute returns as its
+-- result ({ findings =, outcome =, defined = }).
 function runner.run_migration(m, opts)
   local log = opts.log or log_module.new{ format = "text", verbosity = 0 }
   local mode = opts.mode or "run"
   local client = opts.client or require("cozy.kube").connect{ kubeconfig = opts.kubeconfig, log = log,
     dry_run = mode == "plan" and "client" or nil, record = opts.record }
-  local ok, err, findings = step.execute(m, { client = client, log = log, mode = mode,
+  local ok, err, result = step.execute(m, { client = client, log = log, mode = mode,
     namespace = opts.namespace or "cozy-system", guard = opts.guard })
   if not opts.client then client:close() end
   if not ok then error(err, 0) end
-  return { findings = findings }
+  return result
 end
 
 -- The lock for a run: taken (waiting up to the lock timeout), then renewed
@@ -220,9 +221,9 @@ function runner.execute(opts, mode, report)
       step_log:info("step started", { from = from, to = to, kind = m.kind })
       report { type = "step", number = m.number, name = m.name, kind = m.kind, from = from, to = to,
         description = m.description }
-      local record = function() return stamp.history_record(m, from, to, t0, identity) end
+      local record = function(outcome) return stamp.history_record(m, from, to, t0, identity, outcome) end
       if m.kind == "lua" then
-        local ok, err = step.execute(m, { client = client, log = log, namespace = namespace,
+        local ok, err, result = step.execute(m, { client = client, log = log, namespace = namespace,
           mode = planning and "plan" or "run", timeout = opts.step_timeout,
           guard = function() interrupted_check(); lock_guard() end,
           before_attempt = lock_attempt, write_timeout = lock_timeout })
@@ -236,7 +237,7 @@ function runner.execute(opts, mode, report)
           report { type = "failure", number = m.number, name = m.name, error = errors.text(err) }
         end
         interrupted_check()
-        cm = stamp.advance(cms, cm, from, to, record())
+        cm = stamp.advance(cms, cm, from, to, record(result.outcome))
       elseif planning then
         report { type = "legacy", number = m.number, name = m.name, file = m.file }
         cm = stamp.advance(cms, cm, from, to, record())

@@ -46,6 +46,8 @@ sandbox.modules["cozy.json"] = function()
   return m
 end
 
+sandbox.modules["cozy.obj"] = function() return copy(require "cozy.obj") end
+
 local base_names = {
   "assert", "error", "ipairs", "next", "pairs", "pcall", "xpcall", "select",
   "tonumber", "tostring", "type", "rawequal", "rawget", "rawlen", "rawset",

@@ -1,12 +1,12 @@
 -- `list` and `new`: no cluster needed.
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 local json = require "cozy.json"
 
 local fixtures = "spec/fixtures/runner/"
 
 describe("cozy-migrate list", function()
   it("lists number, name, kind, sha256 and description", function()
-    local r = support.run({ "list", "--migrations", fixtures .. "legacy" })
+    local r = support.run({ "list", "--no-builtin", "--migrations", fixtures .. "legacy" })
     assert.equal(0, r.code, r.stderr)
     local lines = support.lines(r.stdout)
     assert.equal(3, #lines)
@@ -15,7 +15,7 @@ describe("cozy-migrate list", function()
   end)
 
   it("lists as JSON", function()
-    local r = support.run({ "list", "--migrations", fixtures .. "two", "--output", "json" })
+    local r = support.run({ "list", "--no-builtin", "--migrations", fixtures .. "two", "--output", "json" })
     assert.equal(0, r.code, r.stderr)
     local doc = json.decode(r.stdout)
     assert.equal(2, #doc.migrations)
@@ -29,14 +29,14 @@ describe("cozy-migrate list", function()
     { "shape", "2%-no%-run.lua: run must be a function" },
   }) do
     it("refuses an invalid set (" .. case[1] .. ") with exit 2", function()
-      local r = support.run({ "list", "--migrations", fixtures .. case[1] })
+      local r = support.run({ "list", "--no-builtin", "--migrations", fixtures .. case[1] })
       assert.equal(2, r.code)
       assert.matches(case[2], r.stderr)
     end)
   end
 
   it("logs JSON lines with --log-format json", function()
-    local r = support.run({ "list", "--migrations", fixtures .. "dup", "--log-format", "json" })
+    local r = support.run({ "list", "--no-builtin", "--migrations", fixtures .. "dup", "--log-format", "json" })
     assert.equal(2, r.code)
     local line = json.decode(support.lines(r.stderr)[1])
     assert.equal("error", line.level)
@@ -57,7 +57,7 @@ describe("cozy-migrate new", function()
     assert.equal(0, r.code, r.stderr)
     assert.truthy(support.slurp(dir .. "/migrations/3-add-labels.lua"))
     assert.truthy(support.slurp(dir .. "/spec/migrations/3-add-labels_spec.lua"))
-    local l = support.run({ "list", "--migrations", dir .. "/migrations" })
+    local l = support.run({ "list", "--no-builtin", "--migrations", dir .. "/migrations" })
     assert.equal(0, l.code, l.stderr)
     assert.matches("3%-add%-labels", l.stdout)
   end)

@@ -2,7 +2,7 @@
 -- time limit or on SIGTERM; a migration file whose top level never returns is
 -- refused; a write retried past the lease's expiry is never sent.
 local fake = require "spec.support.fake"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 local sys = require "cozy.sys"
 
 local function migration_dir(files)

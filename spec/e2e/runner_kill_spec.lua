@@ -3,7 +3,7 @@
 -- write, a dead runner's lease expires).
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 local STEPS, WRITES_PER_STEP = 12, 3
 

@@ -2,7 +2,7 @@
 -- output is streamed into the log; the runner verifies their stamp.
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 describe("runner legacy scripts", function()
   local srv

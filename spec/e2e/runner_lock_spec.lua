@@ -3,7 +3,7 @@
 local fake = require "spec.support.fake"
 local lease = require "cozy.runner.lease"
 local sys = require "cozy.sys"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 local function lease_object(holder, renewed, duration)
   return { apiVersion = "coordination.k8s.io/v1", kind = "Lease",

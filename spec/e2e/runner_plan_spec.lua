@@ -1,7 +1,7 @@
 -- `plan`, `run --dry-run` and `--server-dry-run`: nothing persists.
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 -- objects without the bookkeeping a server adds (the request log shows
 -- reads; this shows nothing changed)

@@ -2,7 +2,7 @@
 -- with stamps and history, fail closed, invalid sets refused without a write.
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 local LABEL = "platform.cozystack.io/no-delete"
 
@@ -65,6 +65,26 @@ describe("cozy-migrate run", function()
     r = support.run(support.args(srv, "two", "run"))
     assert.equal(0, r.code, r.stderr)
     assert.same({}, support.writes(srv))
+  end)
+
+  it("refuses to run on a malformed history, and never replaces it", function()
+    srv:reset(support.fixture(1))
+    local res = srv:request("PATCH", "/api/v1/namespaces/cozy-system/configmaps/cozystack-version",
+      { body = { data = { history = "[1,2,3]" } }, content_type = "application/merge-patch+json" })
+    assert.equal(200, res.status, res.body)
+    srv:clear_requests()
+    local r = support.run(support.args(srv, "two", "run"))
+    assert.equal(1, r.code, r.stderr)
+    assert.matches("data.history must be a JSON array of step records, found an array whose entry 1 is not a record",
+      r.stderr, 1, true)
+    assert.same({}, support.writes(srv))
+    local v, cm = support.version(srv)
+    assert.equal(1, v)
+    assert.equal("[1,2,3]", cm.data.history)
+    -- status still answers, with the same text as a warning
+    r = support.run(support.args(srv, "two", "status"))
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("warning: ConfigMap cozy-system/cozystack-version: data.history must be", r.stdout, 1, true)
   end)
 
   it("fails closed: earlier stamps stay, nothing past the failing step", function()
@@ -168,7 +188,7 @@ describe("cozy-migrate run", function()
   end)
 
   it("exits 2 for a configuration error", function()
-    local r = support.run({ "run", "--kubeconfig", "/nonexistent/kubeconfig", "--migrations", "spec/fixtures/runner/two" })
+    local r = support.run({ "run", "--kubeconfig", "/nonexistent/kubeconfig", "--no-builtin", "--migrations", "spec/fixtures/runner/two" })
     assert.equal(2, r.code, r.stderr)
   end)
 end)

@@ -3,7 +3,7 @@ local fake = require "spec.support.fake"
 local json = require "cozy.json"
 local lease = require "cozy.runner.lease"
 local sys = require "cozy.sys"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 describe("cozy-migrate status", function()
   local srv
@@ -121,7 +121,7 @@ contexts: [{name: x, context: {cluster: x, user: x}}]
 current-context: x
 ]])
     f:close()
-    local r = support.run({ "check", "--kubeconfig", kubeconfig, "--migrations", "spec/fixtures/runner/checks",
+    local r = support.run({ "check", "--kubeconfig", kubeconfig, "--no-builtin", "--migrations", "spec/fixtures/runner/checks",
       "--request-timeout", "2" })
     assert.equal(1, r.code, r.stdout .. r.stderr)
     assert.matches("UNREACHABLE", r.stdout)
@@ -134,8 +134,8 @@ current-context: x
     assert.matches("connected .*burst=3", r.stderr)
     assert.matches("connected .*qps=7.5", r.stderr)
     r = support.run(support.args(srv, "checks", "status", "-v"))
-    assert.matches("connected .*burst=40", r.stderr) -- the documented defaults
-    assert.matches("connected .*qps=20", r.stderr)
+    assert.matches("connected .*burst=2000", r.stderr) -- the documented defaults
+    assert.matches("connected .*qps=1000", r.stderr)
     for _, bad in ipairs({ { "--qps", "0" }, { "--qps", "-1" }, { "--burst", "x" }, { "--qps", "nan" } }) do
       r = support.run(support.args(srv, "checks", "status", bad[1], bad[2]))
       assert.equal(2, r.code, table.concat(bad, " "))

@@ -6,13 +6,9 @@
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
 local runner = require "cozy.runner"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
-local function write_file(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local write_file = require("spec.helpers.files").write
 
 -- A directory holding one migration `1-NAME.lua` with `source`.
 local function migration_dir(name, source)
@@ -37,16 +33,20 @@ local CONFIGMAP_PERMISSIONS = [[
 -- each Resource write method, update, and a raw path to another group.
 -- Each entry: a label and the Lua statement making the write.
 local WRITES = {
-  { "call POST", [[ctx.kube:call("POST", "/api/v1/namespaces/cozy-system/configmaps", { body = { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "raw-post", namespace = "cozy-system" } } })]] },
-  { "call PUT", [[ctx.kube:call("PUT", "/api/v1/namespaces/cozy-system/configmaps/target", { body = { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "target", namespace = "cozy-system" }, data = { put = "1" } } })]] },
-  { "call PATCH", [[ctx.kube:call("PATCH", "/api/v1/namespaces/cozy-system/configmaps/target", { body = { data = { raw = "1" } }, content_type = "application/merge-patch+json" })]] },
+  { "call POST", [[ctx.kube:call("POST", "/api/v1/namespaces/cozy-system/configmaps",
+    { body = { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "raw-post", namespace = "cozy-system" } } })]] },
+  { "call PUT", [[ctx.kube:call("PUT", "/api/v1/namespaces/cozy-system/configmaps/target", { body = { apiVersion = "v1",
+    kind = "ConfigMap", metadata = { name = "target", namespace = "cozy-system" }, data = { put = "1" } } })]] },
+  { "call PATCH", [[ctx.kube:call("PATCH", "/api/v1/namespaces/cozy-system/configmaps/target",
+    { body = { data = { raw = "1" } }, content_type = "application/merge-patch+json" })]] },
   { "call DELETE", [[ctx.kube:call("DELETE", "/api/v1/namespaces/cozy-system/configmaps/doomed")]] },
   { "create", [[cms:create{ apiVersion = "v1", kind = "ConfigMap", metadata = { name = "created", namespace = "cozy-system" } }]] },
   { "merge_patch", [[cms:merge_patch("cozy-system", "target", { data = { merged = "1" } })]] },
   { "json_patch", [[cms:json_patch("cozy-system", "target", { { op = "add", path = "/data/patched", value = "1" } })]] },
   { "update", [[cms:update(cms:get("cozy-system", "target"), function() return { { op = "add", path = "/data/updated", value = "1" } } end)]] },
   { "delete", [[cms:delete("cozy-system", "target")]] },
-  { "call POST other group", [[ctx.kube:call("POST", "/apis/coordination.k8s.io/v1/namespaces/other/leases", { body = { apiVersion = "coordination.k8s.io/v1", kind = "Lease", metadata = { name = "l", namespace = "other" } } })]] },
+  { "call POST other group", [[ctx.kube:call("POST", "/apis/coordination.k8s.io/v1/namespaces/other/leases",
+    { body = { apiVersion = "coordination.k8s.io/v1", kind = "Lease", metadata = { name = "l", namespace = "other" } } })]] },
 }
 
 local function writer_source()
@@ -261,7 +261,8 @@ describe("the context is a boundary", function()
       "attempt to index a nil value" },
     { "the client behind a resource", [[local r = ctx.kube:resource("v1", "configmaps"); assert(r.client == nil); r.client:call("DELETE", "/x")]],
       "attempt to index a nil value" },
-    { "the resource behind a pager", [[local p = ctx.kube:resource("v1", "configmaps"):list(); assert(p.resource == nil); p.resource.client:call("DELETE", "/x")]],
+    { "the resource behind a pager", [[local p = ctx.kube:resource("v1", "configmaps"):list()
+      assert(p.resource == nil); p.resource.client:call("DELETE", "/x")]],
       "attempt to index a nil value" },
     { "the logger's class", [[getmetatable(ctx.log)]], "metatable of an engine object is not available" },
     { "the logger's class through a tagged logger", [[getmetatable(ctx.log:with{ a = 1 })]], "metatable of an engine object is not available" },
@@ -379,7 +380,16 @@ describe("the spec harness runs what production runs", function()
     assert.equal(0, r.code, r.stderr)
     local by_run = migration_requests()
     assert.is_true(#by_harness > 5, "too few requests to compare: " .. #by_harness)
-    assert.same(by_harness, by_run)
+    -- the same requests; the patches run in parallel, so in any order
+    local function sorted(list)
+      local keys = {}
+      for i, r in ipairs(list) do
+        keys[i] = table.concat({ r.method, r.path, r.query or "", tostring(r.content_type), tostring(r.body) }, " ")
+      end
+      table.sort(keys)
+      return keys
+    end
+    assert.same(sorted(by_harness), sorted(by_run))
     -- and the VMs end the same (the stamp differs: the harness does not stamp)
     local function vms(objects)
       local out = {}
@@ -439,5 +449,46 @@ return {
     assert.matches("migration 1-refuses failed: 1-refuses raised a table value: (a table value that cannot be shown)",
       r.stderr, 1, true)
     assert.matches("stack traceback", r.stderr, 1, true)
+  end)
+end)
+
+describe("a step's outcome", function()
+  local srv
+  setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
+  teardown(function() srv:stop() end)
+
+  it("keeps the counts and warnings a migration reports, bounded", function()
+    srv:reset(support.fixture(1))
+    local dir = migration_dir("reports", [[
+return {
+  description = "reports",
+  run = function(ctx)
+    local many = {}
+    for i = 1, 30 do many[("k%02d"):format(i)] = i end
+    ctx.outcome{ updated = 3, note = ("x"):rep(500) }
+    ctx.outcome(many)
+    ctx.outcome{ updated = 4 }
+    for i = 1, 15 do ctx.log:warn("careful " .. i) end
+    assert(not pcall(ctx.outcome, { bad = {} }))
+  end,
+}
+]])
+    local r = support.run(support.args(srv, dir, "run"))
+    os.execute("rm -rf " .. support.quote(dir))
+    assert.equal(0, r.code, r.stderr)
+    local _, cm = support.version(srv)
+    local o = support.history(cm)[1].outcome
+    local keys = 0
+    for _ in pairs(o.counts) do keys = keys + 1 end
+    assert.equal(20, keys)
+    assert.equal(4, o.counts.updated)
+    assert.equal(200, #o.counts.note)
+    assert.equal(10, #o.warnings)
+    assert.equal("careful 1", o.warnings[1])
+    assert.equal(5, o.warnings_dropped)
+    local st = support.run(support.args(srv, support.tmpdir(), "status", "--target", "2"))
+    assert.equal(0, st.code, st.stderr)
+    assert.matches("outcome: .*updated=4", st.stdout)
+    assert.matches("(5 more warnings not kept)", st.stdout, 1, true)
   end)
 end)

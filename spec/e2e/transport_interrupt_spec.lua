@@ -5,7 +5,7 @@
 -- "in flight" and "in backoff" mean is read from the fake's request log
 -- (an entry is logged, status null, when the request arrives).
 local support = require "spec.e2e.transport_support"
-local runner_support = require "spec.e2e.runner_support"
+local runner_support = require "spec.helpers.cli"
 local json = require "cozy.json"
 local proc = require "cozy.proc"
 local sandbox = require "cozy.sandbox"

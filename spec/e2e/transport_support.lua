@@ -2,6 +2,8 @@
 -- with the transport fixture, a capturing logger, and request-log filters.
 local fake = require "spec.support.fake"
 local kube = require "cozy.kube"
+local cli = require "spec.helpers.cli"
+local files = require "spec.helpers.files"
 
 local support = {}
 
@@ -70,36 +72,18 @@ function support.object(srv, ns, name)
   return srv:object("ConfigMap", ns, name)
 end
 
-function support.write_file(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
-end
-
-function support.read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+support.write_file = files.write
+support.read_file = files.read
 
 function support.tmpdir()
-  local p = io.popen("mktemp -d -t cozy-transport.XXXXXX")
-  local d = p:read("l")
-  p:close()
-  return d
+  return files.tmpdir("cozy-transport")
 end
 
--- Runs the binary; returns exit code, stdout, stderr.
+-- Runs the binary with a shell-syntax argument string (and `env`, shell
+-- assignments); returns exit code, stdout, stderr.
 function support.run(env, args)
-  local bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
-  local out, err = os.tmpname(), os.tmpname()
-  local ok, how, code = os.execute(("env %s %s %s >%s 2>%s </dev/null"):format(env or "", bin, args, out, err))
-  local o, e = support.read_file(out), support.read_file(err)
-  os.remove(out)
-  os.remove(err)
-  return (how == "exit" and (ok and 0 or code)) or 128 + (code or 0), o, e
+  local r = cli.shell(("env %s %s %s"):format(env or "", cli.bin, args))
+  return r.code, r.stdout, r.stderr
 end
 
 support.fake = fake

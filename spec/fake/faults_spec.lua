@@ -29,7 +29,7 @@ describe("fake API server faults and request log", function()
     srv:reset{ BASIC, KUBEVIRT }
   end)
 
-  it("records method, path, query, content type, body, status and user agent, never the token", function()
+  it("records method, path, query, content type, body, status, user agent and connection, never the token", function()
     srv:request("PATCH", CM .. "/cm-a?fieldManager=me", { content_type = "application/merge-patch+json",
       body = '{"data":{"k":"2"}}', headers = { ["User-Agent"] = "cozy-migrate/test" } })
     srv:request("GET", CM .. "/missing")
@@ -39,6 +39,9 @@ describe("fake API server faults and request log", function()
     -- when it arrived: a wall-clock time, now-ish
     assert.is_true(math.abs(log[1].at - os.time()) < 60, tostring(log[1].at))
     log[1].at = nil
+    -- which connection carried it: the client's address:port
+    assert.matches("^127%.0%.0%.1:%d+$", log[1].conn)
+    log[1].conn = nil
     assert.same({ method = "PATCH", path = CM .. "/cm-a", query = "fieldManager=me",
       content_type = "application/merge-patch+json", body = '{"data":{"k":"2"}}', status = 200,
       user_agent = "cozy-migrate/test" }, log[1])

@@ -21,36 +21,8 @@ fake.server_path = here .. "/fake-apiserver"
 fake.python = os.getenv("FAKE_APISERVER_PYTHON") or "/usr/bin/python3"
 fake.kubectl_path = os.getenv("KUBECTL") or "kubectl"
 
-local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local data = f:read("a")
-  f:close()
-  return data
-end
-
-local function write_file(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
-end
-
-local function sh(cmd)
-  local okay, how, code = os.execute(cmd)
-  if how == "exit" then return code end
-  return okay and 0 or 128 + (code or 0)
-end
-
-local function capture(cmd)
-  local p = assert(io.popen(cmd, "r"))
-  local out = p:read("a")
-  p:close()
-  return out
-end
+local files = require "spec.helpers.files"
+local q, read_file, write_file, sh, capture = files.quote, files.read, files.write, files.sh, files.capture
 
 -- Inside the host (cozy-migrate lua busted) cozy.sys sleeps in-process; under
 -- a plain lua5.4 (spec/fake runs there too) a `sleep` child does. Only poll()
@@ -88,6 +60,18 @@ end
 fake.json = json
 fake.quote = q
 
+--- Is `t` a list of fixture sources (paths, List tables, arrays of objects), rather
+--- than one array of objects? Objects carry `kind`/`apiVersion`; sources do not.
+function fake.is_source_list(t)
+  if type(t) ~= "table" or t.items ~= nil or t.kind ~= nil or t[1] == nil then return false end
+  for _, v in ipairs(t) do
+    local source = type(v) == "string"
+      or type(v) == "table" and (v.items ~= nil or (v.kind == nil and v.apiVersion == nil))
+    if not source then return false end
+  end
+  return true
+end
+
 -- A fixture given as a Lua table may be a List or a plain array of objects.
 local fixture_text
 function fixture_text(fixture)
@@ -97,9 +81,9 @@ function fixture_text(fixture)
     return data
   end
   if type(fixture) ~= "table" then error("fake: a fixture is a path or a table", 3) end
-  if type(fixture[1]) == "string" then
-    -- several fixture files: a JSON array of Lists, kept verbatim (no decode/encode
-    -- round trip, which plain cjson would make lossy)
+  if fake.is_source_list(fixture) then
+    -- several fixtures (files or tables): a JSON array of Lists, files kept
+    -- verbatim (no decode/encode round trip, which plain cjson would make lossy)
     local texts = {}
     for i, path in ipairs(fixture) do texts[i] = fixture_text(path) end
     return "[" .. table.concat(texts, ",") .. "]"
@@ -331,8 +315,15 @@ function Server:deny(rules)
   self:control("POST", "/_fake/denies", encode(rules))
 end
 
---- Reloads the whole state from a fixture: a path, a list of paths, a List table or an
---- array of objects.
+--- Allow-list mode: from now on only requests one of `rules` covers are allowed
+--- (deny rules still apply on top); each rule {verb=, group=, resource=[, namespace=][, name=]},
+--- `*` for any verb, group or resource. srv:allow{} allows nothing; srv:allow(nil) ends the mode.
+function Server:allow(rules)
+  self:control("POST", "/_fake/allows", rules == nil and "null" or encode(rules))
+end
+
+--- Reloads the whole state from a fixture: a path, a List table, an array of objects,
+--- or a list of those (paths and tables mixed).
 function Server:reset(fixture)
   self:control("POST", "/_fake/reset", fixture_text(fixture or {}))
   -- kubectl's discovery cache would remember the previous state's resource types

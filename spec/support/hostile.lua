@@ -11,30 +11,8 @@ local POLL = 0.05
 hostile.server_path = "spec/support/hostile-server"
 hostile.bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
 
-local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
-end
-
-local function capture(cmd)
-  local p = assert(io.popen(cmd, "r"))
-  local out = p:read("a")
-  p:close()
-  return out
-end
+local files = require "spec.helpers.files"
+local q, read_file, write_file, capture = files.quote, files.read, files.write, files.capture
 
 local Server = {}
 Server.__index = Server

@@ -1,17 +1,13 @@
 -- The command-line contract (README.md, docs/operations.md): parsing, exit statuses, --help/--version.
 local cli = require "cozy.cli"
 
-local bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
+local shell = require "spec.helpers.cli"
 
 -- Runs the binary; returns exit status, stdout, stderr.
 local function run(args, stdin)
-  local out, errf = os.tmpname(), os.tmpname()
-  local ok, how, code = os.execute(("%s %s >%s 2>%s <%s"):format(bin, args, out, errf, stdin or "/dev/null"))
-  local function slurp(p)
-    local f = assert(io.open(p)); local s = f:read("a"); f:close(); os.remove(p); return s
-  end
-  assert(how == "exit", "killed by a signal")
-  return ok and 0 or code, slurp(out), slurp(errf)
+  local r = shell.shell(("%s %s <%s"):format(shell.quote(shell.bin), args, stdin or "/dev/null"))
+  assert(r.code < 128, "killed by a signal")
+  return r.code, r.stdout, r.stderr
 end
 
 describe("cli.parse", function()
@@ -38,6 +34,16 @@ describe("cli.parse", function()
     { { "run", "--target", "-3" }, "non%-negative integer" },
     { { "status", "--output", "yaml" }, "must be one of" },
     { { "run", "--dry-run=yes" }, "takes no value" },
+    { { "run", "--target", "0x3C" }, "non%-negative integer, in plain decimal" },
+    { { "run", "--target", "1e3" }, "non%-negative integer, in plain decimal" },
+    { { "run", "--target", " 60" }, "non%-negative integer, in plain decimal" },
+    { { "run", "--request-timeout", "1e3" }, "non%-negative number, in plain decimal" },
+    { { "run", "--request-timeout", "0x10" }, "non%-negative number, in plain decimal" },
+    { { "run", "--qps", "inf" }, "positive number, in plain decimal" },
+    { { "run", "--qps", "0" }, "positive number, in plain decimal" },
+    { { "run", "extra" }, "unexpected argument \"extra\" for 'run'" },
+    { { "status", "a", "b" }, "unexpected argument \"a\"" },
+    { { "new", "a", "b" }, "unexpected argument \"b\" for 'new'" },
   }) do
     it("refuses " .. table.concat(case[1], " "), function()
       local ok, err = pcall(cli.parse, case[1])

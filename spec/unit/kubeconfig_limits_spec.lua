@@ -4,18 +4,15 @@
 -- would inject HTTP headers (CR, LF, NUL, other control characters) is
 -- refused when it is loaded. Every case is an error of kind "config" (exit 2).
 local kube = require "cozy.kube"
+local cli = require "spec.helpers.cli"
+local files = require "spec.helpers.files"
 
 local function tmpdir()
-  local p = io.popen("mktemp -d -t cozy-kubeconfig-limits.XXXXXX")
-  local d = p:read("l")
-  p:close()
-  return d
+  return files.tmpdir("cozy-kubeconfig")
 end
 
 local function write(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
+  files.write(path, data)
   return path
 end
 
@@ -51,18 +48,16 @@ local function connect_err(path)
 end
 
 local function run(env, code)
-  local bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
-  local out, errf = os.tmpname(), os.tmpname()
-  local ok, how, rc = os.execute(("env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST -u KUBERNETES_SERVICE_PORT %s %s %s >%s 2>%s </dev/null")
-    :format(env, bin, code, out, errf))
-  local function slurp(p) local f = io.open(p); local s = f:read("a"); f:close(); os.remove(p); return s end
-  return (how == "exit" and (ok and 0 or rc)) or -1, slurp(out), slurp(errf)
+  -- the host's cluster settings must not leak into what is tested
+  local r = cli.shell(("env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST -u KUBERNETES_SERVICE_PORT %s %s %s")
+    :format(env, files.quote(cli.bin), code))
+  return r.code, r.stdout, r.stderr
 end
 
 describe("kubeconfig limits", function()
   local dir
   setup(function() dir = tmpdir() end)
-  teardown(function() os.execute("rm -rf '" .. dir .. "'") end)
+  teardown(function() files.rm_rf(dir) end)
   local n = 0
   local function file(text)
     n = n + 1

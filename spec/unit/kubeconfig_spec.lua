@@ -2,18 +2,15 @@
 -- variants, contexts, KUBECONFIG lists, in-cluster, and errors that name the
 -- file and the field. No server is contacted: connect does not send requests.
 local kube = require "cozy.kube"
+local cli = require "spec.helpers.cli"
+local files = require "spec.helpers.files"
 
 local function tmpdir()
-  local p = io.popen("mktemp -d -t cozy-kubeconfig.XXXXXX")
-  local d = p:read("l")
-  p:close()
-  return d
+  return files.tmpdir("cozy-kubeconfig")
 end
 
 local function write(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
+  files.write(path, data)
   return path
 end
 
@@ -66,18 +63,16 @@ local function connect_err(path, ctx)
 end
 
 local function run(env, code)
-  local bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
-  local out, errf = os.tmpname(), os.tmpname()
-  local ok, how, rc = os.execute(("env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST -u KUBERNETES_SERVICE_PORT %s %s lua -e %q >%s 2>%s </dev/null")
-    :format(env, bin, code, out, errf))
-  local function slurp(p) local f = io.open(p); local s = f:read("a"); f:close(); os.remove(p); return s end
-  return (how == "exit" and (ok and 0 or rc)) or -1, slurp(out), slurp(errf)
+  -- the host's cluster settings must not leak into what is tested
+  local r = cli.shell(("env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST -u KUBERNETES_SERVICE_PORT %s %s lua -e %s")
+    :format(env, files.quote(cli.bin), files.quote(code)))
+  return r.code, r.stdout, r.stderr
 end
 
 describe("kubeconfig", function()
   local dir
   setup(function() dir = tmpdir() end)
-  teardown(function() os.execute("rm -rf '" .. dir .. "'") end)
+  teardown(function() files.rm_rf(dir) end)
   local n = 0
   local function file(t)
     n = n + 1

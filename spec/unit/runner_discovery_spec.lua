@@ -22,8 +22,18 @@ describe("runner discovery", function()
     assert.is_nil(discovery.classify("helper.lua"))
   end)
 
+  it("refuses a migration number that does not fit, instead of skipping the file", function()
+    for _, name in ipairs({ "99999999999999999999-x.lua", "1000001-x.lua", "123456789012" }) do
+      local ok, err = pcall(discovery.classify, name)
+      assert.is_false(ok, name)
+      assert.is_true(errors.is(err, "invalid"), tostring(err))
+      assert.matches(name .. ": migration number", err.message, 1, true)
+    end
+    assert.same({ 1000000, "lua" }, { discovery.classify("1000000-x.lua") })
+  end)
+
   it("finds Lua and legacy migrations in order, with sha256 and descriptions", function()
-    local set = discovery.discover{ migrations = fixtures .. "legacy" }
+    local set = discovery.discover{ migrations = fixtures .. "legacy", builtin = false }
     assert.same({ 1, 2, 3 }, { set.migrations[1].number, set.migrations[2].number, set.migrations[3].number })
     assert.same({ "lua", "legacy", "legacy" }, { set.migrations[1].kind, set.migrations[2].kind, set.migrations[3].kind })
     assert.equal("first step: creates runner-test", set.migrations[1].description)
@@ -34,20 +44,20 @@ describe("runner discovery", function()
   end)
 
   it("refuses a duplicate number, naming both files", function()
-    local msg = invalid_message(discovery.discover, { migrations = fixtures .. "dup" })
+    local msg = invalid_message(discovery.discover, { migrations = fixtures .. "dup", builtin = false })
     assert.matches("duplicate migration number 1", msg)
     assert.matches("1%-again.lua", msg)
     assert.matches("1%-first.lua", msg)
   end)
 
   it("refuses a syntax error with file and line", function()
-    local msg, err = invalid_message(discovery.discover, { migrations = fixtures .. "syntax" })
+    local msg, err = invalid_message(discovery.discover, { migrations = fixtures .. "syntax", builtin = false })
     assert.matches("syntax/2%-broken.lua:4:", msg)
     assert.matches("2%-broken.lua$", err.file)
   end)
 
   it("refuses a file that does not return the contract table", function()
-    local msg = invalid_message(discovery.discover, { migrations = fixtures .. "shape" })
+    local msg = invalid_message(discovery.discover, { migrations = fixtures .. "shape", builtin = false })
     assert.matches("2%-no%-run.lua: run must be a function", msg)
   end)
 
@@ -73,7 +83,7 @@ describe("runner discovery", function()
   end)
 
   it("computes pending steps and refuses a gap inside [current, target)", function()
-    local set = discovery.discover{ migrations = fixtures .. "gap" }
+    local set = discovery.discover{ migrations = fixtures .. "gap", builtin = false }
     assert.equal(1, #discovery.pending(set, 1, 2))
     assert.equal(0, #discovery.pending(set, 3, 3))
     local msg = invalid_message(discovery.pending, set, 1, 4)
@@ -84,13 +94,13 @@ describe("runner discovery", function()
     local dir = os.tmpname()
     os.remove(dir)
     os.execute("mkdir -p " .. dir .. " && printf '#!/bin/sh\\n' > " .. dir .. "/5-old")
-    local msg = invalid_message(discovery.discover, { migrations = dir })
+    local msg = invalid_message(discovery.discover, { migrations = dir, builtin = false })
     os.execute("rm -rf " .. dir)
     assert.matches("not executable", msg)
   end)
 
   it("refuses a missing directory", function()
-    local msg = invalid_message(discovery.discover, { migrations = "/nonexistent/dir" })
+    local msg = invalid_message(discovery.discover, { migrations = "/nonexistent/dir", builtin = false })
     assert.matches("not a directory", msg)
   end)
 end)

@@ -61,7 +61,7 @@ describe("cozy.log", function()
     assert.matches("progress done.*done=1000", out)
   end)
 
-  it("draws a bar in place on a terminal and clears it before a line", function()
+  it("draws a bar in place on a terminal, clears it before a line and draws it again after", function()
     local f, read = capture()
     local l = log.new{ stream = f, tty = true }
     local p = l:progress("objects", 10)
@@ -69,8 +69,52 @@ describe("cozy.log", function()
     l:info("between")
     local out = read()
     assert.truthy(out:find("\r\27[K[###############...............] objects 5/10", 1, true), out)
-    assert.truthy(out:find("/10\r\27[K", 1, true), out)
-    assert.matches("INFO  between\n$", out)
+    assert.truthy(out:find("/s ETA %d+s\r\27%[K"), out)
+    assert.matches("INFO  between\n\r\27%[K%[#+%.+%] objects 5/10 [%d.]+/s ETA %d+s$", out)
+  end)
+
+  -- What a person sees: the output replayed on a terminal (\r returns to
+  -- the line's start, \27[K clears to its end): after every log line the
+  -- bar is the last line, with count, rate and ETA.
+  local function screen(out)
+    local lines, cur = {}, ""
+    local i = 1
+    while i <= #out do
+      local c = out:sub(i, i)
+      if out:sub(i, i + 2) == "\27[K" then cur = ""; i = i + 3
+      elseif c == "\r" then cur = ""; i = i + 1
+      elseif c == "\n" then lines[#lines + 1] = cur; cur = ""; i = i + 1
+      else cur = cur .. c; i = i + 1 end
+    end
+    lines[#lines + 1] = cur
+    return lines
+  end
+
+  -- everything written to f so far, leaving f where it was
+  local function peek(f)
+    f:flush()
+    local pos = f:seek("cur")
+    f:seek("set", 0)
+    local all = f:read("a")
+    f:seek("set", pos)
+    return all
+  end
+
+  it("keeps the bar on the terminal's last line while per-object lines scroll", function()
+    local f, read = capture()
+    local l = log.new{ stream = f, tty = true }
+    local p = l:progress("VMs", 6)
+    for i = 1, 6 do
+      l:info("VM ns/vm-" .. i .. ": adding hotplugged volumes x to the VM spec")
+      p:step(i)
+      local shown = screen(peek(f))
+      assert.matches("^%[#*%.*%] VMs %d/6", shown[#shown], 1)
+      assert.matches("VM ns/vm%-" .. i .. ": adding", shown[#shown - 1])
+    end
+    p:done()
+    local shown = screen(read())
+    assert.matches("progress done", shown[#shown - 1])
+    assert.equal("", shown[#shown]) -- the bar is gone once done
   end)
 
   it("feeds a sink (summaries, tests)", function()

@@ -44,10 +44,28 @@ describe("runner stamp", function()
     assert.has_error(function() stamp.version_of({ metadata = {} }) end)
   end)
 
-  it("reads a malformed history as empty, with a reason", function()
-    local h, why = stamp.history_of({ data = { history = "not json" } })
-    assert.same({}, h)
-    assert.is_string(why)
+  it("refuses a malformed history, naming the key and what it found; status reads it leniently", function()
+    local errors = require "cozy.errors"
+    for _, case in ipairs({
+      { "not json", "found not JSON" },
+      { '{"a":1}', "found a JSON object" },
+      { '"x"', "found a JSON string" },
+      { "[1,2,3]", "found an array whose entry 1 is not a record (a JSON number)" },
+      { '[{"number":1},[2]]', "found an array whose entry 2 is not a record (a JSON array)" },
+    }) do
+      local cm = { metadata = { namespace = "ns" }, data = { version = "3", history = case[1] } }
+      local ok, err = pcall(stamp.history_of, cm)
+      assert.is_false(ok, case[1])
+      assert.is_true(errors.is(err, "failed"), tostring(err))
+      assert.matches("ConfigMap ns/cozystack-version: data.history must be a JSON array of step records, "
+        .. case[2], err.message, 1, true)
+      -- and it is never appended to
+      assert.has_error(function() stamp.ops(cm, { version = 4, record = { number = 3 } }) end)
+      local h, why = stamp.history_of(cm, true)
+      assert.same({}, h)
+      assert.equal(err.message, why)
+    end
+    assert.same({}, stamp.history_of({ data = { history = "[]" } }))
   end)
 end)
 

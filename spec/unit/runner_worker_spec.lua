@@ -2,7 +2,7 @@
 -- (child processes). The write guard is proven with the step executor, in
 -- spec/e2e/step_boundary_spec.lua.
 local proc = require "cozy.proc"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 local worker = require "cozy.worker"
 
 describe("cozy.worker", function()
@@ -72,6 +72,23 @@ describe("cozy.proc.spawn", function()
     local how, code = proc.spawn({ "/nonexistent/x" }, nil, function(_, l) out[#out + 1] = l end)
     assert.same({ "exit", 127 }, { how, code })
     assert.matches("exec failed", out[1])
+  end)
+
+  it("runs the child in opts.cwd, with a relative argv[1] made absolute first", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir .. "/sub && printf '#!/bin/sh\\necho \"$0 $(pwd)\"\\n' > "
+      .. dir .. "/sub/script && chmod +x " .. dir .. "/sub/script"))
+    finally(function() os.execute("rm -rf " .. dir) end)
+    local real = require("cozy.sys").realpath(dir .. "/sub")
+    local out = {}
+    local how, code = proc.spawn({ dir .. "/sub/script" }, nil, function(_, l) out[#out + 1] = l end,
+      { cwd = dir .. "/sub" })
+    assert.same({ "exit", 0 }, { how, code })
+    assert.same({ real .. "/script " .. real }, out)
+    assert.has_error(function()
+      proc.spawn({ "/bin/true" }, nil, function() end, { cwd = dir .. "/missing" })
+    end)
   end)
 
   it("raises the callback's error after the child is reaped", function()

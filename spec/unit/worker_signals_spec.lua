@@ -2,7 +2,7 @@
 -- meant for the main thread (whose sleeps and transfers a signal wakes), and
 -- starting it leaves the main thread's mask as it was. Read from the kernel's
 -- view of each thread (/proc/thread-self/status).
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 local worker = require "cozy.worker"
 
 local SIGINT, SIGTERM = 2, 15

@@ -27,13 +27,20 @@ local runner_permissions = {
   { verb = "patch", group = "coordination.k8s.io", resource = "leases" },
 }
 
-local function access_review(client, p, namespace)
-  local reviews = client:resource("authorization.k8s.io/v1", "selfsubjectaccessreviews", { namespaced = false })
-  local res = reviews:create{
-    apiVersion = "authorization.k8s.io/v1", kind = "SelfSubjectAccessReview", metadata = {},
-    spec = { resourceAttributes = { namespace = namespace, verb = p.verb, group = p.group or "",
-      resource = p.resource, subresource = p.subresource, name = p.name } },
-  }
+-- About this runner (SelfSubjectAccessReview), or with --service-account
+-- NAME about that account of the namespace (SubjectAccessReview: the
+-- read-only preflight Job reviews the migration Job's account).
+local function access_review(client, p, namespace, subject)
+  local plural, kind = "selfsubjectaccessreviews", "SelfSubjectAccessReview"
+  if subject then plural, kind = "subjectaccessreviews", "SubjectAccessReview" end
+  local reviews = client:resource("authorization.k8s.io/v1", plural, { namespaced = false })
+  local spec = { resourceAttributes = { namespace = namespace, verb = p.verb, group = p.group or "",
+    resource = p.resource, subresource = p.subresource, name = p.name } }
+  if subject then
+    spec.user = ("system:serviceaccount:%s:%s"):format(subject.namespace, subject.name)
+    spec.groups = { "system:serviceaccounts", "system:serviceaccounts:" .. subject.namespace, "system:authenticated" }
+  end
+  local res = reviews:create{ apiVersion = "authorization.k8s.io/v1", kind = kind, metadata = {}, spec = spec }
   return res.status and res.status.allowed == true, res.status and res.status.reason
 end
 
@@ -95,7 +102,8 @@ function M.collect(opts, log)
     end
   end
   for _, w in ipairs(wanted) do
-    local aok, allowed, reason = pcall(access_review, client, w.p, w.ns)
+    local aok, allowed, reason = pcall(access_review, client, w.p, w.ns,
+      opts.service_account and { namespace = namespace, name = opts.service_account } or nil)
     local entry = { migration = w.source, verb = w.p.verb, group = w.p.group or "", resource = w.p.resource,
       namespace = w.ns, allowed = aok and allowed or false }
     report.permissions[#report.permissions + 1] = entry
@@ -114,10 +122,10 @@ function M.collect(opts, log)
     if m.kind == "legacy" then
       finding(m.name, "info", "legacy script: no check available")
     else
-      local cok, err, findings, defined = step.execute(m, { client = client, log = log, namespace = namespace,
+      local cok, err, result = step.execute(m, { client = client, log = log, namespace = namespace,
         mode = "check", timeout = opts.step_timeout })
-      for _, f in ipairs(findings) do finding(m.name, f.severity, f.message, f.fields) end
-      if not defined then
+      for _, f in ipairs(result.findings) do finding(m.name, f.severity, f.message, f.fields) end
+      if not result.defined then
         finding(m.name, "info", "no check() defined")
       elseif not cok then
         finding(m.name, "block", "check() failed: " .. errors.text(err))

@@ -7,76 +7,139 @@ local sys = require "cozy.sys"
 
 local M = {}
 
+-- The templates' placeholders: {{NUMBER}}, {{NEXT}}, {{NAME}}, {{FILE}}.
 local migration_template = [==[
--- Migration %d: %s.
--- Moves the platform from version %d to %d. It must be idempotent: a failed
--- run is retried from this step, so every write must be safe to repeat.
+-- Migration {{NUMBER}}: {{NAME}}.
+-- Moves the platform from version {{NUMBER}} to {{NEXT}}. TODO: why this migration
+-- exists, in a sentence or two. It must be idempotent: a failed run is retried
+-- from this step, so every write must be safe to repeat.
+local API_VERSION, PLURAL = "v1", "configmaps"   -- TODO: the objects this migration changes
+
+-- The change for one object: JSON patch ops, or nil when the object is already
+-- right (then nothing is sent, so a second run changes nothing). It decides from
+-- the object it is given: after a conflict the engine re-reads it and asks again.
+local function change(obj)
+  -- TODO: your change. To see the spec go green, uncomment this example:
+  -- if not obj.metadata.labels.done then return { { op = "add", path = "/metadata/labels/done", value = "yes" } } end
+  return nil
+end
+
+local function key(obj)
+  return (obj.metadata.namespace or "") .. "/" .. obj.metadata.name
+end
+
 return {
   description = "TODO: one line saying what this migration changes",
 
-  -- What the runner's service account must be allowed to do (checked by
-  -- `cozy-migrate check` with SelfSubjectAccessReview).
+  -- Every request run and check send must be covered here (the engine refuses
+  -- the others before they are sent); `cozy-migrate rbac` grants exactly these.
   permissions = {
-    -- { verb = "patch", group = "apps", resource = "deployments" },
+    { verb = "list", group = "", resource = PLURAL },
+    { verb = "patch", group = "", resource = PLURAL },
   },
 
-  -- Optional, read-only: report what run() would do and what could go wrong.
+  -- Read-only: report what run would change (info), risks (warn), and what
+  -- must stop the upgrade (block).
   check = function(ctx)
-    -- ctx.finding("info", "nothing to report")
+    for obj in ctx.kube:resource(API_VERSION, PLURAL):list{ namespace = ctx.namespace } do
+      if change(obj) then ctx.finding("info", "would change " .. key(obj)) end
+    end
   end,
 
   run = function(ctx)
-    -- local deployments = ctx.kube:resource("apps/v1", "deployments")
-    -- for d in deployments:list{ namespace = ctx.namespace } do
-    --   -- mutate decides from the object it is given (a fresh read after a
-    --   -- conflict) and returns JSON patch ops, or nil for "nothing to do"
-    --   local _, changed = deployments:update(d, function(obj)
-    --     local labels = obj.metadata.labels
-    --     if labels == nil then
-    --       return { { op = "add", path = "/metadata/labels", value = { example = "yes" } } }
-    --     elseif labels.example ~= "yes" then
-    --       return { { op = "add", path = "/metadata/labels/example", value = "yes" } }
-    --     end
-    --   end)
-    --   if changed then
-    --     ctx.log:info(("Deployment %%s/%%s: labelled"):format(d.metadata.namespace, d.metadata.name))
-    --   end
-    -- end
+    local objects = ctx.kube:resource(API_VERSION, PLURAL)
+    local changed = 0
+    for obj in objects:list{ namespace = ctx.namespace } do
+      local _, did = objects:update(obj, change)   -- a test of its resourceVersion guards the patch
+      if did then
+        changed = changed + 1
+        ctx.log:info((ctx.mode == "run" and "changed " or "would change ") .. key(obj))
+      end
+    end
+    ctx.outcome { changed = changed }
   end,
 }
 ]==]
 
 local spec_template = [==[
--- Spec for migration %d (%s): runs it against the fake API server, twice.
-local fake = require "spec.support.fake"
-local runner = require "cozy.runner"
+-- Spec for migration {{NUMBER}}-{{NAME}}, on the spec harness (spec/README.md):
+-- the fake API server holds FIXTURE, reset before each test.
+local harness = require "spec.helpers"
 
-describe("migration %d-%s", function()
-  local srv
-  before_each(function()
-    srv = fake.start{ fixtures = { {
-      { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
-      -- TODO: the objects this migration reads and changes, in full
-    } } }
-  end)
-  after_each(function() srv:stop() end)
+local MIGRATION = "{{FILE}}"
 
-  it("changes what it must and is idempotent", function()
-    local m = runner.load_file("%s")
-    runner.run_migration(m, { kubeconfig = srv.kubeconfig, namespace = "cozy-system" })
-    local first = srv:objects()
-    -- TODO: assert on first
-    runner.run_migration(m, { kubeconfig = srv.kubeconfig, namespace = "cozy-system" })
-    assert.same(first, srv:objects())   -- a second run changes nothing
+-- TODO: the objects this migration reads and changes, in full (as the API
+-- server returns them), and objects it must leave alone.
+local FIXTURE = {
+  { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
+  { apiVersion = "v1", kind = "ConfigMap",
+    metadata = { name = "example", namespace = "cozy-system", labels = { ["app.kubernetes.io/name"] = "example" } },
+    data = { key = "value" } },
+}
+
+-- The objects whose stored state differs between two snapshots, as "Kind ns/name".
+local function changed_objects(before, after)
+  local function index(objects)
+    local out = {}
+    for _, o in ipairs(objects) do
+      out[o.kind .. " " .. (o.metadata.namespace or "") .. "/" .. o.metadata.name] = o.metadata.resourceVersion
+    end
+    return out
+  end
+  local a, b, out = index(before), index(after), {}
+  for k, rv in pairs(b) do
+    if a[k] ~= rv then out[#out + 1] = k end
+  end
+  for k in pairs(a) do
+    if b[k] == nil then out[#out + 1] = k end
+  end
+  table.sort(out)
+  return out
+end
+
+describe("migration {{NUMBER}}-{{NAME}}", function()
+  local h = harness.fake { fixtures = { FIXTURE } }
+
+  it("changes what it must", function()
+    local before = h:objects()
+    h:migrate(MIGRATION)
+    local changed = changed_objects(before, h:objects())
+    assert(#changed > 0, "migration {{NUMBER}}-{{NAME}} changed no object of its fixture: write its first real "
+      .. "change in " .. MIGRATION .. " (change(obj)), keep an object it applies to in FIXTURE, then assert "
+      .. "here how each changed object must look afterwards")
+    -- TODO: assert.same(...) on h:object(kind, namespace, name) for each object it changes,
+    -- and that the objects it must leave alone are unchanged
   end)
 
-  it("reports what it would do in check", function()
-    local m = runner.load_file("%s")
-    local res = runner.run_migration(m, { kubeconfig = srv.kubeconfig, namespace = "cozy-system", mode = "check" })
-    assert.is_table(res.findings)
+  it("is idempotent: a second run sends no write", function()
+    assert.migration_idempotent(MIGRATION)
   end)
+
+  it("declares every permission it uses", function()
+    assert.permissions_complete(MIGRATION)
+  end)
+
+  it("check reports what run would change, and writes nothing", function()
+    local res = h:migrate(MIGRATION, { mode = "check" })
+    assert.no_writes()
+    assert(#res.findings > 0, "check reported nothing about a fixture that run changes: make check report "
+      .. "what run would do (ctx.finding)")
+  end)
+
+  it("plan writes nothing", function()
+    local res = h:migrate(MIGRATION, { mode = "plan" })
+    assert.no_writes()
+    assert.is_true(#res.writes > 0, "plan showed no write")
+  end)
+
+  -- TODO: a case per API failure it must survive or stop on (h:faults{...}, then
+  -- assert that the fault fired: h:fired()), and per object it must leave alone.
 end)
 ]==]
+
+local function fill(template, values)
+  return (template:gsub("{{(%u+)}}", function(k) return assert(values[k], k) end))
+end
 
 local function exists(path)
   return sys.stat(path) ~= nil
@@ -127,19 +190,30 @@ function M.run(opts, args)
     local file = dir .. "/" .. base .. ".lua"
     local root = dir:match("^(.*)/[^/]+$") or "."
     local spec_dir = root == "." and "spec/migrations" or (root .. "/spec/migrations")
-    local ok, err = write_new(file, migration_template:format(number, name, number, number + 1))
+    local spec = spec_dir .. "/" .. base .. "_spec.lua"
+    -- the spec runs from the tree's root (the directory above the migrations)
+    local from_root = root == "." and file or file:sub(#root + 2)
+    local values = { NUMBER = tostring(number), NEXT = tostring(number + 1), NAME = name, FILE = from_root }
+    -- both or neither: check both before writing either
+    for _, path in ipairs { file, spec } do
+      if exists(path) then
+        io.stderr:write("cozy-migrate: ", path, " already exists\n")
+        return 1
+      end
+    end
+    local ok, err = write_new(file, fill(migration_template, values))
     if not ok then
       io.stderr:write("cozy-migrate: ", err, "\n")
+      return 1
+    end
+    if sys.stat(spec_dir) ~= "directory" then os.execute("mkdir -p '" .. spec_dir:gsub("'", "'\\''") .. "'") end
+    ok, err = write_new(spec, fill(spec_template, values))
+    if not ok then
+      os.remove(file)
+      io.stderr:write("cozy-migrate: ", err, " (", file, " not created either)\n")
       return 1
     end
     log:info("created migration", { file = file })
-    if sys.stat(spec_dir) ~= "directory" then os.execute("mkdir -p '" .. spec_dir:gsub("'", "'\\''") .. "'") end
-    local spec = spec_dir .. "/" .. base .. "_spec.lua"
-    ok, err = write_new(spec, spec_template:format(number, name, number, name, file, file))
-    if not ok then
-      io.stderr:write("cozy-migrate: ", err, "\n")
-      return 1
-    end
     log:info("created spec", { file = spec })
     io.stdout:write(file, "\n", spec, "\n")
     return 0

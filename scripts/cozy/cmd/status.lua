@@ -26,7 +26,7 @@ function M.collect(opts, log)
     st.state = "not installed (the first run stamps the target)"
   else
     st.current = stamp.version_of(cm)
-    local history, why = stamp.history_of(cm)
+    local history, why = stamp.history_of(cm, true)
     if why then st.warnings[#st.warnings + 1] = why end
     for _, rec in ipairs(history) do
       local entry = {}
@@ -93,6 +93,19 @@ local function text(st)
       add("  %s -> %s  %-32s %s .. %s  by %s (engine %s)%s", tostring(h.from), tostring(h.to), tostring(h.name),
         tostring(h.started), tostring(h.finished), tostring(h.runner), tostring(h.engine),
         h.sha256_mismatch and "  WARNING: sha256 differs from the shipped file" or "")
+      local o = type(h.outcome) == "table" and h.outcome or nil
+      if o and type(o.counts) == "table" and next(o.counts) ~= nil then
+        local parts = {}
+        for k, v in pairs(o.counts) do parts[#parts + 1] = ("%s=%s"):format(tostring(k), tostring(v)) end
+        table.sort(parts)
+        add("        outcome: %s", table.concat(parts, " "))
+      end
+      for _, w in ipairs(o and type(o.warnings) == "table" and o.warnings or {}) do
+        add("        warning: %s", tostring(w))
+      end
+      if o and tonumber(o.warnings_dropped) then
+        add("        (%d more warnings not kept)", tonumber(o.warnings_dropped))
+      end
     end
   end
   for _, w in ipairs(st.warnings) do add("warning: %s", w) end

@@ -24,9 +24,11 @@ local kube = {
 -- Defaults, documented in docs/transport.md.
 kube.defaults = {
   request_timeout = 30,
-  qps = 20,
-  burst = 40,
+  qps = 1000,
+  burst = 2000,
   page_limit = 500,
+  -- changes of an update_each in flight at once (docs/transport.md, "Parallel writes")
+  concurrency = 8,
   -- the update loop: client-go's DefaultBackoff is 4 steps of 10 ms x5
   -- (jitter 0.1); we allow more attempts, grow slower and cap the wait, so a
   -- busy object (a VM whose status virt-controller keeps writing) still gets
@@ -69,7 +71,7 @@ end
 -- The connect options that are plain data (no functions): enough to open an
 -- independent client in another Lua state (e.g. a lease renewer thread).
 local plain_keys = { "kubeconfig", "context", "request_timeout", "connect_timeout", "qps", "burst",
-  "token_refresh", "retry", "dry_run", "page_limit", "update", "max_response_bytes" }
+  "token_refresh", "retry", "dry_run", "page_limit", "update", "max_response_bytes", "concurrency" }
 
 local function warn(self, message, fields)
   if self.log then
@@ -119,6 +121,7 @@ function kube.connect(opts)
     record = opts.record,
     log = opts.log,
     page_limit = opts.page_limit or kube.defaults.page_limit,
+    concurrency = math.tointeger(opts.concurrency) or kube.defaults.concurrency,
     update_policy = update,
     stats = { requests = 0, writes = 0, retries = 0, conflicts = 0, list_restarts = 0, recorded = 0 },
     _t = t,
@@ -190,13 +193,12 @@ local function record_write(self, method, path, query, ctype, body)
   end
 end
 
--- One API call: the one path every request of the engine, the runner and a
--- migration takes. Returns the decoded body (nil when empty), the status and
--- the attempts; raises kube.Error for any non-2xx answer or transport failure.
--- spec = { query = {{k,v},...}, body = lua value, content_type =, retry_safe =, timeout =,
---          simulate = function() -> the result a client dry run returns instead of sending }
--- Whether the request is a write is decided here, from its method.
-function Client:call(method, path, spec)
+-- The request Client:call sends, prepared: the choke point's decision made
+-- (admit), the query and body encoded, the gate's per-attempt guard bound.
+-- Returns the prepared request, or (for a write a client dry run keeps back)
+-- nil and the locally computed result. Split from sending so that a batch
+-- of requests in flight at once takes exactly the same path.
+function Client:prepare(method, path, spec)
   spec = spec or {}
   local query = spec.query or {}
   local body = spec.body
@@ -210,7 +212,7 @@ function Client:call(method, path, spec)
     if spec.simulate then result = internally(self, spec.simulate) end
     self.stats.recorded = self.stats.recorded + 1
     record_write(self, method, path, query, ctype, body)
-    return result, 0, {}
+    return nil, result
   end
   if write and self.dry_run == "server" then
     query = table.move(query, 1, #query, 1, {})
@@ -230,18 +232,26 @@ function Client:call(method, path, spec)
     before_attempt = function(info) return gate.before_attempt(info, method, path) end
     if timeout == nil and gate.write_timeout then timeout = gate.write_timeout() end
   end
-  local status, raw, attempts, warnings = self._t:request(method, path, {
-    query = qs,
-    body = body ~= nil and json.encode(body) or nil,
-    content_type = ctype,
-    retry_safe = spec.retry_safe,
-    timeout = timeout,
-    before_attempt = before_attempt,
-    on_retry = function(a)
-      warn(self, "retrying API request", { method = method, path = shown, code = a.code,
-        reason = a.reason, after_s = a.after_s and ("%.2f"):format(a.after_s) or nil })
-    end,
-  })
+  return {
+    method = method, path = path, shown = shown, write = write,
+    options = {
+      query = qs,
+      body = body ~= nil and json.encode(body) or nil,
+      content_type = ctype,
+      retry_safe = spec.retry_safe,
+      timeout = timeout,
+      before_attempt = before_attempt,
+      on_retry = function(a)
+        warn(self, "retrying API request", { method = method, path = shown, code = a.code,
+          reason = a.reason, after_s = a.after_s and ("%.2f"):format(a.after_s) or nil })
+      end,
+    },
+  }
+end
+
+-- The answer to a prepared request: counted, its warnings logged once,
+-- decoded; raises kube.Error for any non-2xx answer or transport failure.
+function Client:finish(req, status, raw, attempts, warnings)
   -- attempts a watch stopped before they were sent are not requests
   local sent = 0
   for _, a in ipairs(attempts) do
@@ -250,14 +260,14 @@ function Client:call(method, path, spec)
   local stats = self.stats
   stats.requests = stats.requests + sent
   stats.retries = stats.retries + math.max(0, sent - 1)
-  if write then stats.writes = stats.writes + 1 end
-  if status == 0 then error(errors.from_transport(method, shown, attempts)) end
+  if req.write then stats.writes = stats.writes + 1 end
+  if status == 0 then error(errors.from_transport(req.method, req.shown, attempts)) end
   if warnings then
     -- the API server's Warning headers (deprecated APIs, ignored fields): once each per client
     for text in warnings:gmatch("[^\n]+") do
       if not self._warned[text] then
         self._warned[text] = true
-        warn(self, "API server warning", { warning = text, method = method, path = path })
+        warn(self, "API server warning", { warning = text, method = req.method, path = req.path })
       end
     end
   end
@@ -265,14 +275,26 @@ function Client:call(method, path, spec)
   if raw ~= nil and raw ~= "" then
     local ok, v = pcall(json.decode, raw)
     if ok then decoded = v elseif status >= 200 and status < 300 then
-      error(errors.new { method = method, path = shown, code = status, reason = "InvalidResponse",
+      error(errors.new { method = req.method, path = req.shown, code = status, reason = "InvalidResponse",
         message = "the server's answer is not JSON: " .. tostring(v), attempts = attempts })
     end
   end
   if status < 200 or status >= 300 then
-    error(errors.from_response(method, shown, status, decoded, raw, attempts))
+    error(errors.from_response(req.method, req.shown, status, decoded, raw, attempts))
   end
   return decoded, status, attempts
+end
+
+-- One API call: the one path every request of the engine, the runner and a
+-- migration takes. Returns the decoded body (nil when empty), the status and
+-- the attempts; raises kube.Error for any non-2xx answer or transport failure.
+-- spec = { query = {{k,v},...}, body = lua value, content_type =, retry_safe =, timeout =,
+--          simulate = function() -> the result a client dry run returns instead of sending }
+-- Whether the request is a write is decided here, from its method.
+function Client:call(method, path, spec)
+  local req, kept_back = self:prepare(method, path, spec)
+  if req == nil then return kept_back, 0, {} end
+  return self:finish(req, self._t:request(method, path, req.options))
 end
 
 -- Resources ------------------------------------------------------------------
@@ -466,20 +488,14 @@ function Resource:delete(...)
   return nil
 end
 
--- The conflict-aware update loop (docs/engine-api.md).
-function Resource:update(a, ...)
-  local obj, ns, name, mutate
-  if type(a) == "table" then
-    obj, mutate = a, ...
-    local md = obj.metadata or {}
-    ns, name = md.namespace, md.name
-    if type(name) ~= "string" or (self.namespaced and type(ns) ~= "string") then
-      error("update(obj, mutate): obj.metadata must name the object", 2)
-    end
-  else
-    ns, name, mutate = target(self, 2, a, ...)
-  end
-  if type(mutate) ~= "function" then error("update: mutate must be a function", 2) end
+local update_in_parallel -- below update_each, which calls it
+
+-- The conflict-aware loop behind update and change: compute(current)
+-- returns the JSON patch ops to apply to `current` (nil or empty: nothing
+-- to do); the engine prepends a test of its resourceVersion, sends it, and on
+-- a conflict (409, or 422 from that test) re-reads and computes again, with
+-- bounded attempts and backoff. Returns the object, and whether a write landed.
+local function conflict_loop(self, ns, name, obj, compute)
   local c = self.client
   local policy = c.update_policy
   local delay = policy.base_delay
@@ -488,10 +504,8 @@ function Resource:update(a, ...)
   for attempt = 1, policy.attempts do
     if obj == nil then obj = self:_get(ns, name) end
     local rv = obj.metadata and obj.metadata.resourceVersion
-    if rv == nil then error(("update: %s has no metadata.resourceVersion"):format(self:path(ns, name)), 2) end
-    -- mutate gets its own copy: the object must stay intact as the base of a
-    -- client dry run, and mutate must not be able to change it behind us
-    local ops = mutate(patch.deepcopy(obj))
+    if rv == nil then error(("update: %s has no metadata.resourceVersion"):format(self:path(ns, name)), 0) end
+    local ops = compute(obj)
     if ops == nil or next(ops) == nil then return obj, maybe_applied end
     local full = json.array { { op = "test", path = "/metadata/resourceVersion", value = rv } }
     for i = 1, #ops do full[i + 1] = ops[i] end
@@ -501,7 +515,7 @@ function Resource:update(a, ...)
     local ours = res.code == 409
     local fresh
     if res.code == 422 then
-      -- our test failed if the object moved on; otherwise one of mutate's ops did
+      -- our test failed if the object moved on; otherwise one of the ops did
       fresh = self:_get(ns, name)
       ours = fresh.metadata.resourceVersion ~= rv
     end
@@ -522,13 +536,243 @@ function Resource:update(a, ...)
   error(last_err, 0)
 end
 
+-- (obj, fn) or (ns, name, fn) / (name, fn): the object to start from, its
+-- namespace and name, and the function.
+local function subject(self, level, what, a, ...)
+  local obj, ns, name, fn
+  if type(a) == "table" then
+    obj, fn = a, ...
+    local md = obj.metadata or {}
+    ns, name = md.namespace, md.name
+    if type(name) ~= "string" or (self.namespaced and type(ns) ~= "string") then
+      error(("%s(obj, fn): obj.metadata must name the object"):format(what), level + 1)
+    end
+  else
+    ns, name, fn = target(self, level + 1, a, ...)
+  end
+  if type(fn) ~= "function" then error(("%s: the last argument must be a function"):format(what), level + 1) end
+  return obj, ns, name, fn
+end
+
+-- The conflict-aware update (docs/engine-api.md): mutate(copy) returns JSON
+-- patch ops. Returns obj, changed.
+function Resource:update(a, ...)
+  local obj, ns, name, mutate = subject(self, 2, "update", a, ...)
+  -- mutate gets its own copy: the object must stay intact as the base of a
+  -- client dry run, and mutate must not be able to change it behind us
+  return conflict_loop(self, ns, name, obj, function(current) return mutate(patch.deepcopy(current)) end)
+end
+
+-- Change by editing a copy (docs/engine-api.md): edit(copy) changes a copy of
+-- the object in place; the engine sends the JSON patch of the difference
+-- (appends as /- adds, created parents, removals), nothing when there is
+-- none, and on a conflict re-reads and edits again. Returns obj, changed and
+-- what the last call of edit returned.
+function Resource:change(a, ...)
+  local obj, ns, name, edit = subject(self, 2, "change", a, ...)
+  local info
+  local result, changed = conflict_loop(self, ns, name, obj, function(current)
+    local copy = patch.deepcopy(current)
+    info = edit(copy)
+    return patch.diff(current, copy)
+  end)
+  return result, changed, info
+end
+
+-- update_each with up to `concurrency` changes in flight at once, on the
+-- transport's multi interface: each change is prepared by Client:prepare
+-- (the same choke point, gate and per-attempt lock guard as one request),
+-- has its own conflict re-read and retries, and its own error. The first
+-- failure stops new changes; those in flight finish (or fail) and are
+-- counted; then the failure is raised. Progress steps as changes end.
+update_in_parallel = function(self, items, edit, opts, counts, concurrency)
+  local c = self.client
+  local policy = c.update_policy
+  local m <close> = c._t:multi { concurrency = concurrency }
+  local inflight, pending, next_item, done, first_err = {}, 0, 1, 0, nil
+
+  local function finished(state)
+    done = done + 1
+    if opts.progress then opts.progress:step(done) end
+    return state
+  end
+
+  -- Computes the change of `state` from state.obj and sends it, or ends
+  -- the state when there is nothing to change.
+  local function start(state)
+    local ns, name = state.obj.metadata.namespace, state.obj.metadata.name
+    local rv = state.obj.metadata.resourceVersion
+    local copy = patch.deepcopy(state.obj)
+    state.info = edit(copy, state.item)
+    local ops = patch.diff(state.obj, copy)
+    if #ops == 0 then
+      if state.maybe_applied then
+        counts.changed = counts.changed + 1
+        if opts.on_change then opts.on_change(state.item, state.info, state.obj) end
+      else
+        counts.unchanged = counts.unchanged + 1
+      end
+      return finished(state)
+    end
+    local full = json.array { { op = "test", path = "/metadata/resourceVersion", value = rv } }
+    for i = 1, #ops do full[i + 1] = ops[i] end
+    state.rv, state.ns, state.name = rv, ns, name
+    local req = c:prepare("PATCH", self:path(ns, name), { body = full, content_type = JSON_PATCH, retry_safe = true })
+    state.req = req
+    inflight[m:submit("PATCH", req.path, req.options)] = state
+    pending = pending + 1
+  end
+
+  -- What a completed PATCH means for its state: changed, another attempt
+  -- from a fresh read (a conflict of ours), or a failure.
+  local function settle(state, ok, res)
+    if ok then
+      counts.changed = counts.changed + 1
+      if opts.on_change then opts.on_change(state.item, state.info, res) end
+      return finished(state)
+    end
+    if errors.is_error(res) and (res.code == 409 or res.code == 422) then
+      local fresh_ok, fresh = pcall(self._get, self, state.ns, state.name)
+      if not fresh_ok then return settle(state, false, fresh) end
+      local ours = res.code == 409 or fresh.metadata.resourceVersion ~= state.rv
+      if ours and state.attempt < policy.attempts then
+        if uncertain(res.attempts) then state.maybe_applied = true end
+        c.stats.conflicts = c.stats.conflicts + 1
+        state.attempt, state.obj = state.attempt + 1, fresh
+        return start(state)
+      end
+      if ours then
+        res.message = ("%s (gave up after %d conflicting attempts)"):format(res.message, policy.attempts)
+      end
+    end
+    if opts.absent == "skip" and errors.is_error(res) and res.absent == "object" then
+      counts.absent = counts.absent + 1
+      if opts.on_absent then opts.on_absent(state.item) end
+      return finished(state)
+    end
+    first_err = first_err or res
+    return finished(state)
+  end
+
+  while true do
+    -- keep the pipe full (submitted beyond the concurrency wait in the batch)
+    while first_err == nil and next_item <= #items and pending < concurrency * 2 do
+      local item = items[next_item]
+      next_item = next_item + 1
+      local ok, err = pcall(start, { item = item, obj = item, attempt = 1 })
+      if not ok then first_err = err end
+    end
+    if pending == 0 then break end
+    local id, status, body, attempts, warnings = m:wait()
+    if id == nil then break end
+    local state = inflight[id]
+    inflight[id], pending = nil, pending - 1
+    local ok, res = pcall(c.finish, c, state.req, status, body, attempts, warnings)
+    local sok, serr = pcall(settle, state, ok, res)
+    if not sok then first_err = first_err or serr end
+  end
+  if first_err ~= nil then error(first_err, 0) end
+  return counts
+end
+
+-- A batch of independent changes: change(item, edit) for each item, in no
+-- promised order (the items must not depend on each other). opts:
+--   absent = "skip"      an object deleted since the list is counted and
+--                        skipped (on_absent(item) is told); else it raises
+--   on_change(item, info, obj)  after each change that landed (or, in a
+--                        client dry run, was recorded)
+--   progress             an object with step(n), stepped after each item
+-- Returns { total =, changed =, unchanged =, absent = }. The first other
+-- error stops the batch and is raised.
+function Resource:update_each(items, edit, opts)
+  opts = opts or {}
+  if type(items) ~= "table" then error("update_each(items, edit, opts): items must be an array", 2) end
+  if type(edit) ~= "function" then error("update_each: edit must be a function", 2) end
+  if opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail" then
+    error("update_each: opts.absent must be \"skip\" or \"fail\"", 2)
+  end
+  local counts = { total = #items, changed = 0, unchanged = 0, absent = 0 }
+  local concurrency = math.tointeger(opts.concurrency) or self.client.concurrency
+  -- a client dry run sends nothing: its changes are computed one by one
+  if concurrency > 1 and #items > 1 and self.client.dry_run ~= "client" then
+    return update_in_parallel(self, items, edit, opts, counts, concurrency)
+  end
+  for i, item in ipairs(items) do
+    local ok, obj, changed, info = pcall(self.change, self, item, function(copy) return edit(copy, item) end)
+    if not ok then
+      if not (opts.absent == "skip" and errors.is_error(obj) and obj.absent == "object") then error(obj, 0) end
+      counts.absent = counts.absent + 1
+      if opts.on_absent then opts.on_absent(item) end
+    elseif changed then
+      counts.changed = counts.changed + 1
+      if opts.on_change then opts.on_change(item, info, obj) end
+    else
+      counts.unchanged = counts.unchanged + 1
+    end
+    if opts.progress then opts.progress:step(i) end
+  end
+  return counts
+end
+
+-- A projection: dotted paths ("spec.template.spec.volumes"; "*" for every
+-- element of an array) to the subtrees a lean list keeps, as a tree
+-- { key = true | subtree, ["*"] = ... }. The object's identity (apiVersion,
+-- kind, metadata name, namespace, uid, resourceVersion) is always kept, so
+-- a lean object can be the base of an update or change.
+function kube.projection(paths)
+  local tree = { apiVersion = true, kind = true,
+    metadata = { name = true, namespace = true, uid = true, resourceVersion = true } }
+  for _, p in ipairs(paths) do
+    if type(p) ~= "string" or p == "" then error("a projection is an array of dotted paths", 3) end
+    local node, parts = tree, {}
+    for part in p:gmatch("[^.]+") do parts[#parts + 1] = part end
+    for i, part in ipairs(parts) do
+      if node[part] == true then break end
+      if i == #parts then node[part] = true else
+        node[part] = node[part] or {}
+        node = node[part]
+      end
+    end
+  end
+  return tree
+end
+
+-- The lean copy of v that a projection tree keeps: a kept path is present
+-- exactly when it is present in v, with its parents (each holding only what
+-- the projection names).
+local function prune(v, tree)
+  if tree == true or type(v) ~= "table" then return v end
+  if patch.is_array(v) then
+    if tree["*"] == nil then return v end
+    local out = json.array {}
+    for i = 1, #v do out[i] = prune(v[i], tree["*"]) end
+    return out
+  end
+  local out = json.object {}
+  for k, sub in pairs(tree) do
+    if k ~= "*" and v[k] ~= nil then out[k] = prune(v[k], sub) end
+  end
+  return out
+end
+kube.prune = prune
+
 -- Pagination hidden: see cozy.kube.pager.
 function Resource:list(opts)
   opts = opts or {}
   if self.namespaced == false and opts.namespace ~= nil then
     error(("%s is cluster-scoped: list takes no namespace"):format(self.plural), 2)
   end
-  return pager.new(self, opts)
+  local project = opts.project
+  if type(project) == "table" then
+    local tree = kube.projection(project)
+    project = function(obj) return prune(obj, tree) end
+  elseif project ~= nil and type(project) ~= "function" then
+    error("list: project must be an array of dotted paths or a function", 2)
+  end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.project = project
+  return pager.new(self, o)
 end
 
 -- Is `plural` of `api_version` served? Answered from discovery (the group

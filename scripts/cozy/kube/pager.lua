@@ -144,6 +144,7 @@ function pager.new(resource, opts)
     field_selector = opts.field_selector,
     limit = opts.limit or resource.client.page_limit,
     on_restart = opts.on_restart,
+    project = opts.project,  -- function(obj) -> the lean object yielded (Resource:list builds it)
     restarts = 0,
     pages = 0,
     count = 0,
@@ -263,6 +264,7 @@ function Pager:next()
         self._items[self._i] = nil -- the page is released as it is consumed
         if obj.apiVersion == nil then obj.apiVersion = self.resource.api_version end
         if obj.kind == nil then obj.kind = self._kind end
+        if self.project then obj = self.project(obj) end
         return obj
       end
     end

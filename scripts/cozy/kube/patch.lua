@@ -162,6 +162,52 @@ function patch.json_patch(doc, ops)
   return doc
 end
 
+local function escape(token)
+  return (tostring(token):gsub("~", "~0"):gsub("/", "~1"))
+end
+patch.escape = escape
+
+-- The RFC 6902 ops that turn `a` into `b` (both decoded JSON values), as
+-- narrow as the difference: a key added, removed or changed is one op; an
+-- array that grew keeps its elements and gets `/-` adds, one that shrank
+-- loses its last elements; a changed element is changed where it is. So a
+-- list is never replaced wholesale, and a container `b` has that `a` lacks
+-- is one add that creates it. Returns an array of ops (empty: no difference).
+local function diff(a, b, path, ops)
+  if equal(a, b) then return ops end
+  local ta, tb = type(a) == "table", type(b) == "table"
+  if not (ta and tb) or is_array(a) ~= is_array(b) then
+    ops[#ops + 1] = { op = "replace", path = path, value = deepcopy(b) }
+    return ops
+  end
+  if is_array(a) then
+    local common = math.min(#a, #b)
+    for i = 1, common do diff(a[i], b[i], path .. "/" .. (i - 1), ops) end
+    for i = common + 1, #b do ops[#ops + 1] = { op = "add", path = path .. "/-", value = deepcopy(b[i]) } end
+    for i = #a, common + 1, -1 do ops[#ops + 1] = { op = "remove", path = path .. "/" .. (i - 1) } end
+    return ops
+  end
+  local keys = {}
+  for k in pairs(a) do keys[#keys + 1] = k end
+  for k in pairs(b) do if a[k] == nil then keys[#keys + 1] = k end end
+  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
+  for _, k in ipairs(keys) do
+    local p = path .. "/" .. escape(k)
+    if b[k] == nil then
+      ops[#ops + 1] = { op = "remove", path = p }
+    elseif a[k] == nil then
+      ops[#ops + 1] = { op = "add", path = p, value = deepcopy(b[k]) }
+    else
+      diff(a[k], b[k], p, ops)
+    end
+  end
+  return ops
+end
+
+function patch.diff(a, b)
+  return json.array(diff(a, b, "", {}))
+end
+
 -- RFC 7386 on a copy of target.
 function patch.merge_patch(target, p)
   if type(p) ~= "table" or is_array(p) then return deepcopy(p) end

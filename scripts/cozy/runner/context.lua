@@ -78,11 +78,43 @@ local function pager_facade(p)
   })
 end
 
-local list_options = { "namespace", "label_selector", "field_selector", "limit" }
+local list_options = { "namespace", "label_selector", "field_selector", "limit", "project" }
 
-local function resource_facade(res)
+-- "Kind ns/name" of an object, for log lines.
+local function describe(res, obj)
+  local md = type(obj) == "table" and type(obj.metadata) == "table" and obj.metadata or {}
+  local kind = type(obj) == "table" and obj.kind or res.kind or res.plural
+  return ("%s %s%s"):format(kind, md.namespace and (md.namespace .. "/") or "", tostring(md.name))
+end
+
+local function resource_facade(res, logger)
   local r = { api_version = res.api_version, plural = res.plural, namespaced = res.namespaced }
-  for _, name in ipairs({ "get", "find", "create", "merge_patch", "json_patch", "delete", "update",
+  -- update_each with the step's progress bar, a line per object deleted
+  -- since the list, and a summary line (opts.summary = false leaves it out)
+  r.update_each = method(r, function(items, edit, opts)
+    if opts ~= nil and type(opts) ~= "table" then error("update_each(items, edit, opts): opts must be a table", 2) end
+    opts = opts or {}
+    local label = errors.safe_text(opts.label or res.plural)
+    local name_of = opts.describe or function(item) return describe(res, item) end
+    local progress = type(items) == "table" and #items > 0 and logger:progress(label, #items) or nil
+    local counts = res:update_each(items, edit, {
+      absent = opts.absent,
+      concurrency = opts.concurrency,
+      on_change = opts.on_change,
+      on_absent = function(item)
+        logger:write("info", ("%s: deleted since the list, %s"):format(errors.safe_text(name_of(item)),
+          errors.safe_text(opts.absent_note or "skipped")))
+      end,
+      progress = progress,
+    })
+    if progress then progress:done() end
+    if opts.summary ~= false then
+      logger:write("info", ("%s: %d changed, %d unchanged, %d deleted since the list"):format(label,
+        counts.changed, counts.unchanged, counts.absent), counts)
+    end
+    return counts
+  end)
+  for _, name in ipairs({ "get", "find", "create", "merge_patch", "json_patch", "delete", "update", "change",
       "path", "collection_path" }) do
     local fn = res[name]
     r[name] = method(r, function(...) return fn(res, ...) end)
@@ -111,12 +143,13 @@ local function call_spec(spec)
   return { query = spec.query, body = spec.body, content_type = spec.content_type, timeout = spec.timeout }
 end
 
-local function kube_facade(view)
+local function kube_facade(view, logger)
   local k = { namespace = view.namespace, server = view.server }
   k.stats = readonly(view.stats, "ctx.kube.stats")
   k.resource = method(k, function(api_version, plural, opts)
     if opts ~= nil and type(opts) ~= "table" then error("resource(api_version, plural, opts): opts must be a table", 2) end
-    return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced, kind = opts.kind }))
+    return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced, kind = opts.kind }),
+      logger)
   end)
   k.call = method(k, function(http_method, path, spec)
     if type(http_method) ~= "string" or type(path) ~= "string" then
@@ -136,18 +169,50 @@ local function progress_facade(p)
   return seal(f, "a progress bar")
 end
 
-local function log_facade(logger)
+-- Bounds of what a step's outcome (kept in the history record) may hold.
+context.OUTCOME_LIMITS = { counts = 20, warnings = 10, text = 200 }
+
+local function bounded_text(v)
+  local s = errors.safe_text(v)
+  if #s > context.OUTCOME_LIMITS.text then s = s:sub(1, context.OUTCOME_LIMITS.text - 3) .. "..." end
+  return s
+end
+
+local function note_warning(outcome, message)
+  if outcome == nil then return end
+  if #outcome.warnings < context.OUTCOME_LIMITS.warnings then
+    outcome.warnings[#outcome.warnings + 1] = bounded_text(message)
+  else
+    outcome.warnings_dropped = outcome.warnings_dropped + 1
+  end
+end
+
+-- "{run wording|plan wording}" in a template, for the mode: one log call
+-- words a change for both ("{adding|would add}").
+local function worded(template, mode)
+  return (template:gsub("{([^|{}]*)|([^|{}]*)}", function(run, plan) return mode == "plan" and plan or run end))
+end
+context.worded = worded
+
+local function log_facade(logger, outcome, mode)
   local l = {}
+  -- a change, worded for the mode: log:change("VM %s: {adding|would add} %s", key, what)
+  l.change = method(l, function(template, ...)
+    if type(template) ~= "string" then error("log:change(template, ...): template must be a string", 2) end
+    return logger:write("info", worded(template, mode):format(...))
+  end)
   for _, level in ipairs({ "info", "warn", "error", "debug" }) do
     l[level] = method(l, function(message, fields)
-      return logger:write(level, errors.safe_text(message), fields and plain(fields) or nil)
+      local text = errors.safe_text(message)
+      if level == "warn" or level == "error" then note_warning(outcome, text) end
+      return logger:write(level, text, fields and plain(fields) or nil)
     end)
   end
   l.enabled = method(l, function(level) return logger:enabled(level) end)
   l.progress = method(l, function(label, total)
     return progress_facade(logger:progress(errors.safe_text(label), math.tointeger(total) or total))
   end)
-  l.with = method(l, function(tags) return log_facade(logger:with(plain(tags or {}))) end)
+  l.with = method(l, function(tags) return log_facade(logger:with(plain(tags or {})), outcome, mode) end)
   return seal(l, "ctx.log")
 end
 
@@ -162,14 +227,39 @@ function context.new(opts)
   local findings = opts.findings or {}
   local seen = {} -- the migration's own copy, readable as ctx.findings
   local ctx = {
-    kube = kube_facade(opts.view),
-    log = log_facade(logger),
+    kube = kube_facade(opts.view, logger),
+    log = log_facade(logger, opts.outcome, opts.mode or "run"),
     namespace = opts.namespace,
     from = opts.from,
     to = opts.to,
     mode = opts.mode or "run",
     findings = seen,
   }
+  -- What the step did, in a few counts (or short strings) for the history
+  -- record: ctx.outcome{ updated = 3, volumes = 5 }. Later calls add to and
+  -- overwrite earlier keys; at most OUTCOME_LIMITS.counts keys are kept.
+  local outcome = opts.outcome
+  function ctx.outcome(fields)
+    if type(fields) ~= "table" then error("ctx.outcome(fields): fields must be a table", 2) end
+    if outcome == nil then return end
+    for k, v in next, fields do
+      if type(k) ~= "string" then error("ctx.outcome: keys must be strings", 2) end
+      local t = type(v)
+      if t ~= "number" and t ~= "string" and t ~= "boolean" then
+        error(("ctx.outcome: %s must be a number, a string or a boolean, got a %s"):format(k, t), 2)
+      end
+      local n = 0
+      for _ in next, outcome.counts do n = n + 1 end
+      if outcome.counts[k] ~= nil or n < context.OUTCOME_LIMITS.counts then
+        outcome.counts[k] = t == "string" and bounded_text(v) or v
+      end
+    end
+  end
+  -- a text worded for the mode: "{updated|would update}" (run | plan)
+  function ctx.worded(template)
+    if type(template) ~= "string" then error("ctx.worded(template): template must be a string", 2) end
+    return worded(template, ctx.mode)
+  end
   function ctx.progress(label, total)
     return ctx.log.progress(label, total)
   end

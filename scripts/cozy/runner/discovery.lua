@@ -2,9 +2,10 @@
 -- engine talks to the cluster, so an invalid set is refused (exit 2) without
 -- a single write.
 --
--- A migration set comes from the binary (the shipped migrations/*.lua) or
--- from a directory (--migrations DIR), which may also hold legacy
--- executables: `NN` or `NN-name` with the run bit.
+-- A migration set is the binary's own (the shipped migrations/*.lua) plus
+-- a directory's (--migrations DIR, $COZY_MIGRATE_MIGRATIONS, /migrations),
+-- which holds legacy executables (`NN` or `NN-name` with the run bit) and
+-- may hold Lua files of numbers the binary does not have.
 local errors = require "cozy.errors"
 local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
@@ -25,6 +26,10 @@ end
 -- server (SelfSubjectAccessReview) whether this runner may do what the
 -- migration needs.
 local allowed_keys = { description = true, run = true, check = true, permissions = true, timeout = true }
+
+-- A declared permission: what `check` asks and `rbac` grants.
+local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true,
+  name = true }
 
 -- Validates the table a migration file returned; raises "invalid" naming the file.
 function discovery.validate_definition(def, file)
@@ -52,9 +57,15 @@ function discovery.validate_definition(def, file)
   if def.permissions ~= nil then
     if type(def.permissions) ~= "table" then invalid(file, "permissions must be an array") end
     for i, p in ipairs(def.permissions) do
-      if type(p) ~= "table" or type(p.verb) ~= "string" or type(p.resource) ~= "string"
-          or (p.group ~= nil and type(p.group) ~= "string") then
-        invalid(file, "permissions[%d] must be { verb = string, resource = string, group = string or nil }", { i })
+      local ok = type(p) == "table" and type(p.verb) == "string" and type(p.resource) == "string"
+      if ok then
+        for k, v in pairs(p) do
+          if not permission_keys[k] or type(v) ~= "string" then ok = false end
+        end
+      end
+      if not ok then
+        invalid(file, "permissions[%d] must be { verb = string, resource = string, group = string or nil, "
+          .. "subresource, namespace, name = string or nil }", { i })
       end
     end
   end
@@ -63,13 +74,25 @@ end
 
 -- Parses a file name. Returns number, kind ("lua" | "legacy"), or nil for
 -- files that are not migrations (README, dot files, ...).
+-- A number that does not fit an integer (or is absurdly large) raises
+-- "invalid": a file that looks like a migration is never silently skipped.
+local MAX_NUMBER = 1000000
+
+local function number_of(filename, digits)
+  local n = #digits <= 7 and math.tointeger(tonumber(digits))
+  if not n or n > MAX_NUMBER then
+    invalid(filename, "migration number %s is out of range (0..%d)", { digits, MAX_NUMBER })
+  end
+  return n
+end
+
 function discovery.classify(filename)
   if filename:sub(1, 1) == "." then return nil end
   local n = filename:match("^(%d+)%-[^/]+%.lua$")
-  if n then return math.tointeger(tonumber(n)), "lua" end
+  if n then return number_of(filename, n:gsub("^0+(%d)", "%1")), "lua" end
   if filename:match("%.lua$") then return nil end
   n = filename:match("^(%d+)$") or filename:match("^(%d+)%-[^/]+$")
-  if n then return math.tointeger(tonumber(n)), "legacy" end
+  if n then return number_of(filename, n:gsub("^0+(%d)", "%1")), "legacy" end
   return nil
 end
 
@@ -110,42 +133,90 @@ local function entry(filename, number, kind, file, source, path)
   }
 end
 
--- Discovers the migration set. opts.migrations: a directory, else the
--- built-in set. Returns { migrations = {sorted}, by_number = {}, origin = },
--- raising errors kind "invalid" for a duplicate number, a Lua file that does not load or
--- does not return a valid table, or a non-executable legacy file.
-function discovery.discover(opts)
-  local found = {}
-  local origin
-  if opts and opts.migrations then
-    local dir = opts.migrations:gsub("/+$", "")
-    origin = dir
-    local kind_of_dir = sys.stat(dir)
-    if kind_of_dir ~= "directory" then invalid(dir, "not a directory") end
-    local names = assert(sys.listdir(dir))
-    table.sort(names)
-    for _, filename in ipairs(names) do
-      local number, kind = discovery.classify(filename)
-      local path = dir .. "/" .. filename
-      if number then
-        local what, executable = sys.stat(path)
-        if what ~= "file" then invalid(path, "is not a regular file") end
-        if kind == "legacy" and not executable then
-          invalid(path, "looks like a legacy migration (NN or NN-name) but is not executable")
-        end
-        local source = assert(read_file(path))
-        found[#found + 1] = entry(filename, number, kind, path, source, path)
+-- The legacy directory: --migrations DIR, else $COZY_MIGRATE_MIGRATIONS
+-- (set but empty: none), else /migrations when it exists (the image's
+-- place for today's shell scripts), else none.
+discovery.DEFAULT_DIRECTORY = "/migrations"
+
+function discovery.directory(opts)
+  if opts.migrations then return opts.migrations end
+  local env = os.getenv("COZY_MIGRATE_MIGRATIONS")
+  if env ~= nil then return env ~= "" and env or nil end
+  if sys.stat(discovery.DEFAULT_DIRECTORY) == "directory" then return discovery.DEFAULT_DIRECTORY end
+  return nil
+end
+
+-- What the command line asks for: { migrations = DIR or nil, builtin = bool }.
+function discovery.options(opts)
+  return { migrations = discovery.directory(opts), builtin = not opts.no_builtin }
+end
+
+local function from_directory(dir, found)
+  local kind_of_dir = sys.stat(dir)
+  if kind_of_dir ~= "directory" then invalid(dir, "not a directory") end
+  local names = assert(sys.listdir(dir))
+  table.sort(names)
+  for _, filename in ipairs(names) do
+    local number, kind = discovery.classify(filename)
+    local path = dir .. "/" .. filename
+    if number then
+      local what, executable = sys.stat(path)
+      if what ~= "file" then invalid(path, "is not a regular file") end
+      if kind == "legacy" and not executable then
+        invalid(path, "looks like a legacy migration (NN or NN-name) but is not executable")
       end
+      local source = assert(read_file(path))
+      found[#found + 1] = entry(filename, number, kind, path, source, path)
     end
-  else
-    origin = "built-in"
+  end
+end
+
+-- Discovers the migration set: the built-in migrations (unless
+-- opts.builtin == false) plus the files of directory opts.migrations, which
+-- add to them and never replace one: a directory entry whose number is built
+-- in is refused, naming both files. Returns { migrations = {sorted},
+-- by_number = {}, origin = }, raising errors kind "invalid" for a duplicate
+-- number, a Lua file that does not load or does not return a valid table, or
+-- a non-executable legacy file.
+function discovery.discover(opts)
+  opts = opts or {}
+  local found = {}
+  local origins = {}
+  local builtin_by_number, builtin_by_name = {}, {}
+  if opts.builtin ~= false then
+    origins[#origins + 1] = "built-in"
     for _, b in ipairs(sys.builtin_migrations()) do
       local number, kind = discovery.classify(b.name)
       if number and kind == "lua" then
-        found[#found + 1] = entry(b.name, number, kind, b.path, b.source, nil)
+        local m = entry(b.name, number, kind, b.path, b.source, nil)
+        m.builtin = true
+        found[#found + 1] = m
+        builtin_by_number[number] = m
+        builtin_by_name[b.name] = m
       end
     end
   end
+  if opts.migrations then
+    local dir = opts.migrations:gsub("/+$", "")
+    origins[#origins + 1] = dir
+    local first = #found + 1
+    from_directory(dir, found)
+    for i = first, #found do
+      local m = found[i]
+      local same = builtin_by_name[m.filename]
+      if same then
+        invalid(m.file, "shadows the built-in %s: a directory adds migrations to the built-in set and cannot "
+          .. "replace one (--no-builtin runs the directory's set alone)", { same.file })
+      end
+      local other = builtin_by_number[m.number]
+      if other then
+        invalid(m.file, "migration number %d is also built in (%s): a directory adds migrations to the "
+          .. "built-in set and cannot replace one (--no-builtin runs the directory's set alone)",
+          { m.number, other.file })
+      end
+    end
+  end
+  local origin = #origins > 0 and table.concat(origins, " + ") or "none"
   table.sort(found, function(a, b)
     if a.number ~= b.number then return a.number < b.number end
     return a.filename < b.filename

@@ -3,11 +3,12 @@
 -- scripts expect: NAMESPACE, CURRENT_VERSION (the version this script moves
 -- from), TARGET_VERSION, and KUBECONFIG when the engine was given a
 -- kubeconfig (in-cluster, kubectl finds the service account from the pod's
--- environment, as it does today). Their stdout and stderr become log lines
+-- environment, as it does today). They run from their own directory. Their stdout and stderr become log lines
 -- as they are written. They stamp N+1 themselves; the runner verifies it.
 local errors = require "cozy.errors"
 local proc = require "cozy.proc"
 local stamp = require "cozy.runner.stamp"
+local sys = require "cozy.sys"
 
 local legacy = {}
 
@@ -32,6 +33,18 @@ function legacy.environment(set)
   return env
 end
 
+-- A colon-separated list of kubeconfig paths with the relative ones made
+-- absolute (the script runs from another directory); missing files stay
+-- as given (kubectl skips them, as we do).
+function legacy.absolute_paths(list)
+  local out = {}
+  for p in list:gmatch("[^:]+") do
+    if p:sub(1, 1) ~= "/" then p = sys.realpath(p) or p end
+    out[#out + 1] = p
+  end
+  return table.concat(out, ":")
+end
+
 -- Runs migration m (kind "legacy"). opts: namespace, from, target,
 -- kubeconfig (path or nil), log. Raises unless the script exits 0.
 function legacy.run(m, opts)
@@ -40,12 +53,14 @@ function legacy.run(m, opts)
     CURRENT_VERSION = tostring(opts.from),
     TARGET_VERSION = tostring(opts.target),
   }
-  if opts.kubeconfig then vars.KUBECONFIG = opts.kubeconfig end
+  if opts.kubeconfig and opts.kubeconfig ~= "" then vars.KUBECONFIG = legacy.absolute_paths(opts.kubeconfig) end
   local log = opts.log
   log:info("running legacy script", { file = m.file })
+  -- from its own directory, so `$(dirname "$0")/lib/...` and plain `lib/...` both work
+  local dir = m.path:match("^(.*)/[^/]*$") or "."
   local how, code = proc.spawn({ m.path }, legacy.environment(vars), function(stream, line)
     if stream == "stderr" then log:warn(line, { stream = stream }) else log:info(line, { stream = stream }) end
-  end)
+  end, { cwd = dir })
   if how ~= "exit" or code ~= 0 then
     errors.raise("failed", ("legacy script %s %s %d"):format(m.file,
       how == "exit" and "exited with status" or "was killed by signal", code), { exit = code })

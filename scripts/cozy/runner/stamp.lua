@@ -35,17 +35,36 @@ function stamp.version_of(cm)
   return n
 end
 
--- The history records, oldest first; a malformed history reads as empty,
--- with the reason as second result (status reports it; the next stamp
--- starts a fresh one).
-function stamp.history_of(cm)
+-- The history records, oldest first. A history that is not a JSON array of
+-- records is never replaced or appended to: it raises (kind "failed"),
+-- naming the ConfigMap key and what was found; docs/operations.md
+-- ("History") says how to repair it. With `lenient`, returns {} and that
+-- message instead (status shows it).
+function stamp.history_of(cm, lenient)
   local raw = cm and cm.data and cm.data.history
   if raw == nil or raw == "" then return {} end
   local ok, list = pcall(json.decode, raw)
-  if not ok or type(list) ~= "table" then
-    return {}, "data.history is not a JSON array: " .. tostring(ok and type(list) or list)
+  local found
+  if not ok then
+    found = "not JSON (" .. errors.text(list) .. ")"
+  elseif type(list) ~= "table" or getmetatable(list) ~= json.array_mt then
+    found = "a JSON " .. (type(list) == "table" and "object" or type(list) == "string" and "string"
+      or type(list) == "boolean" and "boolean" or list == json.null and "null" or "number")
+  else
+    for i, rec in ipairs(list) do
+      if type(rec) ~= "table" or getmetatable(rec) == json.array_mt then
+        found = ("an array whose entry %d is not a record (a JSON %s)"):format(i,
+          type(rec) == "table" and "array" or rec == json.null and "null" or type(rec))
+        break
+      end
+    end
   end
-  return list
+  if found == nil then return list end
+  local namespace = cm.metadata and cm.metadata.namespace or "?"
+  local message = ("ConfigMap %s/%s: data.history must be a JSON array of step records, found %s;"
+    .. " refusing to replace it (see docs/operations.md, \"History\")"):format(namespace, stamp.CONFIGMAP, found)
+  if lenient then return {}, message end
+  errors.raise("failed", message)
 end
 
 local function encode_history(list)
@@ -84,13 +103,19 @@ end
 
 -- The history record of step m (from -> to), started at wall-clock time
 -- `started`, by runner `identity`.
-function stamp.history_record(m, from, to, started, identity)
-  return {
+function stamp.history_record(m, from, to, started, identity, outcome)
+  local rec = {
     number = m.number, name = m.name, kind = m.kind, sha256 = m.sha256,
     from = from, to = to,
     started = log.iso8601(started), finished = log.iso8601(sys.time()),
     engine = sys.version, runner = identity,
   }
+  -- what the step reported (ctx.outcome) and warned about, already bounded
+  if outcome and (next(outcome.counts) ~= nil or #outcome.warnings > 0) then
+    rec.outcome = { counts = json.object(outcome.counts), warnings = json.array(outcome.warnings),
+      warnings_dropped = outcome.warnings_dropped > 0 and outcome.warnings_dropped or nil }
+  end
+  return rec
 end
 
 -- The ConfigMap, or nil when it is absent (a fresh install).

@@ -31,11 +31,15 @@ end
 -- What a watch raises when it stops a step.
 function step.stopper(name, limit)
   return function(reason, detail, where)
-    if reason == "signal" then
-      errors.raise("interrupted", ("%s stopped by signal %d (at %s)"):format(name, detail, tostring(where)))
+    -- where the migration was, when it was in its own code (not the engine's)
+    local at = ""
+    if type(where) == "string" and not where:find("^scripts/cozy/") and not where:find("^%[") then
+      at = " (at " .. where .. ")"
     end
-    errors.raise("timeout", ("%s ran past its time limit of %ss (at %s)"):format(name, tostring(limit),
-      tostring(where)))
+    if reason == "signal" then
+      errors.raise("interrupted", ("%s stopped by signal %d%s"):format(name, detail, at))
+    end
+    errors.raise("timeout", ("%s ran past its time limit of %ss%s"):format(name, tostring(limit), at))
   end
 end
 local stopper = step.stopper
@@ -76,14 +80,19 @@ step.classify = classify
 --   namespace  the engine's namespace
 --   mode       "run" | "plan" | "check"
 --   guard      function(method, path) raising to stop a write (run, plan)
--- Returns ok, err (a cozy.errors error when not ok), findings (plain data),
--- and whether the migration defines the function at all.
+-- Returns ok, err (a cozy.errors error when not ok) and what the step left:
+--   { defined = <the migration has this function>,
+--     findings = { {severity=, message=, fields=}... },
+--     outcome = { counts = {...}, warnings = {...}, warnings_dropped = n } }
+-- all plain data (the outcome goes into the step's history record).
 function step.execute(m, opts)
   local mode = opts.mode or "run"
   local def = m.definition
   local fn = mode == "check" and def.check or def.run
   local findings = {}
-  if fn == nil then return true, nil, findings, false end
+  local outcome = { counts = {}, warnings = {}, warnings_dropped = 0 }
+  local result = { defined = fn ~= nil, findings = findings, outcome = outcome }
+  if fn == nil then return true, nil, result end
   local view = opts.client:view {
     who = "migration " .. m.name,
     permissions = def.permissions or {},
@@ -94,7 +103,7 @@ function step.execute(m, opts)
   }
   local ctx = context.new {
     view = view, log = opts.log:with { migration = m.name }, namespace = opts.namespace,
-    from = m.number, to = m.number + 1, mode = mode, findings = findings,
+    from = m.number, to = m.number + 1, mode = mode, findings = findings, outcome = outcome,
   }
   local limit = step.timeout(m, opts.timeout)
   local trace
@@ -107,8 +116,8 @@ function step.execute(m, opts)
     return e
   end, ctx)
   watch:close()
-  if ok then return true, nil, findings, true end
-  return false, classify(err, m.name, trace), findings, true
+  if ok then return true, nil, result end
+  return false, classify(err, m.name, trace), result
 end
 
 return step

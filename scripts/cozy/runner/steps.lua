@@ -8,7 +8,8 @@ local steps = {}
 
 function steps.namespace(opts)
   local ns = opts.namespace or os.getenv("NAMESPACE")
-  if ns == nil or ns == "" then ns = "cozy-system" end
+  -- in a pod, the service account's namespace, as kubectl takes it
+  if ns == nil or ns == "" then ns = require("cozy.runner.incluster").namespace(opts) or "cozy-system" end
   return ns
 end
 
@@ -53,6 +54,8 @@ function steps.decide(set, cms, namespace, target, log)
   local cm = stamp.read(cms, namespace)
   if cm == nil then return { action = "bootstrap", target = target } end
   local current = stamp.version_of(cm)
+  -- a history the first stamp could not append to stops the run before any step
+  stamp.history_of(cm)
   if log then cross_check(log, current) end
   if current >= target then return { action = "none", current = current, target = target, cm = cm } end
   return { action = "migrate", current = current, target = target, cm = cm,

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Lint, as CI runs it (hack/test.sh): luacheck over the Lua runtime, the
+# migrations and the specs (.luacheckrc); cppcheck over core/ with the
+# checks below; clang-format (.clang-format) over core/, checked, not applied.
+# Exit 1 on any finding. `hack/lint.sh --fix` applies clang-format instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+status=0
+echo "--- luacheck"
+luacheck --no-color -q scripts migrations spec bench deploy || status=1
+
+# cppcheck: warning (undefined behaviour, leaks, misuse of the C library),
+# portability and performance; style is clang-format's job. The Lua and
+# libcurl headers are left out (cppcheck cannot parse luaconf.h's
+# configuration checks); their macros are plain calls to it.
+echo "--- cppcheck"
+cppcheck --quiet --enable=warning,portability,performance --std=c99 --error-exitcode=1 --inline-suppr \
+  -I core -DCOZY_MIGRATE_VERSION='"lint"' --suppress=missingIncludeSystem --suppress=missingInclude \
+  core/ fuzz/ || status=1
+
+echo "--- clang-format"
+sources=(core/*.c core/*.h fuzz/*.c)
+if [ "${1:-}" = "--fix" ]; then
+  clang-format -i "${sources[@]}"
+else
+  clang-format --dry-run -Werror "${sources[@]}" || status=1
+fi
+[ "$status" -eq 0 ] && echo "lint: clean"
+exit $status

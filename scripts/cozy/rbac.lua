@@ -1,0 +1,255 @@
+-- The least-privilege RBAC a run needs, as Kubernetes objects: what
+-- `cozy-migrate rbac` prints and what deploy/helm carries (a spec keeps the
+-- two equal).
+--
+--   ServiceAccount       the hook Job's identity, in the namespace
+--   ClusterRole+Binding  discovery, access reviews, and every cluster-wide
+--                        permission the migrations declare
+--   Role+Binding         the engine's own objects in the namespace (the
+--                        version ConfigMap, the Lease), plus the migrations'
+--                        permissions declared for that namespace; one Role per
+--                        other namespace a migration names
+--   cluster-admin        bound only when the range holds a legacy script,
+--                        which declares nothing
+--
+-- The preflight variant (the `check` Job) gets the read verbs of the same
+-- permissions, and may ask access reviews for the hook's service account.
+local rbac = {}
+
+rbac.NAME = "cozystack-migration-hook"
+rbac.PREFLIGHT_NAME = "cozystack-migration-preflight"
+rbac.CLUSTER_ADMIN_BINDING = rbac.NAME .. "-cluster-admin"
+rbac.CONFIGMAP = "cozystack-version"
+rbac.LEASE = "cozystack-migrations"
+
+-- What the engine reads before anything else: GET /version (check),
+-- discovery (the client resolves resources and CRDs).
+rbac.DISCOVERY_URLS = { "/api", "/api/*", "/apis", "/apis/*", "/version" }
+
+local READ_VERBS = { get = true, list = true, watch = true }
+
+-- The engine's own needs in its namespace, as rules. Objects are named where
+-- Kubernetes allows it (create cannot be restricted by name).
+function rbac.engine_rules(preflight)
+  if preflight then
+    return {
+      { apiGroups = { "" }, resources = { "configmaps" }, resourceNames = { rbac.CONFIGMAP }, verbs = { "get" } },
+      { apiGroups = { "coordination.k8s.io" }, resources = { "leases" }, resourceNames = { rbac.LEASE },
+        verbs = { "get" } },
+    }
+  end
+  return {
+    { apiGroups = { "" }, resources = { "configmaps" }, verbs = { "create" } },
+    { apiGroups = { "" }, resources = { "configmaps" }, resourceNames = { rbac.CONFIGMAP }, verbs = { "get", "patch" } },
+    { apiGroups = { "coordination.k8s.io" }, resources = { "leases" }, verbs = { "create" } },
+    { apiGroups = { "coordination.k8s.io" }, resources = { "leases" }, resourceNames = { rbac.LEASE },
+      verbs = { "get", "patch", "update" } },
+  }
+end
+
+-- The engine's cluster-wide needs: discovery and its own access reviews
+-- (check asks SelfSubjectAccessReviews; the preflight Job asks
+-- SubjectAccessReviews about the hook's service account).
+function rbac.engine_cluster_rules(preflight)
+  local rules = {
+    { nonResourceURLs = rbac.DISCOVERY_URLS, verbs = { "get" } },
+    { apiGroups = { "authorization.k8s.io" }, resources = { "selfsubjectaccessreviews" }, verbs = { "create" } },
+  }
+  if preflight then
+    rules[#rules + 1] = { apiGroups = { "authorization.k8s.io" }, resources = { "subjectaccessreviews" },
+      verbs = { "create" } }
+  end
+  return rules
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
+-- Declared permissions -> rules grouped by (group, resource, name), verbs sorted,
+-- one table per namespace ("" = cluster-wide). preflight keeps read verbs.
+function rbac.declared_rules(migrations, preflight)
+  local by_ns = {}
+  for _, m in ipairs(migrations) do
+    for _, p in ipairs(m.definition and m.definition.permissions or {}) do
+      if not preflight or READ_VERBS[p.verb] then
+        local ns = p.namespace or ""
+        local resource = p.resource .. (p.subresource and ("/" .. p.subresource) or "")
+        local key = (p.group or "") .. "\0" .. resource .. "\0" .. (p.name or "")
+        by_ns[ns] = by_ns[ns] or {}
+        local r = by_ns[ns][key]
+        if not r then
+          r = { group = p.group or "", resource = resource, name = p.name, verbs = {} }
+          by_ns[ns][key] = r
+        end
+        r.verbs[p.verb] = true
+      end
+    end
+  end
+  local out = {}
+  for ns, rules in pairs(by_ns) do
+    local list = {}
+    for _, key in ipairs(sorted_keys(rules)) do
+      local r = rules[key]
+      list[#list + 1] = { apiGroups = { r.group }, resources = { r.resource },
+        resourceNames = r.name and { r.name } or nil, verbs = sorted_keys(r.verbs) }
+    end
+    out[ns] = list
+  end
+  return out
+end
+
+local function append(dst, src)
+  for _, v in ipairs(src) do dst[#dst + 1] = v end
+  return dst
+end
+
+local function meta(name, namespace, extra)
+  local m = { name = name, namespace = namespace,
+    labels = { ["app.kubernetes.io/name"] = "cozy-migrate", ["app.kubernetes.io/component"] = extra } }
+  return m
+end
+
+local function subject(name, namespace)
+  return { { kind = "ServiceAccount", name = name, namespace = namespace } }
+end
+
+-- The objects for `migrations` (the range, or the whole set). opts:
+-- namespace, preflight (the check Job's read-only variant). Returns the
+-- objects and the legacy migrations found in the range (nil when none).
+function rbac.objects(migrations, opts)
+  local ns = opts.namespace
+  local preflight = opts.preflight
+  local name = preflight and rbac.PREFLIGHT_NAME or rbac.NAME
+  local component = preflight and "preflight" or "migration"
+  local declared = rbac.declared_rules(migrations, preflight)
+  local legacy = {}
+  for _, m in ipairs(migrations) do
+    if m.kind == "legacy" then legacy[#legacy + 1] = m end
+  end
+  local objects = {
+    { apiVersion = "v1", kind = "ServiceAccount", metadata = meta(name, ns, component) },
+    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "ClusterRole", metadata = meta(name, nil, component),
+      rules = append(rbac.engine_cluster_rules(preflight), declared[""] or {}) },
+    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "ClusterRoleBinding", metadata = meta(name, nil, component),
+      roleRef = { apiGroup = "rbac.authorization.k8s.io", kind = "ClusterRole", name = name },
+      subjects = subject(name, ns) },
+    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "Role", metadata = meta(name, ns, component),
+      rules = append(rbac.engine_rules(preflight), declared[ns] or {}) },
+    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "RoleBinding", metadata = meta(name, ns, component),
+      roleRef = { apiGroup = "rbac.authorization.k8s.io", kind = "Role", name = name },
+      subjects = subject(name, ns) },
+  }
+  for _, other in ipairs(sorted_keys(declared)) do
+    if other ~= "" and other ~= ns then
+      objects[#objects + 1] = { apiVersion = "rbac.authorization.k8s.io/v1", kind = "Role",
+        metadata = meta(name, other, component), rules = declared[other] }
+      objects[#objects + 1] = { apiVersion = "rbac.authorization.k8s.io/v1", kind = "RoleBinding",
+        metadata = meta(name, other, component),
+        roleRef = { apiGroup = "rbac.authorization.k8s.io", kind = "Role", name = name },
+        subjects = subject(name, ns) }
+    end
+  end
+  if #legacy > 0 and not preflight then
+    objects[#objects + 1] = rbac.cluster_admin_binding(ns)
+  end
+  return objects, #legacy > 0 and legacy or nil
+end
+
+-- Legacy scripts declare nothing: the run gets cluster-admin, as today.
+function rbac.cluster_admin_binding(ns)
+  local m = meta(rbac.CLUSTER_ADMIN_BINDING, nil, "migration")
+  m.annotations = { ["cozystack.io/why"] =
+    "the pending migrations include legacy scripts, which declare no permissions" }
+  return { apiVersion = "rbac.authorization.k8s.io/v1", kind = "ClusterRoleBinding", metadata = m,
+    roleRef = { apiGroup = "rbac.authorization.k8s.io", kind = "ClusterRole", name = "cluster-admin" },
+    subjects = subject(rbac.NAME, ns) }
+end
+
+---------------------------------------------------------------------------
+-- YAML: block style, every string double-quoted (JSON escapes are valid
+-- YAML), keys in Kubernetes' usual order; enough for these objects.
+
+local key_order = { apiVersion = 1, kind = 2, metadata = 3, name = 4, namespace = 5, labels = 6,
+  annotations = 7, roleRef = 8, subjects = 9, rules = 10 }
+
+local function ordered_keys(t)
+  local keys = sorted_keys(t)
+  table.sort(keys, function(a, b)
+    local oa, ob = key_order[a] or 100, key_order[b] or 100
+    if oa ~= ob then return oa < ob end
+    return a < b
+  end)
+  return keys
+end
+
+local function scalar(v)
+  if type(v) == "string" then
+    return '"' .. v:gsub('[%c"\\]', function(c)
+      if c == '"' then return '\\"' elseif c == "\\" then return "\\\\" elseif c == "\n" then return "\\n" end
+      return ("\\u%04x"):format(c:byte())
+    end) .. '"'
+  end
+  return tostring(v)
+end
+
+local function is_array(t)
+  return #t > 0 or next(t) == nil
+end
+
+local function emit(out, v, indent)
+  local pad = (" "):rep(indent)
+  if is_array(v) then
+    for _, item in ipairs(v) do
+      if type(item) == "table" and not is_array(item) then
+        local first = true
+        for _, k in ipairs(ordered_keys(item)) do
+          local prefix = first and (pad .. "- ") or (pad .. "  ")
+          first = false
+          local val = item[k]
+          if type(val) == "table" then
+            if next(val) == nil then
+              out[#out + 1] = prefix .. k .. (is_array(val) and ": []" or ": {}")
+            else
+              out[#out + 1] = prefix .. k .. ":"
+              emit(out, val, indent + 4)
+            end
+          else
+            out[#out + 1] = prefix .. k .. ": " .. scalar(val)
+          end
+        end
+      else
+        out[#out + 1] = pad .. "- " .. scalar(item)
+      end
+    end
+  else
+    for _, k in ipairs(ordered_keys(v)) do
+      local val = v[k]
+      if type(val) == "table" then
+        if next(val) == nil then
+          out[#out + 1] = pad .. k .. ": []"
+        else
+          out[#out + 1] = pad .. k .. ":"
+          emit(out, val, is_array(val) and indent or indent + 2)
+        end
+      else
+        out[#out + 1] = pad .. k .. ": " .. scalar(val)
+      end
+    end
+  end
+end
+
+-- Multi-document YAML, one document per object.
+function rbac.yaml(objects)
+  local out = {}
+  for _, o in ipairs(objects) do
+    out[#out + 1] = "---"
+    emit(out, o, 0)
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+return rbac

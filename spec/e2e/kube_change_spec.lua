@@ -1,0 +1,184 @@
+-- change and update_each against the fake API server, through the step
+-- executor: the difference is sent once, re-edited after a conflict, a
+-- deleted object is skipped only when the migration says so, plan sends
+-- nothing.
+local fake = require "spec.support.fake"
+local runner = require "cozy.runner"
+local support = require "spec.helpers.cli"
+
+local PERMISSIONS = [[
+  permissions = {
+    { verb = "list", group = "", resource = "configmaps" },
+    { verb = "get", group = "", resource = "configmaps" },
+    { verb = "patch", group = "", resource = "configmaps" },
+  },
+]]
+
+-- Runs a migration whose run is `body` through the spec harness; returns ok,
+-- err or result, and the log lines.
+local function run(srv, body, mode)
+  local dir = support.tmpdir()
+  local f = assert(io.open(dir .. "/1-probe.lua", "w"))
+  f:write(("local obj = require 'cozy.obj'\nreturn { description = 'probe',\n%s  run = function(ctx)\n%s\n  end }\n")
+    :format(PERMISSIONS, body))
+  f:close()
+  local m = runner.load_file(dir .. "/1-probe.lua")
+  os.execute("rm -rf " .. support.quote(dir))
+  local lines = {}
+  local log = require("cozy.log").new { stream = assert(io.open("/dev/null", "w")),
+    sink = function(_, message) lines[#lines + 1] = message end }
+  local ok, res = pcall(runner.run_migration, m, { kubeconfig = srv.kubeconfig, mode = mode, log = log })
+  return ok, res, lines
+end
+
+local function fixture(n)
+  local extra = {}
+  for i = 1, n do extra[i] = support.configmap(("cm-%d"):format(i), { keep = "me" }) end
+  return support.fixture(1, extra)
+end
+
+local EACH = [[
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local items = cms:list{ namespace = "cozy-system", label_selector = nil, project = { "data" } }:collect()
+    local picked = {}
+    for _, cm in ipairs(items) do if cm.metadata.name:find("^cm%%-") then picked[#picked + 1] = cm end end
+    local counts = cms:update_each(picked, function(cm)
+      if cm.data.done then return nil end
+      cm.data.done = "yes"
+      return cm.metadata.name
+    end, { label = "ConfigMaps", absent = %s, on_change = function(_, name) ctx.log:change("%%s {done|would be done}", name) end })
+    ctx.outcome(counts)
+]]
+
+describe("update_each", function()
+  local srv
+  setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
+  teardown(function() srv:stop() end)
+  before_each(function()
+    srv:reset(fixture(3))
+    srv:clear_faults()
+    srv:clear_requests()
+  end)
+
+  it("sends one patch per object with only the difference, and counts", function()
+    local ok, res, lines = run(srv, EACH:format('"skip"'))
+    assert.is_true(ok, tostring(res))
+    assert.same({ total = 3, changed = 3, unchanged = 0, absent = 0 }, res.outcome.counts)
+    local patches = srv:requests { method = "PATCH" }
+    assert.equal(3, #patches)
+    assert.matches('^%[{"op":"test","path":"/metadata/resourceVersion","value":"%d+"},', patches[1].body)
+    assert.matches('{"op":"add","path":"/data/done","value":"yes"}]$', patches[1].body)
+    for i = 1, 3 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+    assert.equal("cm-1 done", lines[1])
+    assert.equal("ConfigMaps: 3 changed, 0 unchanged, 0 deleted since the list", lines[#lines])
+    -- a second run finds nothing to do and sends nothing
+    srv:clear_requests()
+    ok, res = run(srv, EACH:format('"skip"'))
+    assert.is_true(ok, tostring(res))
+    assert.same({}, support.writes(srv))
+    assert.equal(3, res.outcome.counts.unchanged)
+  end)
+
+  it("re-reads and edits again after a conflict, sending the change once", function()
+    srv:faults { { method = "PATCH", path = "/configmaps/cm-2$", times = 1, bump = { merge = { data = { done = "by-another" } } } } }
+    local ok, res = run(srv, EACH:format('"skip"'))
+    assert.is_true(ok, tostring(res))
+    assert.same({ "bump" }, srv:fired())
+    assert.equal("by-another", srv:object("ConfigMap", "cozy-system", "cm-2").data.done)
+    assert.same({ total = 3, changed = 2, unchanged = 1, absent = 0 }, res.outcome.counts)
+  end)
+
+  it("skips an object deleted since the list when told, and fails on it otherwise", function()
+    srv:faults { { method = "PATCH", path = "/configmaps/cm-3$", times = 1, delete = true } }
+    local ok, res, lines = run(srv, EACH:format('"skip"'))
+    assert.is_true(ok, tostring(res))
+    assert.same({ "delete" }, srv:fired())
+    assert.equal(1, res.outcome.counts.absent)
+    assert.truthy(table.concat(lines, "\n"):find("ConfigMap cozy-system/cm-3: deleted since the list, skipped", 1, true))
+    srv:reset(fixture(3))
+    srv:clear_faults()
+    srv:faults { { method = "PATCH", path = "/configmaps/cm-3$", times = 1, delete = true } }
+    ok, res = run(srv, EACH:format("nil"))
+    assert.is_false(ok)
+    assert.equal(404, res.code)
+  end)
+
+  it("stops at the first other failure (one at a time: nothing after it)", function()
+    srv:faults { { method = "PATCH", path = "/configmaps/cm-2$", times = 1, status = 403 } }
+    local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", "concurrency = 1, absent = ")))
+    assert.is_false(ok)
+    assert.equal(403, res.code)
+    assert.is_nil(srv:object("ConfigMap", "cozy-system", "cm-3").data.done)
+  end)
+
+  it("in parallel, starts no change after the first failure, lets those in flight end, and raises it", function()
+    srv:reset(fixture(40))
+    srv:clear_requests()
+    srv:faults { { method = "PATCH", path = "/configmaps/cm-1$", times = 1, status = 403 } }
+    local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", "concurrency = 2, absent = ")))
+    assert.is_false(ok)
+    assert.equal(403, res.code)
+    assert.same({ "status" }, srv:fired())
+    local patched = #srv:requests { method = "PATCH" }
+    -- at most the pipe (twice the concurrency) was sent: never the 40
+    assert.is_true(patched <= 4, patched .. " patches")
+    local done = 0
+    for i = 1, 40 do
+      if srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done then done = done + 1 end
+    end
+    assert.equal(patched - 1, done)
+  end)
+
+  it("in parallel, ends in exactly the state one at a time does, under conflicts and 5xx", function()
+    local function final()
+      local out = {}
+      for i = 1, 12 do out[i] = srv:object("ConfigMap", "cozy-system", "cm-" .. i).data end
+      return out
+    end
+    local faults = {
+      { method = "PATCH", path = "/configmaps/cm-3$", times = 2, bump = { merge = { data = { other = "x" } } } },
+      { method = "PATCH", path = "/configmaps/cm-5$", times = 2, status = 503 },
+      { method = "PATCH", path = "/configmaps/cm-7$", times = 1, bump = { merge = { data = { done = "by-another" } } } },
+    }
+    local results = {}
+    for _, n in ipairs({ 1, 4 }) do
+      srv:reset(fixture(12))
+      srv:clear_requests()
+      srv:faults(faults)
+      local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", ("concurrency = %d, absent = "):format(n))))
+      assert.is_true(ok, tostring(res))
+      assert.equal(5, #srv:fired())
+      results[n] = { counts = res.outcome.counts, state = final() }
+    end
+    assert.same(results[1], results[4])
+    assert.same({ total = 12, changed = 11, unchanged = 1, absent = 0 }, results[4].counts)
+  end)
+
+  it("in plan mode, records each change and sends none", function()
+    local ok, res, lines = run(srv, EACH:format('"skip"'), "plan")
+    assert.is_true(ok, tostring(res))
+    assert.same({}, support.writes(srv))
+    assert.equal(3, res.outcome.counts.changed)
+    assert.equal("cm-1 would be done", lines[1])
+  end)
+end)
+
+describe("change", function()
+  local srv
+  setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
+  teardown(function() srv:stop() end)
+
+  it("sends nothing when the edit changes nothing, and returns what edit returned", function()
+    srv:reset(fixture(1))
+    srv:clear_requests()
+    local ok, res = run(srv, [[
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local _, changed = cms:change("cozy-system", "cm-1", function(cm) cm.data.keep = "me" end)
+    assert(changed == false)
+    local after, changed2, info = cms:change("cozy-system", "cm-1", function(cm) cm.data.keep = nil; cm.data.new = "1"; return "edited" end)
+    assert(changed2 == true and info == "edited" and after.data.new == "1" and after.data.keep == nil)
+]])
+    assert.is_true(ok, tostring(res))
+    assert.equal(1, #srv:requests { method = "PATCH" })
+  end)
+end)

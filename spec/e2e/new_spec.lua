@@ -1,0 +1,76 @@
+-- `cozy-migrate new NAME` end to end, in a temporary copy of what a source
+-- tree gives a spec (.busted, spec/helpers, spec/support, an empty
+-- migrations/): the scaffold validates; its spec, run by busted on the
+-- harness, fails until the migration makes its first real change, saying so;
+-- uncommenting the one example line makes it pass.
+local cli = require "spec.helpers.cli"
+local files = require "spec.helpers.files"
+
+local q = files.quote
+
+local BIN = q(files.absolute(cli.bin))
+
+describe("cozy-migrate new", function()
+  local tree
+  before_each(function() tree = cli.spec_tree() end)
+  after_each(function() files.rm_rf(tree) end)
+
+  local function in_tree(cmdline) return cli.in_tree(tree, cmdline) end
+  local function busted(spec) return cli.busted_in(tree, spec) end
+
+  it("scaffolds a valid migration whose spec fails until its first real change; one line makes it pass", function()
+    local r = in_tree(BIN .. " new label-tenants")
+    assert.equal(0, r.code, r.stderr)
+    -- the next number after the built-in set
+    local builtin = cli.run { "list", "--output", "json" }
+    assert.equal(0, builtin.code, builtin.stderr)
+    local highest = 0
+    for n in builtin.stdout:gmatch('"number":%s*(%d+)') do highest = math.max(highest, tonumber(n)) end
+    assert.is_true(highest >= 59)
+    local base = ("%d-label-tenants"):format(highest + 1)
+    local migration = "migrations/" .. base .. ".lua"
+    local spec = "spec/migrations/" .. base .. "_spec.lua"
+    assert.equal(migration .. "\n" .. spec .. "\n", r.stdout)
+
+    local list = in_tree(BIN .. " list --no-builtin --migrations migrations")
+    assert.equal(0, list.code, list.stderr)
+    assert.matches(base, list.stdout, 1, true)
+
+    -- fresh: the spec fails, and says what to do
+    r = busted(spec)
+    assert.equal(1, r.code, r.stdout .. r.stderr)
+    assert.matches("2 successes / 3 failures / 0 errors", r.stdout, 1, true)
+    assert.matches("changed no object of its fixture: write its first real change in " .. migration, r.stdout, 1, true)
+    assert.matches("check reported nothing about a fixture that run changes", r.stdout, 1, true)
+    assert.matches("plan showed no write", r.stdout, 1, true)
+
+    -- the one-line edit: uncomment the example change
+    local path = tree .. "/" .. migration
+    local text = assert(files.read(path))
+    local edited, n = text:gsub("\n  %-%- (if not obj%.metadata%.labels%.done [^\n]*)", "\n  %1")
+    assert.equal(1, n)
+    files.write(path, edited)
+
+    r = busted(spec)
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("5 successes / 0 failures / 0 errors", r.stdout, 1, true)
+  end)
+
+  it("writes both files or neither, and refuses a bad name", function()
+    local r = in_tree(BIN .. " new once")
+    assert.equal(0, r.code, r.stderr)
+    local migration, spec = r.stdout:match("^(%S+)\n(%S+)\n$")
+    -- without the migration the same number is next again, and its spec is in the way
+    assert.is_true(os.remove(tree .. "/" .. migration))
+    r = in_tree(BIN .. " new once")
+    assert.equal(1, r.code)
+    assert.equal(("cozy-migrate: %s already exists\n"):format(spec), r.stderr)
+    assert.is_nil(files.read(tree .. "/" .. migration))
+    r = in_tree(BIN .. " new Bad_Name")
+    assert.equal(2, r.code)
+    assert.matches("invalid migration name", r.stderr)
+    r = in_tree(BIN .. " new")
+    assert.equal(2, r.code)
+    assert.matches("usage: cozy%-migrate new NAME", r.stderr)
+  end)
+end)

@@ -1,0 +1,203 @@
+-- Running cozy-migrate from specs: the binary (COZY_MIGRATE_BIN, else
+-- build/cozy-migrate) in the foreground or the background, any shell command
+-- line with its output captured, polling with a bound, and the fixtures and
+-- arguments the runner's e2e specs share. The harness (spec/helpers/init.lua)
+-- runs its CLI commands through here.
+local files = require "spec.helpers.files"
+
+local cli = {}
+
+cli.bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
+
+local q = files.quote
+cli.quote = q
+cli.slurp = files.read
+cli.lines = files.lines
+
+function cli.tmpdir()
+  return files.tmpdir("cozy-runner-spec")
+end
+
+-- Variables of the host environment that would change what a command does:
+-- unset unless a spec gives them.
+local CLEAN_ENV = { NAMESPACE = false, TARGET_VERSION = false, CURRENT_VERSION = false, POD_NAME = false }
+
+local function merged_env(env)
+  local e = {}
+  for k, v in pairs(CLEAN_ENV) do e[k] = v end
+  for k, v in pairs(env or {}) do e[k] = v end
+  return e
+end
+
+local function command_line(args, env)
+  local parts = { "exec env" }
+  -- env wants its -u options before the assignments
+  for k, v in pairs(env or {}) do
+    if v == false then parts[#parts + 1] = "-u " .. k end
+  end
+  for k, v in pairs(env or {}) do
+    if v ~= false then parts[#parts + 1] = q(k .. "=" .. v) end
+  end
+  parts[#parts + 1] = q(cli.bin)
+  for _, a in ipairs(args) do parts[#parts + 1] = q(a) end
+  return table.concat(parts, " ")
+end
+
+-- Runs a shell command line, stdin from /dev/null (or the text `stdin`);
+-- returns { code =, stdout =, stderr = } (code 128 + N when killed by signal N).
+function cli.shell(cmdline, stdin)
+  local dir = cli.tmpdir()
+  local input = "/dev/null"
+  if stdin then
+    input = dir .. "/in"
+    files.write(input, stdin)
+  end
+  local code = files.sh(("(%s) >%s 2>%s <%s"):format(cmdline, q(dir .. "/out"), q(dir .. "/err"), q(input)))
+  local res = { code = code, stdout = files.read(dir .. "/out") or "", stderr = files.read(dir .. "/err") or "" }
+  files.rm_rf(dir)
+  return res
+end
+
+-- Runs cozy-migrate with `args` (an array); returns { code =, stdout =, stderr = }.
+-- env: name -> value, or false to unset (NAMESPACE, TARGET_VERSION... are
+-- unset unless given, so the host environment does not leak in).
+function cli.run(args, env, stdin)
+  return cli.shell(command_line(args, merged_env(env)), stdin)
+end
+
+-- A temporary source tree that specs can run in: `.busted`, spec/helpers,
+-- spec/support and an empty migrations/ (e.g. for `new`'s scaffold, or a
+-- guide's example). Returns its path; the caller removes it (files.rm_rf).
+function cli.spec_tree()
+  local tree = files.tmpdir("cozy-spec-tree")
+  local code = files.sh(("mkdir -p %s/spec/migrations %s/migrations && cp .busted %s/ "
+    .. "&& cp -r spec/helpers spec/support %s/spec/"):format(q(tree), q(tree), q(tree), q(tree)))
+  assert(code == 0, "could not copy the harness into " .. tree)
+  return tree
+end
+
+-- Runs a shell command line from `tree`, with COZY_MIGRATE_BIN set to this
+-- build's binary (absolute) and COZY_SPEC_MIGRATIONS unset.
+function cli.in_tree(tree, cmdline)
+  return cli.shell(("cd %s && env -u COZY_SPEC_MIGRATIONS COZY_MIGRATE_BIN=%s %s")
+    :format(q(tree), q(files.absolute(cli.bin)), cmdline))
+end
+
+-- Runs busted on `spec` inside `tree`, inside the host; returns { code, stdout, stderr }.
+function cli.busted_in(tree, spec)
+  return cli.in_tree(tree, ("%s lua /usr/bin/busted --output=plainTerminal %s")
+    :format(q(files.absolute(cli.bin)), q(spec)))
+end
+
+local Proc = {}
+Proc.__index = Proc
+
+-- Starts cozy-migrate in the background; returns a Proc.
+function cli.start(args, env)
+  local dir = cli.tmpdir()
+  os.execute(("sh -c %s >/dev/null 2>&1 </dev/null &"):format(q(
+    ("%s >%s 2>%s </dev/null & echo $! >%s; wait $!; echo $? >%s"):format(
+      command_line(args, merged_env(env)), q(dir .. "/out"), q(dir .. "/err"), q(dir .. "/pid"), q(dir .. "/rc")))))
+  local self = setmetatable({ dir = dir }, Proc)
+  assert(cli.poll(5, function()
+    self.pid = tonumber((files.read(dir .. "/pid") or ""):match("%d+"))
+    return self.pid
+  end), "background cozy-migrate did not start")
+  return self
+end
+
+function Proc:done()
+  local rc = files.read(self.dir .. "/rc")
+  return rc and rc:match("%d+") and tonumber(rc:match("%d+")) or nil
+end
+
+-- Waits (bounded) for exit; returns { code =, stdout =, stderr = }.
+function Proc:wait(timeout)
+  local code = cli.poll(timeout or 60, function() return self:done() end)
+  assert(code, "cozy-migrate did not exit within " .. tostring(timeout or 60) .. "s: " .. self:stderr())
+  return { code = code, stdout = files.read(self.dir .. "/out") or "", stderr = self:stderr() }
+end
+
+function Proc:stderr() return files.read(self.dir .. "/err") or "" end
+
+function Proc:kill(sig)
+  os.execute("kill -" .. (sig or "KILL") .. " " .. self.pid .. " 2>/dev/null")
+end
+
+function Proc:cleanup()
+  if not self:done() then self:kill("KILL") end
+  cli.poll(5, function() return self:done() end)
+  files.rm_rf(self.dir)
+end
+
+-- Calls fn every `step` seconds until it returns a truthy value (returned)
+-- or `timeout` seconds pass (nil). Inside the host only (cozy.sys).
+function cli.poll(timeout, fn, step)
+  local sys = require "cozy.sys"
+  local deadline = sys.monotime() + timeout
+  repeat
+    local v = fn()
+    if v then return v end
+    sys.sleep(step or 0.02)
+  until sys.monotime() > deadline
+  return nil
+end
+
+-- Is this request-log entry a write, i.e. does it change state? An access
+-- review (self or not) persists nothing: it is a read in all but method.
+function cli.is_write(entry)
+  return entry.method ~= "GET" and entry.method ~= "HEAD"
+    and not tostring(entry.path):match("subjectaccessreviews$")
+end
+
+-- Requests of the fake that change state (what "no write" means).
+function cli.writes(srv)
+  local out = {}
+  for _, r in ipairs(srv:requests()) do
+    if cli.is_write(r) then out[#out + 1] = r end
+  end
+  return out
+end
+
+-- A fixture: the namespace, the version ConfigMap at `version` (nil: no
+-- ConfigMap, a fresh install) and `extra` objects: for srv:reset(...), and
+-- fake.start{ fixtures = { cli.fixture(...) } }.
+function cli.fixture(version, extra, labels)
+  local items = { { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } } }
+  if version then
+    items[#items + 1] = { apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "cozystack-version", namespace = "cozy-system", labels = labels },
+      data = { version = tostring(version) } }
+  end
+  for _, o in ipairs(extra or {}) do items[#items + 1] = o end
+  return items
+end
+
+function cli.configmap(name, data)
+  return { apiVersion = "v1", kind = "ConfigMap", metadata = { name = name, namespace = "cozy-system" }, data = data }
+end
+
+-- The args of a command against srv with the migrations of fixture dir `dir`
+-- alone (--no-builtin: the fixture sets are numbered from 1 and must not mix
+-- with the built-in ones). A `dir` without a slash is one of spec/fixtures/runner/.
+function cli.args(srv, dir, ...)
+  local args = { ... }
+  for _, a in ipairs({ "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations",
+      dir:find("/") and dir or ("spec/fixtures/runner/" .. dir) }) do
+    args[#args + 1] = a
+  end
+  return args
+end
+
+-- data.version of the stamp, as a number (nil: absent), and the ConfigMap
+function cli.version(srv)
+  local cm = srv:object("ConfigMap", "cozy-system", "cozystack-version")
+  return cm and tonumber(cm.data.version), cm
+end
+
+function cli.history(cm)
+  local json = require "cozy.json"
+  return json.decode(cm.data.history or "[]")
+end
+
+return cli

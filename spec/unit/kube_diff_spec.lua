@@ -1,0 +1,137 @@
+-- The difference a change sends (patch.diff), lean projections, cozy.obj and
+-- the plan/run wording: pure functions, checked on values.
+local json = require "cozy.json"
+local kube = require "cozy.kube"
+local obj = require "cozy.obj"
+local patch = require "cozy.kube.patch"
+local context = require "cozy.runner.context"
+
+local function ops_of(a, b)
+  local ops = patch.diff(a, b)
+  -- the difference applied to a must give b, whatever it is
+  assert.is_true(patch.equal(patch.json_patch(a, ops), b), json.encode(ops))
+  return ops
+end
+
+describe("patch.diff", function()
+  it("is empty for equal values", function()
+    assert.same({}, ops_of(json.decode('{"a":[1,{"b":2}]}'), json.decode('{"a":[1,{"b":2}]}')))
+  end)
+
+  it("appends to a list with /- adds, never replacing it", function()
+    local a = json.decode('{"spec":{"volumes":[{"name":"a"}]}}')
+    local b = patch.deepcopy(a)
+    b.spec.volumes[2] = { name = "b" }
+    b.spec.volumes[3] = { name = "c" }
+    assert.same({ { op = "add", path = "/spec/volumes/-", value = { name = "b" } },
+                  { op = "add", path = "/spec/volumes/-", value = { name = "c" } } }, ops_of(a, b))
+  end)
+
+  it("creates an absent list, and absent parents, with one add", function()
+    local a = json.decode('{"spec":{"template":{"spec":{}}}}')
+    local b = patch.deepcopy(a)
+    obj.append(b, "spec.template.spec.domain.devices.disks", { { name = "d" } })
+    assert.same({ { op = "add", path = "/spec/template/spec/domain",
+      value = { devices = { disks = { { name = "d" } } } } } }, ops_of(a, b))
+    assert.equal('[{"name":"d"}]', json.encode(b.spec.template.spec.domain.devices.disks))
+  end)
+
+  it("changes, removes and shortens where the difference is", function()
+    local a = json.decode('{"m":{"x":1,"y":2,"a/b":3},"l":[1,2,3,4]}')
+    local b = json.decode('{"m":{"x":5,"a/b":3,"z":null},"l":[1,9]}')
+    assert.same({
+      { op = "replace", path = "/l/1", value = 9 },
+      { op = "remove", path = "/l/3" },
+      { op = "remove", path = "/l/2" },
+      { op = "replace", path = "/m/x", value = 5 },
+      { op = "remove", path = "/m/y" },
+      { op = "add", path = "/m/z", value = json.null },
+    }, ops_of(a, b))
+  end)
+
+  it("escapes keys as RFC 6901 pointers", function()
+    local a = json.decode('{"metadata":{"labels":{}}}')
+    local b = json.decode('{"metadata":{"labels":{"platform.cozystack.io/x~y":"1"}}}')
+    assert.same({ { op = "add", path = "/metadata/labels/platform.cozystack.io~1x~0y", value = "1" } }, ops_of(a, b))
+  end)
+
+  it("replaces a value whose type changed (null to a list)", function()
+    local a = json.decode('{"v":null}')
+    local b = patch.deepcopy(a)
+    obj.append(b, "v", { 1 })
+    assert.same({ { op = "replace", path = "/v", value = json.decode("[1]") } }, ops_of(a, b))
+  end)
+end)
+
+describe("lean lists", function()
+  local vm = json.decode([[{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine",
+    "metadata":{"name":"vm","namespace":"ns","uid":"u","resourceVersion":"7","annotations":{"big":"x"},
+      "managedFields":[{"manager":"m"}]},
+    "spec":{"running":true,"template":{"spec":{"domain":{"cpu":{"cores":2},"devices":{"disks":[{"name":"a"}]}},
+      "volumes":[]}}},"status":{"conditions":[{"type":"Ready"}]}}]])
+
+  it("keeps the identity and exactly the paths asked, presence included", function()
+    local tree = kube.projection({ "spec.template.spec.volumes", "spec.template.spec.domain.devices.disks",
+      "spec.template.spec.domain.devices.interfaces", "status.volumeRequests" })
+    local lean = kube.prune(vm, tree)
+    assert.same({ apiVersion = "kubevirt.io/v1", kind = "VirtualMachine",
+      metadata = { name = "vm", namespace = "ns", uid = "u", resourceVersion = "7" },
+      spec = { template = { spec = { domain = { devices = { disks = { { name = "a" } } } }, volumes = {} } } },
+      status = {} }, lean)
+    -- an empty list stays a list, an absent one absent
+    assert.equal("[]", json.encode(lean.spec.template.spec.volumes))
+    assert.is_nil(lean.spec.template.spec.domain.devices.interfaces)
+  end)
+
+  it("gives the same difference as the full object for what it keeps", function()
+    local lean = kube.prune(vm, kube.projection({ "spec.template.spec.volumes", "spec.template.spec.domain.devices.disks" }))
+    local function edit(o)
+      local c = patch.deepcopy(o)
+      obj.append(c, "spec.template.spec.volumes", { { name = "v" } })
+      obj.append(c, "spec.template.spec.domain.devices.disks", { { name = "v" } })
+      return patch.diff(o, c)
+    end
+    assert.same(edit(vm), edit(lean))
+  end)
+end)
+
+describe("cozy.obj", function()
+  local vmi = json.decode([[{"metadata":{"name":"a","namespace":"n","ownerReferences":[
+    {"apiVersion":"v1","kind":"Pod","name":"p","controller":false},
+    {"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","name":"a","uid":"u1","controller":true}]},
+    "spec":{"volumes":null}}]])
+
+  it("reads paths without raising", function()
+    assert.equal("a", obj.get(vmi, "metadata.name"))
+    assert.equal("p", obj.get(vmi, "metadata.ownerReferences.1.name"))
+    assert.is_nil(obj.get(vmi, "spec.volumes"))          -- null reads as absent
+    assert.is_nil(obj.get(vmi, "spec.volumes.x.y"))
+    assert.same({}, obj.list(vmi, "spec.volumes"))
+    assert.equal("n/a", obj.key(vmi))
+    assert.equal("c", obj.key({ metadata = { name = "c" } }))
+  end)
+
+  it("finds the controller reference, by kind and group", function()
+    assert.equal("u1", obj.controller_of(vmi).uid)
+    assert.equal("u1", obj.controller_of(vmi, "VirtualMachine", "kubevirt.io").uid)
+    assert.is_nil(obj.controller_of(vmi, "VirtualMachine", "other.io"))
+    assert.is_nil(obj.controller_of({ metadata = {} }))
+  end)
+
+  it("indexes a list and compares as Kubernetes does", function()
+    local idx = obj.index_by({ vmi, { metadata = { name = "b", namespace = "n" } } })
+    assert.equal(vmi, idx["n/a"])
+    assert.is_true(obj.equal({ a = 1, hotpluggable = false }, { a = 1 }))
+    assert.is_true(obj.equal({ s = "" , n = 0 }, {}))
+    assert.is_false(obj.equal({ a = 1 }, { a = 2 }))
+    assert.equal("x,y", obj.names({ { name = "x" }, { name = "y" } }))
+  end)
+end)
+
+describe("plan/run wording", function()
+  it("picks the run or the plan form", function()
+    assert.equal("VM a: adding x", context.worded("VM a: {adding|would add} x", "run"))
+    assert.equal("VM a: would add x", context.worded("VM a: {adding|would add} x", "plan"))
+    assert.equal("no braces", context.worded("no braces", "plan"))
+  end)
+end)
