@@ -7,9 +7,10 @@
 -- that method and path. A fault rule holds exactly that request unserved
 -- (skip the first n-1, then a long delay and a dropped connection, so it is
 -- never applied) and the runner is killed while it waits for the answer:
--- the server then holds what requests 1..k-1 did, as after a kill at any
--- moment between them (the runner's memory dies with it, so "applied but not
--- yet answered" leaves the same state). No timing decides where it dies.
+-- the server then holds what requests 1..k-1 did (and what other requests
+-- of the same parallel batch of writes did), as after a kill at any moment
+-- (the runner's memory dies with it, so "applied but not yet answered"
+-- leaves the same state). No timing decides where it dies.
 local support = require "spec.campaign.support"
 
 local FLEET = 1000

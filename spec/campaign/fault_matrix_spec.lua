@@ -24,8 +24,9 @@ local FAST = { "--qps", "1000", "--burst", "1000" }
 -- searched in the request target, skip), the timeout that request has (the
 -- delay fault waits past it), and whatever else the row needs.
 local ROWS = {
-  { id = "crd", label = "CRD read (GET customresourcedefinition)",
-    match = { method = "GET", path = "/customresourcedefinitions/virtualmachines\\.kubevirt\\.io$" } },
+  -- whether KubeVirt is installed: the group version's discovery document
+  { id = "discovery", label = "discovery read (GET /apis/kubevirt.io/v1)",
+    match = { method = "GET", path = "^/apis/kubevirt\\.io/v1(\\?|$)" } },
   { id = "vm-list", label = "VM list page (continued)", continued = true,
     match = { method = "GET", path = "^/apis/kubevirt\\.io/v1/virtualmachines\\?.*continue=" } },
   { id = "vmi-list", label = "VMI list page (continued)", continued = true,

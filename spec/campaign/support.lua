@@ -5,7 +5,7 @@
 local fake = require "spec.support.fake"
 local generate = require "spec.fixtures.59-vmi-hotplug.generate"
 local scenarios = require "spec.fixtures.59-vmi-hotplug.scenarios"
-local runner = require "spec.e2e.runner_support"
+local runner = require "spec.helpers.cli"
 local json = require "cozy.json"
 
 local support = { runner = runner, poll = runner.poll, quote = runner.quote }
@@ -171,7 +171,7 @@ function support.tmpdir()
 end
 
 function support.rmdir(dir)
-  if dir and dir:match("cozy%-runner%-spec") then os.execute("rm -rf " .. runner.quote(dir)) end
+  if dir then require("spec.helpers.files").rm_rf(dir) end
 end
 
 return support

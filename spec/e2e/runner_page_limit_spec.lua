@@ -1,7 +1,7 @@
 -- COZY_MIGRATE_PAGE_LIMIT: the page size of every list a run makes (the
 -- fault campaign uses it to get several pages out of a 200-VM fleet).
 local fake = require "spec.support.fake"
-local support = require "spec.e2e.runner_support"
+local support = require "spec.helpers.cli"
 
 local FIXTURE = "spec/fixtures/59-vmi-hotplug/cluster.json"
 
