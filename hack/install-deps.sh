@@ -11,7 +11,8 @@ packages=(
   clang libclang-rt-14-dev
   # hack/lint.sh
   lua-check cppcheck clang-format
-  # bench/run: /usr/bin/time for CPU and peak RSS, valgrind for --callgrind
+  # bench/run: /usr/bin/time for CPU and peak RSS, valgrind for --callgrind;
+  # spec/campaign/valgrind_spec.lua: one e2e run under memcheck (plain build)
   time valgrind
 )
 

@@ -50,6 +50,7 @@ Environment:
   KUBECONFIG                  kubeconfig files, as kubectl reads them
   POD_NAME                    the lock holder's identity (else host-pid)
   COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
+  COZY_MIGRATE_PAGE_LIMIT     objects per list page (default 500)
   COZY_MIGRATE_MIGRATIONS     default for --migrations (empty: no directory, not even /migrations)
   KUBERNETES_SERVICE_HOST/PORT  in-cluster API server (with the service account's token, ca.crt, namespace)
   COZY_MIGRATE_SERVICEACCOUNT_DIR  the service account's directory (tests; else the pod's)

@@ -70,10 +70,18 @@ function runner.discover(opts)
   return discovery.discover(discovery.options(opts))
 end
 
+-- The list page size; COZY_MIGRATE_PAGE_LIMIT changes it (tests that want
+-- many pages from a small fleet, and servers that struggle with large pages).
+function runner.page_limit()
+  local v = math.tointeger(tonumber(os.getenv("COZY_MIGRATE_PAGE_LIMIT") or ""))
+  if v and v >= 1 then return v end
+  return nil
+end
+
 -- Plain-data connect options (the lease worker connects with the same).
 function runner.connect_options(opts)
   return { kubeconfig = opts.kubeconfig, context = opts.context, request_timeout = opts.request_timeout or 30,
-    qps = opts.qps, burst = opts.burst, concurrency = opts.concurrency }
+    qps = opts.qps, burst = opts.burst, concurrency = opts.concurrency, page_limit = runner.page_limit() }
 end
 
 function runner.connect(opts, log, extra)

@@ -241,6 +241,38 @@ describe("fake API server faults and request log", function()
     end)
   end)
 
+  -- its own server: a rotation changes the token every later request needs
+  it("rotate_token: answers 401, writes the new token to the file, and accepts only it from then on", function()
+    local own <close> = fake.start{ fixtures = { BASIC }, token = "old-token" }
+    local file = own.dir .. "/token"
+    own:faults { { method = "GET", path = "/configmaps/cm-a$", rotate_token = { token = "new-token", file = file } } }
+    local res = own:request("GET", CM .. "/cm-a")
+    assert.equal(401, res.status)
+    assert.equal("Unauthorized", res.json.reason)
+    local f = assert(io.open(file))
+    assert.equal("new-token\n", f:read("a"))
+    f:close()
+    assert.equal(401, own:request("GET", CM .. "/cm-a").status)                       -- the old one expired
+    assert.equal(200, own:request("GET", CM .. "/cm-a", { token = "new-token" }).status)
+    assert.same({ action = "rotate_token", rule = 0, applied = true }, own:requests()[1].fault)
+    assert.is_nil(own:requests()[2].fault)
+    assert.same({ "rotate_token" }, own:fired())
+  end)
+
+  it("refuses a rotate_token without a token or with an unknown key", function()
+    local function message(rule)
+      local res = srv:request("POST", "/_fake/faults", { body = { rule }, token = false })
+      assert.equal(400, res.status, res.body)
+      return res.json.message
+    end
+    assert.matches("rotate_token.token must be a non-empty header value", message { rotate_token = {} }, 1, true)
+    assert.matches("rotate_token.token must be", message { rotate_token = { token = "a\nb" } }, 1, true)
+    assert.matches('unknown key in rotate_token: "path"',
+      message { rotate_token = { token = "x", path = "/tmp/x" } }, 1, true)
+    assert.matches("two actions in one rule (status, rotate_token)",
+      message { status = 401, rotate_token = { token = "x" } }, 1, true)
+  end)
+
   it("lets the first `skip` matching requests through, then fires", function()
     srv:faults { { method = "GET", path = "/configmaps/cm-a$", skip = 2, status = 503 } }
     local got = {}

@@ -1,0 +1,177 @@
+-- Helpers of the campaign specs (fault matrix, crash-resume, two runners,
+-- valgrind): a fleet for migration 59 (the built-in one), a fake API server
+-- with a token the runner reads from a tokenFile (so that a rotation can
+-- reach it), the state a run leaves, and the VM PATCHes that landed.
+local fake = require "spec.support.fake"
+local generate = require "spec.fixtures.59-vmi-hotplug.generate"
+local scenarios = require "spec.fixtures.59-vmi-hotplug.scenarios"
+local runner = require "spec.helpers.cli"
+local json = require "cozy.json"
+
+local support = { runner = runner, poll = runner.poll, quote = runner.quote }
+
+local VMS_PATH = "^/apis/kubevirt%.io/v1/namespaces/([^/]+)/virtualmachines/([^/]+)$"
+support.VMS_PATH = VMS_PATH
+
+local function write(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+support.write = write
+
+-- A fleet of `count` VMs, each with its running VMI; every third VM's VMI
+-- holds a hotplugged volume its VM lacks. Written to a JSON file in `dir`;
+-- returns the path and the VMs that need the copy ("ns/name" -> volume).
+function support.fleet(dir, count)
+  local list, needs = scenarios.big(count, 3)
+  local path = ("%s/fleet-%d.json"):format(dir, count)
+  write(path, generate.encode(list))
+  return path, needs
+end
+
+-- A fake API server loaded with `fixture`, requiring a token, and a
+-- kubeconfig (srv.kubeconfig_file) that reads it from srv.token_file.
+-- opts.tls (default true): HTTPS; without it, plain HTTP, which spares a
+-- TLS handshake per write (writes go out on fresh connections) where TLS
+-- is not what a spec is about.
+function support.server(fixture, dir, opts)
+  local tls = not (opts and opts.tls == false)
+  local srv = fake.start { fixtures = { fixture }, tls = tls, token = "t-0" }
+  srv.token_file = dir .. "/token"
+  write(srv.token_file, "t-0\n")
+  local f = assert(io.open(srv.kubeconfig))
+  local text = f:read("a")
+  f:close()
+  local replaced, n = text:gsub('\n    token: "t%-0"\n', '\n    tokenFile: "' .. srv.token_file .. '"\n')
+  assert(n == 1, "fake's kubeconfig has no token line: " .. text)
+  srv.kubeconfig_file = dir .. "/kubeconfig"
+  write(srv.kubeconfig_file, replaced)
+  return srv
+end
+
+-- The args of `cozy-migrate run` (the built-in migrations) against srv.
+function support.args(srv, ...)
+  local args = { "run", "--kubeconfig", srv.kubeconfig_file }
+  for _, a in ipairs({ ... }) do args[#args + 1] = a end
+  return args
+end
+
+-- What a run leaves that matters: every VM and VMI without its
+-- resourceVersion (which counts writes, concurrent ones included), and the
+-- stamp's version and history numbers. Leases are left out (a run that
+-- could not release leaves its lease to expire).
+function support.state(srv)
+  local out = { objects = {} }
+  for _, o in ipairs(srv:objects()) do
+    if o.kind == "VirtualMachine" or o.kind == "VirtualMachineInstance" then
+      o.metadata.resourceVersion = nil
+      out.objects[o.kind .. " " .. o.metadata.namespace .. "/" .. o.metadata.name] = o
+    elseif o.kind == "ConfigMap" and o.metadata.name == "cozystack-version" then
+      out.version = o.data.version
+      local numbers = {}
+      for _, h in ipairs(json.decode(o.data.history or "[]")) do numbers[#numbers + 1] = h.number end
+      out.history = numbers
+    end
+  end
+  return out
+end
+
+-- Names in a list that occur more than once (a volume or disk added twice).
+local function duplicates(items)
+  local seen, dup = {}, {}
+  for _, item in ipairs(items or {}) do
+    if seen[item.name] then dup[#dup + 1] = item.name end
+    seen[item.name] = true
+  end
+  return dup
+end
+
+-- Every VM whose volumes or disks name something twice, as "ns/name: x".
+function support.duplicated(state)
+  local out = {}
+  for key, o in pairs(state.objects) do
+    if o.kind == "VirtualMachine" then
+      local spec = o.spec.template.spec
+      local disks = spec.domain and spec.domain.devices and spec.domain.devices.disks
+      for _, name in ipairs(duplicates(spec.volumes)) do out[#out + 1] = key .. ": volume " .. name end
+      for _, name in ipairs(duplicates(disks)) do out[#out + 1] = key .. ": disk " .. name end
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+-- Asserts that each object of `got` equals the same object of one of the
+-- states given (e.g. the fleet before the run, or after it): no object is
+-- half-done or different from both. Returns how many equal the last one.
+function support.assert_each_of(got, states, where)
+  local done = 0
+  for key, o in pairs(got.objects) do
+    local match
+    for i, s in ipairs(states) do
+      if s.objects[key] ~= nil and support.same(s.objects[key], o) then match = i end
+    end
+    assert(match, (where or "") .. ": " .. key .. " is neither as before nor as after the migration")
+    if match == #states then done = done + 1 end
+  end
+  for key in pairs(states[1].objects) do
+    assert(got.objects[key] ~= nil, (where or "") .. ": " .. key .. " is gone")
+  end
+  return done
+end
+
+-- Deep equality of decoded JSON values.
+function support.same(a, b)
+  if type(a) ~= type(b) then return false end
+  if type(a) ~= "table" then return a == b end
+  for k, v in pairs(a) do
+    if not support.same(v, b[k]) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+
+-- The VMs ("ns/name" -> count) whose PATCH the server answered with a 2xx,
+-- over the whole request log (or the log given).
+function support.vm_patches(srv, log)
+  local out = {}
+  for _, e in ipairs(log or srv:requests { method = "PATCH" }) do
+    local ns, name = tostring(e.path):match(VMS_PATH)
+    if ns and e.method == "PATCH" and type(e.status) == "number" and e.status >= 200 and e.status < 300 then
+      local key = ns .. "/" .. name
+      out[key] = (out[key] or 0) + 1
+    end
+  end
+  return out
+end
+
+-- Asserts that the VMs patched are exactly `needs`, each once.
+function support.assert_patched_once(srv, needs, where, log)
+  local patched = support.vm_patches(srv, log)
+  for key, n in pairs(patched) do
+    assert(needs[key], ("%s: %s was patched but did not need the copy"):format(where, key))
+    assert(n == 1, ("%s: %s was patched %d times"):format(where, key, n))
+  end
+  for key in pairs(needs) do
+    assert(patched[key], ("%s: %s needed the copy and was never patched"):format(where, key))
+  end
+end
+
+function support.count(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
+end
+
+function support.tmpdir()
+  return runner.tmpdir()
+end
+
+function support.rmdir(dir)
+  if dir then require("spec.helpers.files").rm_rf(dir) end
+end
+
+return support
