@@ -5,8 +5,8 @@
 #include <stddef.h>
 
 struct cozy_embedded {
-  const char *name;          /* module name (scripts) or file name (migrations) */
-  const char *path;          /* path in the source tree, for chunk names */
+  const char *name; /* module name (scripts) or file name (migrations) */
+  const char *path; /* path in the source tree, for chunk names */
   const unsigned char *data;
   size_t size;
 };

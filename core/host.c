@@ -24,8 +24,7 @@ extern const luaL_Reg cozy_c_modules[];
 
 /* Loader for one embedded runtime module; upvalue 1 is its index. */
 static int load_embedded(lua_State *L) {
-  const struct cozy_embedded *e =
-      &cozy_embedded_scripts[lua_tointeger(L, lua_upvalueindex(1))];
+  const struct cozy_embedded *e = &cozy_embedded_scripts[lua_tointeger(L, lua_upvalueindex(1))];
   const char *dir = getenv(COZY_MIGRATE_SCRIPTS_ENV);
   int status;
   if (dir != NULL && *dir != '\0') {
@@ -37,8 +36,7 @@ static int load_embedded(lua_State *L) {
     const char *chunkname = lua_pushfstring(L, "@%s", e->path);
     status = luaL_loadbufferx(L, (const char *)e->data, e->size, chunkname, "t");
   }
-  if (status != LUA_OK)
-    return luaL_error(L, "error loading module '%s': %s", e->name, lua_tostring(L, -1));
+  if (status != LUA_OK) return luaL_error(L, "error loading module '%s': %s", e->name, lua_tostring(L, -1));
   lua_pushstring(L, e->name);
   lua_call(L, 1, 1);
   return 1;

@@ -12,8 +12,8 @@ void cozy_host_open(lua_State *L);
 /* C modules of the engine (core/modules.c). */
 int luaopen_cozy_json(lua_State *L);
 int luaopen_cozy_sys(lua_State *L);
-int luaopen_cozy_proc(lua_State *L);    /* core/proc.c */
-int luaopen_cozy_worker(lua_State *L);  /* core/worker.c */
+int luaopen_cozy_proc(lua_State *L); /* core/proc.c */
+int luaopen_cozy_worker(lua_State *L); /* core/worker.c */
 int luaopen_cozy_transport(lua_State *L);
 int luaopen_cjson(lua_State *L);
 

@@ -75,12 +75,10 @@ typedef struct Decoder {
 } Decoder;
 
 const unsigned char cozy_json_string_stop[256] = {
-  [0x00 ... 0x1F] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xFF] = 1
-};
+    [0x00 ... 0x1F] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xFF] = 1};
 
 static int decode_error(Decoder *d, const char *at, const char *what) {
-  return luaL_error(d->L, "cozy.json: %s at byte %I", what,
-                    (lua_Integer)(at - d->s) + 1);
+  return luaL_error(d->L, "cozy.json: %s at byte %I", what, (lua_Integer)(at - d->s) + 1);
 }
 
 /* "unexpected end of input" or "unexpected character 'x'" at p. */
@@ -89,10 +87,8 @@ static int unexpected(Decoder *d, const char *p, const char *wanted) {
   unsigned char c = (unsigned char)*p;
   if (p == d->e)
     return decode_error(d, p, lua_pushfstring(d->L, "unexpected end of input, expected %s", wanted));
-  if (c >= 0x20 && c < 0x7F)
-    snprintf(msg, sizeof msg, "unexpected character '%c', expected %s", c, wanted);
-  else
-    snprintf(msg, sizeof msg, "unexpected byte 0x%02X, expected %s", c, wanted);
+  if (c >= 0x20 && c < 0x7F) snprintf(msg, sizeof msg, "unexpected character '%c', expected %s", c, wanted);
+  else snprintf(msg, sizeof msg, "unexpected byte 0x%02X, expected %s", c, wanted);
   return decode_error(d, p, msg);
 }
 
@@ -127,13 +123,18 @@ static long read_u_escape(const char *p) {
 static const char *check_escape(Decoder *d, const char *str, const char *p) {
   long u;
   switch (p[1]) {
-    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
-      return p + 2;
+    case '"':
+    case '\\':
+    case '/':
+    case 'b':
+    case 'f':
+    case 'n':
+    case 'r':
+    case 't': return p + 2;
     case 'u':
       u = read_u_escape(p);
       if (u < 0) decode_error(d, p, "invalid \\u escape (four hex digits expected)");
-      if (u >= 0xDC00 && u <= 0xDFFF)
-        decode_error(d, p, "invalid \\u escape (lone low surrogate)");
+      if (u >= 0xDC00 && u <= 0xDFFF) decode_error(d, p, "invalid \\u escape (lone low surrogate)");
       if (u >= 0xD800 && u <= 0xDBFF) {
         long lo = read_u_escape(p + 6);
         if (lo < 0xDC00 || lo > 0xDFFF)
@@ -144,8 +145,7 @@ static const char *check_escape(Decoder *d, const char *str, const char *p) {
     case '\0':
       if (p + 1 == d->e) decode_error(d, str, "unterminated string");
       /* FALLTHROUGH */
-    default:
-      return decode_error(d, p, "invalid escape"), p;
+    default: return decode_error(d, p, "invalid escape"), p;
   }
 }
 
@@ -155,7 +155,8 @@ static const char *check_escape(Decoder *d, const char *str, const char *p) {
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
-static inline const char *scan_string(Decoder *d, const char *p, int *escaped) {
+static inline const char *
+scan_string(Decoder *d, const char *p, int *escaped) {
   const char *q = p + 1;
   *escaped = 0;
   for (;;) {
@@ -194,7 +195,9 @@ static const char *decode_string(Decoder *d, const char *p) {
   return q + 1;
 }
 
-static int is_digit(int c) { return c >= '0' && c <= '9'; }
+static int is_digit(int c) {
+  return c >= '0' && c <= '9';
+}
 
 /* Pushes the number at p; returns what follows. The grammar is RFC 8259's,
 ** strictly (no leading zeros, '+', '.5', hex, NaN). An integer literal that
@@ -203,7 +206,10 @@ static const char *decode_number(Decoder *d, const char *p) {
   const char *q = p;
   uint64_t acc = 0;
   int neg = 0, integral = 1, overflow = 0;
-  if (*q == '-') { neg = 1; q++; }
+  if (*q == '-') {
+    neg = 1;
+    q++;
+  }
   if (*q == '0') {
     q++;
     if (is_digit((unsigned char)*q)) decode_error(d, q, "invalid number (leading zero)");
@@ -258,7 +264,10 @@ static const char *decode_object(Decoder *d, const char *p) {
   lua_createtable(L, 0, *p == '}' ? 0 : 4);
   lua_pushvalue(L, COZY_JSON_OBJECT_MT);
   lua_setmetatable(L, -2);
-  if (*p == '}') { d->depth--; return p + 1; }
+  if (*p == '}') {
+    d->depth--;
+    return p + 1;
+  }
   for (;;) {
     if (*p != '"') unexpected(d, p, "a string (object key)");
     p = skip_space(decode_string(d, p));
@@ -282,7 +291,10 @@ static const char *decode_array(Decoder *d, const char *p) {
   lua_pushvalue(L, COZY_JSON_ARRAY_MT);
   lua_setmetatable(L, -2);
   p = skip_space(p + 1);
-  if (*p == ']') { d->depth--; return p + 1; }
+  if (*p == ']') {
+    d->depth--;
+    return p + 1;
+  }
   for (;;) {
     p = skip_space(decode_value(d, p));
     lua_rawseti(L, -2, ++n);
@@ -295,8 +307,7 @@ static const char *decode_array(Decoder *d, const char *p) {
 }
 
 static const char *decode_literal(Decoder *d, const char *p, const char *word, size_t len) {
-  if ((size_t)(d->e - p) < len || memcmp(p, word, len) != 0)
-    unexpected(d, p, "a JSON value");
+  if ((size_t)(d->e - p) < len || memcmp(p, word, len) != 0) unexpected(d, p, "a JSON value");
   return p + len;
 }
 
@@ -309,11 +320,18 @@ static const char *decode_value(Decoder *d, const char *p) {
     case 't': lua_pushboolean(d->L, 1); return decode_literal(d, p, "true", 4);
     case 'f': lua_pushboolean(d->L, 0); return decode_literal(d, p, "false", 5);
     case 'n': lua_pushlightuserdata(d->L, NULL); return decode_literal(d, p, "null", 4);
-    case '-': case '0': case '1': case '2': case '3': case '4':
-    case '5': case '6': case '7': case '8': case '9':
-      return decode_number(d, p);
-    default:
-      return unexpected(d, p, "a JSON value"), p;
+    case '-':
+    case '0':
+    case '1':
+    case '2':
+    case '3':
+    case '4':
+    case '5':
+    case '6':
+    case '7':
+    case '8':
+    case '9': return decode_number(d, p);
+    default: return unexpected(d, p, "a JSON value"), p;
   }
 }
 
@@ -327,7 +345,10 @@ static const char *skip_object(Decoder *d, const char *p) {
   int escaped;
   enter(d, p);
   p = skip_space(p + 1);
-  if (*p == '}') { d->depth--; return p + 1; }
+  if (*p == '}') {
+    d->depth--;
+    return p + 1;
+  }
   for (;;) {
     if (*p != '"') unexpected(d, p, "a string (object key)");
     p = skip_space(scan_string(d, p, &escaped) + 1);
@@ -344,7 +365,10 @@ static const char *skip_object(Decoder *d, const char *p) {
 static const char *skip_array(Decoder *d, const char *p) {
   enter(d, p);
   p = skip_space(p + 1);
-  if (*p == ']') { d->depth--; return p + 1; }
+  if (*p == ']') {
+    d->depth--;
+    return p + 1;
+  }
   for (;;) {
     p = skip_space(skip_value(d, p));
     if (*p == ',') p = skip_space(p + 1);
@@ -364,13 +388,21 @@ static const char *skip_value(Decoder *d, const char *p) {
     case 't': return decode_literal(d, p, "true", 4);
     case 'f': return decode_literal(d, p, "false", 5);
     case 'n': return decode_literal(d, p, "null", 4);
-    case '-': case '0': case '1': case '2': case '3': case '4':
-    case '5': case '6': case '7': case '8': case '9':
+    case '-':
+    case '0':
+    case '1':
+    case '2':
+    case '3':
+    case '4':
+    case '5':
+    case '6':
+    case '7':
+    case '8':
+    case '9':
       p = decode_number(d, p);
       lua_pop(d->L, 1);
       return p;
-    default:
-      return unexpected(d, p, "a JSON value"), p;
+    default: return unexpected(d, p, "a JSON value"), p;
   }
 }
 
@@ -404,7 +436,11 @@ static const char *decode_object_projected(Decoder *d, const char *p, int proj) 
   obj = lua_gettop(L);
   lua_pushliteral(L, "*");
   lua_rawget(L, proj); /* obj + 1: the projection of keys not named */
-  if (*p == '}') { lua_pop(L, 1); d->depth--; return p + 1; }
+  if (*p == '}') {
+    lua_pop(L, 1);
+    d->depth--;
+    return p + 1;
+  }
   for (;;) {
     if (*p != '"') unexpected(d, p, "a string (object key)");
     p = skip_space(decode_string(d, p));
@@ -445,11 +481,14 @@ static const char *decode_array_projected(Decoder *d, const char *p, int proj) {
   lua_pushliteral(L, "*");
   /* an array projected by a table without "*" would come out empty, and a
   ** migration would read "no volumes" where there are some: refuse it */
-  if (lua_rawget(L, proj) == LUA_TNIL)
-    decode_error(d, p, "projection has no \"*\" entry for this array");
+  if (lua_rawget(L, proj) == LUA_TNIL) decode_error(d, p, "projection has no \"*\" entry for this array");
   each = lua_type(L, -1) == LUA_TTABLE ? lua_gettop(L) : 0;
   p = skip_space(p + 1);
-  if (*p == ']') { lua_pop(L, 1); d->depth--; return p + 1; }
+  if (*p == ']') {
+    lua_pop(L, 1);
+    d->depth--;
+    return p + 1;
+  }
   for (;;) {
     p = each ? decode_projected(d, p, each) : decode_value(d, p);
     p = skip_space(p);
@@ -567,13 +606,11 @@ static int json_object(lua_State *L) {
   return mark(L, COZY_JSON_OBJECT_MT);
 }
 
-static const luaL_Reg json_funcs[] = {
-  {"decode", json_decode},
-  {"encode", cozy_json_encode},
-  {"array", json_array},
-  {"object", json_object},
-  {NULL, NULL}
-};
+static const luaL_Reg json_funcs[] = {{"decode", json_decode},
+                                      {"encode", cozy_json_encode},
+                                      {"array", json_array},
+                                      {"object", json_object},
+                                      {NULL, NULL}};
 
 static void new_marker(lua_State *L, const char *name) {
   lua_createtable(L, 0, 1);

@@ -27,8 +27,7 @@
 static inline size_t cozy_json_utf8_len(const unsigned char *p) {
   unsigned c = p[0];
 #define CONT(b) ((b) >= 0x80 && (b) <= 0xBF)
-  if (c >= 0xC2 && c <= 0xDF)
-    return CONT(p[1]) ? 2 : 0;
+  if (c >= 0xC2 && c <= 0xDF) return CONT(p[1]) ? 2 : 0;
   if (c >= 0xE0 && c <= 0xEF) {
     unsigned lo = (c == 0xE0) ? 0xA0 : 0x80, hi = (c == 0xED) ? 0x9F : 0xBF;
     return (p[1] >= lo && p[1] <= hi && CONT(p[2])) ? 3 : 0;

@@ -126,8 +126,7 @@ static int encode_error(Encoder *E, const Path *w, const char *what) {
   if (w == NULL) luaL_addstring(&b, "(root)");
   else add_path(&b, w, 24);
   luaL_pushresult(&b);
-  return luaL_error(L, "cozy.json: cannot encode %s at %s", lua_tostring(L, -2),
-                    lua_tostring(L, -1));
+  return luaL_error(L, "cozy.json: cannot encode %s at %s", lua_tostring(L, -2), lua_tostring(L, -1));
 }
 
 static void grow(Encoder *E, size_t need) {
@@ -225,8 +224,7 @@ static void encode_integer(Encoder *E, lua_Integer v) {
 static void encode_float(Encoder *E, double x, const Path *w) {
   char buf[40];
   int prec, n = 0, i, plain = 1;
-  if (isnan(x) || isinf(x))
-    encode_error(E, w, isnan(x) ? "NaN" : "an infinite number");
+  if (isnan(x) || isinf(x)) encode_error(E, w, isnan(x) ? "NaN" : "an infinite number");
   for (prec = 15; prec <= 17; prec++) {
     n = snprintf(buf, sizeof buf - 2, "%.*g", prec, x);
     if (strtod(buf, NULL) == x) break;
@@ -272,15 +270,20 @@ static void encode_array(Encoder *E, int idx, int marked, const Path *w) {
     k = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
     if (k < 1) {
       const char *key = describe_key(L, -1);
-      encode_error(E, w, lua_pushfstring(L, marked ? "an array (json.array_mt) with %s"
-                                                   : "a table with mixed keys (1.. and %s)", key));
+      encode_error(
+          E, w,
+          lua_pushfstring(
+              L, marked ? "an array (json.array_mt) with %s" : "a table with mixed keys (1.. and %s)", key));
     }
     n++;
     if (k > max) max = k;
   }
   if (max != n)
-    encode_error(E, w, lua_pushfstring(L, "a sparse array (%I elements, highest index %I; "
-                                          "json.null fills a hole)", n, max));
+    encode_error(E, w,
+                 lua_pushfstring(L,
+                                 "a sparse array (%I elements, highest index %I; "
+                                 "json.null fills a hole)",
+                                 n, max));
   seg.up = w;
   seg.key = NULL;
   seg.klen = 0;
@@ -306,8 +309,11 @@ static void encode_object(Encoder *E, int idx, int marked, const Path *w) {
   while (lua_next(L, idx)) {
     if (lua_type(L, -2) != LUA_TSTRING) {
       const char *key = describe_key(L, -2);
-      encode_error(E, w, lua_pushfstring(L, marked ? "an object (json.object_mt) with %s"
-                                                   : "a table with mixed keys (strings and %s)", key));
+      encode_error(E, w,
+                   lua_pushfstring(L,
+                                   marked ? "an object (json.object_mt) with %s"
+                                          : "a table with mixed keys (strings and %s)",
+                                   key));
     }
     if (k0 + n == o->keycap) {
       size_t cap = o->keycap ? o->keycap * 2 : 64;
@@ -346,8 +352,7 @@ static void encode_table(Encoder *E, int idx, const Path *w) {
   lua_State *L = E->L;
   int array, marked = 0;
   if (++E->depth > COZY_JSON_MAX_DEPTH)
-    encode_error(E, w, "a table nested deeper than " COZY_JSON_STR(COZY_JSON_MAX_DEPTH)
-                       " levels (a cycle?)");
+    encode_error(E, w, "a table nested deeper than " COZY_JSON_STR(COZY_JSON_MAX_DEPTH) " levels (a cycle?)");
   luaL_checkstack(L, 6, "cozy.json: nesting");
   if (lua_getmetatable(L, idx)) {
     if (lua_rawequal(L, -1, COZY_JSON_ARRAY_MT)) marked = 'a';
@@ -374,9 +379,7 @@ static void encode_table(Encoder *E, int idx, const Path *w) {
 static void encode_value(Encoder *E, int idx, const Path *w) {
   lua_State *L = E->L;
   switch (lua_type(L, idx)) {
-    case LUA_TSTRING:
-      encode_string(E, idx, w);
-      break;
+    case LUA_TSTRING: encode_string(E, idx, w); break;
     case LUA_TNUMBER:
       if (lua_isinteger(L, idx)) encode_integer(E, lua_tointeger(L, idx));
       else encode_float(E, lua_tonumber(L, idx), w);
@@ -385,9 +388,7 @@ static void encode_value(Encoder *E, int idx, const Path *w) {
       if (lua_toboolean(L, idx)) put(E, "true", 4);
       else put(E, "false", 5);
       break;
-    case LUA_TTABLE:
-      encode_table(E, idx, w);
-      break;
+    case LUA_TTABLE: encode_table(E, idx, w); break;
     case LUA_TLIGHTUSERDATA:
       if (lua_touserdata(L, idx) == NULL) {
         put(E, "null", 4);
@@ -395,8 +396,9 @@ static void encode_value(Encoder *E, int idx, const Path *w) {
       }
       /* FALLTHROUGH */
     default:
-      encode_error(E, w, lua_pushfstring(L, "a %s value%s", luaL_typename(L, idx),
-                                         lua_isnil(L, idx) ? " (json.null is JSON's null)" : ""));
+      encode_error(E, w,
+                   lua_pushfstring(L, "a %s value%s", luaL_typename(L, idx),
+                                   lua_isnil(L, idx) ? " (json.null is JSON's null)" : ""));
   }
 }
 

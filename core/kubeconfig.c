@@ -34,8 +34,7 @@ struct loader {
   struct cozy_config_error *err;
 };
 
-static int fail(struct cozy_config_error *err, const char *file, const char *field,
-                const char *fmt, ...) {
+static int fail(struct cozy_config_error *err, const char *file, const char *field, const char *fmt, ...) {
   va_list ap;
   snprintf(err->file, sizeof err->file, "%s", file ? file : "");
   snprintf(err->field, sizeof err->field, "%s", field ? field : "");
@@ -85,8 +84,21 @@ int cozy_read_file(const char *path, size_t max, struct cozy_blob *out) {
       /* grow by copying so a secret never lingers in a freed block */
       size_t ncap = cap ? cap * 2 : 8192;
       char *nbuf = malloc(ncap + 1);
-      if (nbuf == NULL) { int e = errno; if (buf) { OPENSSL_cleanse(buf, cap); free(buf); } fclose(f); errno = e; return -1; }
-      if (buf) { memcpy(nbuf, buf, len); OPENSSL_cleanse(buf, cap); free(buf); }
+      if (nbuf == NULL) {
+        int e = errno;
+        if (buf) {
+          OPENSSL_cleanse(buf, cap);
+          free(buf);
+        }
+        fclose(f);
+        errno = e;
+        return -1;
+      }
+      if (buf) {
+        memcpy(nbuf, buf, len);
+        OPENSSL_cleanse(buf, cap);
+        free(buf);
+      }
       buf = nbuf;
       cap = ncap;
     }
@@ -94,7 +106,14 @@ int cozy_read_file(const char *path, size_t max, struct cozy_blob *out) {
     len += n;
     if (n == 0) break;
   }
-  if (ferror(f)) { int e = errno ? errno : EIO; OPENSSL_cleanse(buf, cap); free(buf); fclose(f); errno = e; return -1; }
+  if (ferror(f)) {
+    int e = errno ? errno : EIO;
+    OPENSSL_cleanse(buf, cap);
+    free(buf);
+    fclose(f);
+    errno = e;
+    return -1;
+  }
   fclose(f);
   buf[len] = '\0';
   out->data = buf;
@@ -118,8 +137,8 @@ static int read_config_file(struct cozy_config_error *err, const char *file, con
                             struct cozy_blob *out) {
   if (cozy_read_file(path, max, out) == 0) return 0;
   if (errno == EFBIG)
-    return fail(err, file, field, "%s: %s %s is larger than %zu bytes, the limit for %s", context,
-                what, path, max, what);
+    return fail(err, file, field, "%s: %s %s is larger than %zu bytes, the limit for %s", context, what, path,
+                max, what);
   return fail(err, file, field, "%s: cannot read %s %s: %s", context, what, path, strerror(errno));
 }
 
@@ -129,7 +148,8 @@ static int check_token(struct cozy_config_error *err, const char *file, const ch
   if (!cozy_token_invalid(token)) return 0;
   return fail(err, file, field,
               "%s: the token contains a CR, LF, NUL or other control character; it cannot be "
-              "sent in an Authorization header (a line break would start another header)", context);
+              "sent in an Authorization header (a line break would start another header)",
+              context);
 }
 
 /* "where.key" for messages; a field path longer than the buffer is cut. */
@@ -156,12 +176,12 @@ static int is_null(yaml_node_t *n) {
   if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
   v = (const char *)n->data.scalar.value;
   return *v == '\0' || strcmp(v, "null") == 0 || strcmp(v, "~") == 0 || strcmp(v, "Null") == 0 ||
-         strcmp(v, "NULL") == 0;
+      strcmp(v, "NULL") == 0;
 }
 
 /* A string field: 0 absent, 1 present (*out set), -1 wrong type (err set). */
-static int get_str(struct loader *ld, struct kfile *f, yaml_node_t *map, const char *key,
-                   const char *where, const char **out) {
+static int get_str(struct loader *ld, struct kfile *f, yaml_node_t *map, const char *key, const char *where,
+                   const char **out) {
   yaml_node_t *n = map_get(&f->doc, map, key);
   char field[256];
   if (is_null(n)) return 0;
@@ -175,8 +195,8 @@ static int get_str(struct loader *ld, struct kfile *f, yaml_node_t *map, const c
 
 /* The entry of list `section` (clusters, users, contexts) named `name`, from
 ** the first file that has it; *inner is its `kind` mapping (cluster, user, context). */
-static struct kfile *find_named(struct loader *ld, const char *section, const char *kind,
-                                const char *name, yaml_node_t **inner) {
+static struct kfile *find_named(struct loader *ld, const char *section, const char *kind, const char *name,
+                                yaml_node_t **inner) {
   int i;
   for (i = 0; i < ld->nfiles; i++) {
     struct kfile *f = &ld->files[i];
@@ -215,15 +235,26 @@ static int b64decode(const char *in, struct cozy_blob *out) {
   for (i = 0; i < n; i++)
     if (!isspace((unsigned char)in[i])) clean[m++] = in[i];
   clean[m] = '\0';
-  if (m == 0 || m % 4 != 0) { OPENSSL_cleanse(clean, n); free(clean); return -1; }
+  if (m == 0 || m % 4 != 0) {
+    OPENSSL_cleanse(clean, n);
+    free(clean);
+    return -1;
+  }
   if (clean[m - 1] == '=') pad++;
   if (clean[m - 2] == '=') pad++;
   buf = malloc(m / 4 * 3 + 1);
-  if (buf == NULL) { OPENSSL_cleanse(clean, n); free(clean); return -1; }
+  if (buf == NULL) {
+    OPENSSL_cleanse(clean, n);
+    free(clean);
+    return -1;
+  }
   len = EVP_DecodeBlock(buf, (const unsigned char *)clean, (int)m);
   OPENSSL_cleanse(clean, n);
   free(clean);
-  if (len < 0) { free(buf); return -1; }
+  if (len < 0) {
+    free(buf);
+    return -1;
+  }
   out->len = (size_t)len - pad;
   buf[out->len] = '\0';
   out->data = (char *)buf;
@@ -231,8 +262,8 @@ static int b64decode(const char *in, struct cozy_blob *out) {
 }
 
 /* A PEM blob from `<key>-data` (base64) or `<key>` (a file path). */
-static int get_blob(struct loader *ld, struct kfile *f, yaml_node_t *map, const char *key,
-                    const char *where, struct cozy_blob *out) {
+static int get_blob(struct loader *ld, struct kfile *f, yaml_node_t *map, const char *key, const char *where,
+                    struct cozy_blob *out) {
   char datakey[96], field[256];
   const char *v = NULL;
   int r;
@@ -277,8 +308,8 @@ static int check_depth(struct loader *ld, const char *path, const struct cozy_bl
       case YAML_SEQUENCE_START_EVENT:
         if (++depth > COZY_MAX_YAML_DEPTH)
           rc = fail(ld->err, path, "",
-                    "%s: YAML nested deeper than %d levels at line %lu (the limit for a kubeconfig)",
-                    path, COZY_MAX_YAML_DEPTH, (unsigned long)ev.start_mark.line + 1);
+                    "%s: YAML nested deeper than %d levels at line %lu (the limit for a kubeconfig)", path,
+                    COZY_MAX_YAML_DEPTH, (unsigned long)ev.start_mark.line + 1);
         break;
       case YAML_MAPPING_END_EVENT:
       case YAML_SEQUENCE_END_EVENT: depth--; break;
@@ -371,8 +402,8 @@ void cozy_kubeconfig_free(struct cozy_kubeconfig *kc) {
   memset(kc, 0, sizeof *kc);
 }
 
-static int load_token_file(struct cozy_kubeconfig *kc, struct cozy_config_error *err,
-                           const char *file, const char *field) {
+static int load_token_file(struct cozy_kubeconfig *kc, struct cozy_config_error *err, const char *file,
+                           const char *field) {
   char context[768];
   snprintf(context, sizeof context, "%s: %s", file, field);
   if (read_config_file(err, file, field, context, "token file", kc->token_file, COZY_MAX_TOKEN_BYTES,
@@ -402,8 +433,8 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
       if (r == 1 && *v) ctxname = v;
     }
     if (ctxname == NULL)
-      return fail(err, first, "current-context",
-                  "%s: current-context is not set and no --context was given", first);
+      return fail(err, first, "current-context", "%s: current-context is not set and no --context was given",
+                  first);
   }
   if (dup_to(err, first, &kc->context, ctxname) < 0) return -1;
   f = find_named(ld, "contexts", "context", ctxname, &ctx);
@@ -428,8 +459,8 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
   f = find_named(ld, "clusters", "cluster", kc->cluster, &cl);
   snprintf(where, sizeof where, "clusters[%s].cluster", kc->cluster);
   if (f == NULL || cl == NULL || cl->type != YAML_MAPPING_NODE)
-    return fail(err, first, where, "%s: cluster \"%s\" (of context \"%s\") not found in clusters",
-                first, kc->cluster, ctxname);
+    return fail(err, first, where, "%s: cluster \"%s\" (of context \"%s\") not found in clusters", first,
+                kc->cluster, ctxname);
   if ((r = get_str(ld, f, cl, "server", where, &v)) <= 0) {
     if (r == 0) {
       join(field, sizeof field, where, "server");
@@ -468,8 +499,8 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
   f = find_named(ld, "users", "user", kc->user, &us);
   snprintf(where, sizeof where, "users[%s].user", kc->user);
   if (f == NULL)
-    return fail(err, first, where, "%s: user \"%s\" (of context \"%s\") not found in users", first,
-                kc->user, ctxname);
+    return fail(err, first, where, "%s: user \"%s\" (of context \"%s\") not found in users", first, kc->user,
+                ctxname);
   if (us == NULL || is_null(us)) return 0;
   if (us->type != YAML_MAPPING_NODE)
     return fail(err, f->path, where, "%s: %s must be a mapping", f->path, where);
@@ -477,13 +508,15 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
     join(field, sizeof field, where, "exec");
     return fail(err, f->path, field,
                 "%s: %s: exec credential plugins are not supported by cozy-migrate; "
-                "use a token, tokenFile or client certificate", f->path, field);
+                "use a token, tokenFile or client certificate",
+                f->path, field);
   }
   if (!is_null(map_get(&f->doc, us, "auth-provider"))) {
     join(field, sizeof field, where, "auth-provider");
     return fail(err, f->path, field,
                 "%s: %s: auth-provider plugins are not supported by cozy-migrate; "
-                "use a token, tokenFile or client certificate", f->path, field);
+                "use a token, tokenFile or client certificate",
+                f->path, field);
   }
   if (!is_null(map_get(&f->doc, us, "username")) || !is_null(map_get(&f->doc, us, "password"))) {
     join(field, sizeof field, where, "username");
@@ -493,8 +526,8 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
   if (get_blob(ld, f, us, "client-key", where, &kc->key) < 0) return -1;
   if ((kc->cert.data == NULL) != (kc->key.data == NULL)) {
     join(field, sizeof field, where, kc->cert.data ? "client-key" : "client-certificate");
-    return fail(err, f->path, field, "%s: %s is missing (a client certificate needs its key)",
-                f->path, field);
+    return fail(err, f->path, field, "%s: %s is missing (a client certificate needs its key)", f->path,
+                field);
   }
   if ((r = get_str(ld, f, us, "token", where, &v)) < 0) return -1;
   if (r == 1 && *v) {
@@ -539,20 +572,20 @@ static int in_cluster(struct cozy_kubeconfig *kc, struct cozy_config_error *err)
   struct cozy_blob ns = {NULL, 0};
   if (dir == NULL || *dir == '\0') dir = COZY_SA_DIR_DEFAULT;
   if (port == NULL || *port == '\0')
-    return fail(err, "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_PORT",
-                "in-cluster configuration: KUBERNETES_SERVICE_HOST is set but KUBERNETES_SERVICE_PORT is not");
+    return fail(
+        err, "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_PORT",
+        "in-cluster configuration: KUBERNETES_SERVICE_HOST is set but KUBERNETES_SERVICE_PORT is not");
   if (dup_to(err, "in-cluster", &kc->source, "in-cluster") < 0) return -1;
   n = strlen(host) + strlen(port) + 16;
   kc->server = malloc(n);
   if (kc->server == NULL) return fail(err, "in-cluster", "", "in-cluster: out of memory");
   if (strchr(host, ':') != NULL && host[0] != '[') /* IPv6 literal */
     snprintf(kc->server, n, "https://[%s]:%s", host, port);
-  else
-    snprintf(kc->server, n, "https://%s:%s", host, port);
+  else snprintf(kc->server, n, "https://%s:%s", host, port);
   kc->token_file = sa_path(dir, "token");
   if (kc->token_file == NULL) return fail(err, "in-cluster", "", "in-cluster: out of memory");
-  if (read_config_file(err, kc->token_file, "token", "in-cluster configuration", "token file",
-                       kc->token_file, COZY_MAX_TOKEN_BYTES, &kc->token) < 0)
+  if (read_config_file(err, kc->token_file, "token", "in-cluster configuration", "token file", kc->token_file,
+                       COZY_MAX_TOKEN_BYTES, &kc->token) < 0)
     return -1;
   cozy_blob_rtrim(&kc->token);
   if (check_token(err, kc->token_file, "token", "in-cluster configuration", &kc->token) < 0) return -1;
@@ -614,7 +647,8 @@ int cozy_kubeconfig_load(const char *path, const char *context, struct cozy_kube
     if (rc == 0 && ld.nfiles == 0)
       rc = fail(err, def, "",
                 "no cluster configuration: no --kubeconfig, no KUBECONFIG, not in a cluster "
-                "(KUBERNETES_SERVICE_HOST unset), and %s does not exist", def);
+                "(KUBERNETES_SERVICE_HOST unset), and %s does not exist",
+                def);
     if (rc == 0) rc = dup_to(err, def, &kc->source, def);
   }
   if (rc == 0) rc = from_kubeconfig(&ld, context, kc);

@@ -25,8 +25,8 @@
 #define COZY_MAX_PEM_BYTES (4u * 1024 * 1024)
 
 struct cozy_config_error {
-  char file[512];    /* the file at fault (or the environment variable) */
-  char field[256];   /* e.g. users[admin].user.client-key-data; "" if none */
+  char file[512]; /* the file at fault (or the environment variable) */
+  char field[256]; /* e.g. users[admin].user.client-key-data; "" if none */
   char message[512]; /* never contains a secret value */
 };
 
@@ -36,23 +36,23 @@ struct cozy_blob {
 };
 
 struct cozy_kubeconfig {
-  char *source;          /* kubeconfig path(s) or "in-cluster" */
-  char *context;         /* context name used (NULL in-cluster) */
-  char *cluster, *user;  /* names, for messages */
-  char *server;          /* scheme://host[:port][/prefix], no trailing slash */
-  char *namespace;       /* from the context or the service account; may be NULL */
-  struct cozy_blob ca;   /* PEM; empty means the system trust store */
+  char *source; /* kubeconfig path(s) or "in-cluster" */
+  char *context; /* context name used (NULL in-cluster) */
+  char *cluster, *user; /* names, for messages */
+  char *server; /* scheme://host[:port][/prefix], no trailing slash */
+  char *namespace; /* from the context or the service account; may be NULL */
+  struct cozy_blob ca; /* PEM; empty means the system trust store */
   struct cozy_blob cert; /* client certificate, PEM */
-  struct cozy_blob key;  /* client key, PEM: secret */
-  struct cozy_blob token;/* bearer token: secret */
-  char *token_file;      /* re-read periodically and after a 401 */
-  int insecure;          /* insecure-skip-tls-verify: true in the kubeconfig */
+  struct cozy_blob key; /* client key, PEM: secret */
+  struct cozy_blob token; /* bearer token: secret */
+  char *token_file; /* re-read periodically and after a 401 */
+  int insecure; /* insecure-skip-tls-verify: true in the kubeconfig */
 };
 
 /* Loads the configuration; returns 0, or -1 with err filled. path and
 ** context may be NULL. On failure kc holds nothing to free. */
-int cozy_kubeconfig_load(const char *path, const char *context,
-                         struct cozy_kubeconfig *kc, struct cozy_config_error *err);
+int cozy_kubeconfig_load(const char *path, const char *context, struct cozy_kubeconfig *kc,
+                         struct cozy_config_error *err);
 void cozy_kubeconfig_free(struct cozy_kubeconfig *kc);
 
 /* Reads a whole file of at most max bytes; returns 0, or -1 with errno set

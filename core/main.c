@@ -39,8 +39,7 @@ static int report(lua_State *L, int status) {
 static int msghandler(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   if (msg == NULL) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-      return 1;
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
     msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
   luaL_traceback(L, L, msg, 1);
@@ -77,8 +76,8 @@ static int pmain(lua_State *L) {
     if (!isint || lua_type(L, -1) != LUA_TNUMBER || code < 0 || code > 255) {
       const char *type = luaL_typename(L, -1);
       const char *text = luaL_tolstring(L, -1, NULL);
-      return luaL_error(L, "internal error: cozy.cli.main returned %s %s, not an exit status (0-255)",
-                        type, text);
+      return luaL_error(L, "internal error: cozy.cli.main returned %s %s, not an exit status (0-255)", type,
+                        text);
     }
     lua_pushinteger(L, code);
   }

@@ -3,14 +3,12 @@
 
 #include "host.h"
 
-const luaL_Reg cozy_c_modules[] = {
-  {"cozy.json", luaopen_cozy_json},
-  {"cozy.sys", luaopen_cozy_sys},
-  {"cozy.proc", luaopen_cozy_proc},
-  {"cozy.worker", luaopen_cozy_worker},
-  {"cozy.transport", luaopen_cozy_transport},
-  /* raw lua-cjson, so that test helpers written independently of the engine
+const luaL_Reg cozy_c_modules[] = {{"cozy.json", luaopen_cozy_json},
+                                   {"cozy.sys", luaopen_cozy_sys},
+                                   {"cozy.proc", luaopen_cozy_proc},
+                                   {"cozy.worker", luaopen_cozy_worker},
+                                   {"cozy.transport", luaopen_cozy_transport},
+                                   /* raw lua-cjson, so that test helpers written independently of the engine
   ** (spec/support) find it inside the host without loading a second copy */
-  {"cjson", luaopen_cjson},
-  {NULL, NULL}
-};
+                                   {"cjson", luaopen_cjson},
+                                   {NULL, NULL}};

@@ -89,8 +89,7 @@ static char **string_array(lua_State *L, int idx, const char *what) {
   char **v = (char **)lua_newuserdatauv(L, sizeof(char *) * (size_t)(n + 1), 0);
   for (i = 1; i <= n; i++) {
     lua_geti(L, idx, i);
-    if (lua_type(L, -1) != LUA_TSTRING)
-      luaL_error(L, "%s[%d] is not a string", what, (int)i);
+    if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "%s[%d] is not a string", what, (int)i);
     v[i - 1] = (char *)lua_tostring(L, -1);
     /* the string stays referenced by the table at idx */
     lua_pop(L, 1);
@@ -124,8 +123,7 @@ static int call_on_line(lua_State *L) {
 /* Calls on_line(name, line) protected; the first error is kept at errslot.
 ** Only non-allocating pushes happen outside the protected call, so nothing
 ** here raises past proc_spawn's buffers, pipes and child. */
-static void emit_line(lua_State *L, int cb, int errslot, const char *name,
-                      const char *s, size_t len) {
+static void emit_line(lua_State *L, int cb, int errslot, const char *name, const char *s, size_t len) {
   struct line ln;
   ln.name = name;
   ln.s = s;
@@ -174,7 +172,7 @@ static int proc_spawn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TFUNCTION);
   if (!lua_isnoneornil(L, 4)) luaL_checktype(L, 4, LUA_TTABLE);
-  lua_settop(L, 4);  /* what follows is pushed above the arguments */
+  lua_settop(L, 4); /* what follows is pushed above the arguments */
   argv = string_array(L, 1, "argv");
   if (argv[0] == NULL) return luaL_argerror(L, 1, "empty argv");
   if (!lua_isnoneornil(L, 2)) {
@@ -194,19 +192,27 @@ static int proc_spawn(lua_State *L) {
   errslot = lua_gettop(L);
   if (pipe2(out, O_CLOEXEC) != 0) return luaL_error(L, "pipe: %s", strerror(errno));
   if (pipe2(err, O_CLOEXEC) != 0) {
-    close(out[0]); close(out[1]);
+    close(out[0]);
+    close(out[1]);
     return luaL_error(L, "pipe: %s", strerror(errno));
   }
   /* exec_err: the child writes exec's errno here; a successful exec closes
   ** it (O_CLOEXEC), so the parent reads either an errno or end of file. */
   if (pipe2(exec_err, O_CLOEXEC) != 0) {
-    close(out[0]); close(out[1]); close(err[0]); close(err[1]);
+    close(out[0]);
+    close(out[1]);
+    close(err[0]);
+    close(err[1]);
     return luaL_error(L, "pipe: %s", strerror(errno));
   }
   pid = fork();
   if (pid < 0) {
-    close(out[0]); close(out[1]); close(err[0]); close(err[1]);
-    close(exec_err[0]); close(exec_err[1]);
+    close(out[0]);
+    close(out[1]);
+    close(err[0]);
+    close(err[1]);
+    close(exec_err[0]);
+    close(exec_err[1]);
     return luaL_error(L, "fork: %s", strerror(errno));
   }
   if (pid == 0) {
@@ -220,7 +226,10 @@ static int proc_spawn(lua_State *L) {
     dup2(out[1], 1);
     dup2(err[1], 2);
     i = open("/dev/null", O_RDONLY);
-    if (i >= 0) { dup2(i, 0); if (i > 2) close(i); }
+    if (i >= 0) {
+      dup2(i, 0);
+      if (i > 2) close(i);
+    }
     {
       /* strerror is not async-signal-safe (locale, a static buffer): the
       ** child reports which call failed and its errno; the parent formats */
@@ -313,7 +322,7 @@ static int proc_spawn(lua_State *L) {
       forwarded = 1;
     }
   }
-  if (!lua_isnil(L, errslot)) return lua_error(L);  /* the callback's error */
+  if (!lua_isnil(L, errslot)) return lua_error(L); /* the callback's error */
   if (WIFSIGNALED(status)) {
     lua_pushliteral(L, "signal");
     lua_pushinteger(L, WTERMSIG(status));
@@ -324,17 +333,15 @@ static int proc_spawn(lua_State *L) {
   return 2;
 }
 
-static const luaL_Reg proc_funcs[] = {
-  {"trap", proc_trap},
-  {"signalled", proc_signalled},
-  {"reset_signal", proc_reset_signal},
-  {"kill", proc_kill},
-  {"isatty", proc_isatty},
-  {"spawn", proc_spawn},
-  {"watch", cozy_proc_watch},
-  {"pending_stop", cozy_proc_pending_stop},
-  {NULL, NULL}
-};
+static const luaL_Reg proc_funcs[] = {{"trap", proc_trap},
+                                      {"signalled", proc_signalled},
+                                      {"reset_signal", proc_reset_signal},
+                                      {"kill", proc_kill},
+                                      {"isatty", proc_isatty},
+                                      {"spawn", proc_spawn},
+                                      {"watch", cozy_proc_watch},
+                                      {"pending_stop", cozy_proc_pending_stop},
+                                      {NULL, NULL}};
 
 int luaopen_cozy_proc(lua_State *L) {
   cozy_watch_open(L);

@@ -74,8 +74,14 @@ struct addr {
 
 static int parse_addr(const char *s, struct addr *a) {
   memset(a, 0, sizeof *a);
-  if (inet_pton(AF_INET, s, a->b) == 1) { a->family = AF_INET; return 1; }
-  if (inet_pton(AF_INET6, s, a->b) == 1) { a->family = AF_INET6; return 1; }
+  if (inet_pton(AF_INET, s, a->b) == 1) {
+    a->family = AF_INET;
+    return 1;
+  }
+  if (inet_pton(AF_INET6, s, a->b) == 1) {
+    a->family = AF_INET6;
+    return 1;
+  }
   return 0;
 }
 

@@ -76,8 +76,7 @@ static int sys_sha256(lua_State *L) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int mdlen = 0, i;
   char hex[2 * EVP_MAX_MD_SIZE + 1];
-  if (!EVP_Digest(s, len, md, &mdlen, EVP_sha256(), NULL))
-    return luaL_error(L, "sha256 failed");
+  if (!EVP_Digest(s, len, md, &mdlen, EVP_sha256(), NULL)) return luaL_error(L, "sha256 failed");
   for (i = 0; i < mdlen; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
   lua_pushlstring(L, hex, 2 * mdlen);
   return 1;
@@ -163,19 +162,17 @@ static int sys_builtin_migrations(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg sys_funcs[] = {
-  {"monotime", sys_monotime},
-  {"time", sys_time},
-  {"sleep", sys_sleep},
-  {"getpid", sys_getpid},
-  {"hostname", sys_hostname},
-  {"sha256", sys_sha256},
-  {"listdir", sys_listdir},
-  {"stat", sys_stat},
-  {"realpath", sys_realpath},
-  {"builtin_migrations", sys_builtin_migrations},
-  {NULL, NULL}
-};
+static const luaL_Reg sys_funcs[] = {{"monotime", sys_monotime},
+                                     {"time", sys_time},
+                                     {"sleep", sys_sleep},
+                                     {"getpid", sys_getpid},
+                                     {"hostname", sys_hostname},
+                                     {"sha256", sys_sha256},
+                                     {"listdir", sys_listdir},
+                                     {"stat", sys_stat},
+                                     {"realpath", sys_realpath},
+                                     {"builtin_migrations", sys_builtin_migrations},
+                                     {NULL, NULL}};
 
 int luaopen_cozy_sys(lua_State *L) {
   luaL_newlib(L, sys_funcs);

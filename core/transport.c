@@ -112,7 +112,8 @@ static int t_new(lua_State *L) {
   const char *path, *context;
   luaL_checktype(L, 1, LUA_TTABLE);
   pthread_once(&global_once, global_init);
-  if (global_rc != CURLE_OK) return luaL_error(L, "curl_global_init failed: %s", curl_easy_strerror(global_rc));
+  if (global_rc != CURLE_OK)
+    return luaL_error(L, "curl_global_init failed: %s", curl_easy_strerror(global_rc));
   lua_settop(L, 1);
   path = opt_string(L, 1, "kubeconfig"); /* index 2 */
   context = opt_string(L, 1, "context"); /* index 3 */
@@ -186,9 +187,11 @@ static int t_info(lua_State *L) {
   set_str(L, "token_file", t->kc.token_file);
   lua_pushboolean(L, t->kc.insecure);
   lua_setfield(L, -2, "insecure");
-  set_str(L, "auth", t->kc.cert.data ? "client-certificate"
-                     : t->kc.token_file ? "token-file"
-                     : t->kc.token.data ? "token" : "none");
+  set_str(L, "auth",
+          t->kc.cert.data        ? "client-certificate"
+              : t->kc.token_file ? "token-file"
+              : t->kc.token.data ? "token"
+                                 : "none");
   set_str(L, "ca", t->kc.ca.data ? "configured" : t->kc.insecure ? "none" : "system");
   lua_pushnumber(L, t->request_timeout);
   lua_setfield(L, -2, "request_timeout");
@@ -212,9 +215,8 @@ static int t_close(lua_State *L) {
 ** nil or true sends it, a number of seconds waits (interruptibly) and asks
 ** again, an error propagates. Returns COZY_GO with *deadline set for the
 ** attempt, or why the watch stopped the wait. */
-static int ask_before_attempt(lua_State *L, struct cozy_transport *t, int fn, int attempt,
-                              const char *method, const char *path, double timeout,
-                              double *deadline, double *detail) {
+static int ask_before_attempt(lua_State *L, struct cozy_transport *t, int fn, int attempt, const char *method,
+                              const char *path, double timeout, double *deadline, double *detail) {
   for (;;) {
     double wait;
     int r;
@@ -280,10 +282,10 @@ static int t_request(lua_State *L) {
     return luaL_argerror(L, 4, "query contains a space or a control character (CR, LF, NUL...)");
   ctype = opt_string(L, 4, "content_type");
   if (ctype && cozy_bad_http_text(ctype, lua_rawlen(L, -1), 0))
-    return luaL_argerror(L, 4, "content_type contains a control character (CR, LF, NUL...): "
-                               "it would split the Content-Type header");
-  if (ctype && lua_rawlen(L, -1) > 200)
-    return luaL_argerror(L, 4, "content_type is longer than 200 bytes");
+    return luaL_argerror(L, 4,
+                         "content_type contains a control character (CR, LF, NUL...): "
+                         "it would split the Content-Type header");
+  if (ctype && lua_rawlen(L, -1) > 200) return luaL_argerror(L, 4, "content_type is longer than 200 bytes");
   lua_getfield(L, 4, "body");
   if (!lua_isnil(L, -1)) body = luaL_checklstring(L, -1, &body_len);
   lua_getfield(L, 4, "retry_safe");
@@ -301,7 +303,7 @@ static int t_request(lua_State *L) {
   }
   luaL_pushresult(&b); /* index 9 */
   url = lua_tostring(L, 9);
-  lua_newtable(L);     /* index 10: attempts */
+  lua_newtable(L); /* index 10: attempts */
   attempts_idx = 10;
   lua_getfield(L, 4, "before_attempt"); /* index 11 */
   before = lua_isfunction(L, 11);
@@ -317,8 +319,7 @@ static int t_request(lua_State *L) {
     stop = cozy_ratelimit_wait(t, &stop_detail);
     if (stop == COZY_GO && before)
       stop = ask_before_attempt(L, t, 11, n + 1, method, path, timeout, &deadline, &stop_detail);
-    else if (stop == COZY_GO)
-      deadline = cozy_attempt_deadline(t, cozy_monotime(), timeout);
+    else if (stop == COZY_GO) deadline = cozy_attempt_deadline(t, cozy_monotime(), timeout);
     now = cozy_monotime();
     if (stop == COZY_GO) stop = cozy_watch_poll(t->watch, now, &stop_detail);
     if (stop != COZY_GO) {
@@ -410,25 +411,15 @@ static int t_request(lua_State *L) {
   return 3;
 }
 
-static const luaL_Reg t_methods[] = {
-  {"request", t_request},
-  {"multi", cozy_transport_multi},
-  {"info", t_info},
-  {"close", t_close},
-  {NULL, NULL}
-};
+static const luaL_Reg t_methods[] = {{"request", t_request},
+                                     {"multi", cozy_transport_multi},
+                                     {"info", t_info},
+                                     {"close", t_close},
+                                     {NULL, NULL}};
 
-static const luaL_Reg t_meta[] = {
-  {"__gc", t_gc},
-  {"__close", t_close},
-  {"__index", NULL},
-  {NULL, NULL}
-};
+static const luaL_Reg t_meta[] = {{"__gc", t_gc}, {"__close", t_close}, {"__index", NULL}, {NULL, NULL}};
 
-static const luaL_Reg funcs[] = {
-  {"new", t_new},
-  {NULL, NULL}
-};
+static const luaL_Reg funcs[] = {{"new", t_new}, {NULL, NULL}};
 
 int luaopen_cozy_transport(lua_State *L) {
   if (luaL_newmetatable(L, TRANSPORT_MT)) {

@@ -21,10 +21,10 @@
 #define COZY_MAX_RESPONSE_BYTES_DEFAULT (256.0 * 1024 * 1024)
 
 struct cozy_retry_policy {
-  int max_attempts;     /* including the first */
-  double max_time;      /* seconds from the first attempt; no retry starts after it */
-  double base_delay;    /* first backoff without Retry-After */
-  double max_delay;     /* cap of one backoff and of an honoured Retry-After */
+  int max_attempts; /* including the first */
+  double max_time; /* seconds from the first attempt; no retry starts after it */
+  double base_delay; /* first backoff without Retry-After */
+  double max_delay; /* cap of one backoff and of an honoured Retry-After */
 };
 
 /* One answer as it arrives: body, Retry-After and Warning headers. */
@@ -32,9 +32,9 @@ struct cozy_response {
   char *body;
   size_t body_len, body_cap;
   size_t max_response_bytes; /* of the body as delivered, i.e. decompressed */
-  int body_too_large;        /* the write callback stopped the transfer */
-  double retry_after;        /* Retry-After seconds, or -1 */
-  char warnings[2048];       /* Warning header values of the answer, '\n'-separated */
+  int body_too_large; /* the write callback stopped the transfer */
+  double retry_after; /* Retry-After seconds, or -1 */
+  char warnings[2048]; /* Warning header values of the answer, '\n'-separated */
   size_t warnings_len;
 };
 
@@ -45,9 +45,9 @@ struct cozy_response {
 struct cozy_exchange {
   CURL *curl;
   char errbuf[CURL_ERROR_SIZE];
-  CURLcode setopt_rc;          /* first curl_easy_setopt failure of a batch */
+  CURLcode setopt_rc; /* first curl_easy_setopt failure of a batch */
   struct curl_slist *headers;
-  struct cozy_response *resp;  /* where the answer goes */
+  struct cozy_response *resp; /* where the answer goes */
   /* during an attempt: the calling state's watches (NULL: none), and why the
   ** progress callback aborted the transfer (COZY_GO: it did not) */
   const struct cozy_watches *watch;
@@ -58,27 +58,27 @@ struct cozy_exchange {
   int sends;
   int refuse_resend;
   int resend_refused;
-  void *owner;                 /* the batch job it runs (transport_multi.c) */
+  void *owner; /* the batch job it runs (transport_multi.c) */
 };
 
 struct cozy_multi;
 
 struct cozy_transport {
-  CURLSH *share;           /* connections, TLS sessions and DNS of every handle */
-  struct cozy_exchange x;  /* t:request's handle */
+  CURLSH *share; /* connections, TLS sessions and DNS of every handle */
+  struct cozy_exchange x; /* t:request's handle */
   struct cozy_response resp;
   struct cozy_kubeconfig kc;
-  double request_timeout;  /* seconds; 0 = none */
+  double request_timeout; /* seconds; 0 = none */
   double connect_timeout;
-  double token_refresh;    /* re-read token_file at least this often (seconds) */
-  double token_read_at;    /* monotonic time of the last read */
+  double token_refresh; /* re-read token_file at least this often (seconds) */
+  double token_read_at; /* monotonic time of the last read */
   struct cozy_retry_policy retry;
   size_t max_response_bytes; /* of a body as delivered, i.e. decompressed */
   /* token bucket */
   double qps, burst, tokens, refilled_at;
-  unsigned int seed;       /* for jitter, per client */
+  unsigned int seed; /* for jitter, per client */
   const struct cozy_watches *watch; /* during a request or a batch wait */
-  struct cozy_multi *multis;        /* open batches, closed with the client */
+  struct cozy_multi *multis; /* open batches, closed with the client */
   int closed;
 };
 
@@ -91,17 +91,16 @@ void cozy_exchange_cleanup(struct cozy_exchange *x);
 /* Sets up one attempt on x (headers, token, method, body, timeout). `reuse`
 ** says a kept-alive connection may carry it: a read or a write that is safe
 ** to resend; otherwise it goes out on a connection opened for it. */
-CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x,
-                               const char *method, const char *url, const char *body,
-                               size_t body_len, const char *content_type, double timeout,
-                               int reuse);
+CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x, const char *method,
+                               const char *url, const char *body, size_t body_len, const char *content_type,
+                               double timeout, int reuse);
 /* After the transfer ended with rc: the status (0 if none), the header list
 ** wiped, rc adjusted (ResponseTooLarge, a refused re-send). */
 CURLcode cozy_exchange_finish(struct cozy_exchange *x, CURLcode rc, long *status);
 /* One attempt of t:request. Returns the CURLcode; *status is the HTTP status (0 if none). */
-CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url,
-                           const char *body, size_t body_len, const char *content_type,
-                           double timeout, int reuse, long *status);
+CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url, const char *body,
+                           size_t body_len, const char *content_type, double timeout, int reuse,
+                           long *status);
 /* libcurl's write and header callbacks (ud is a struct cozy_response): they
 ** parse what the server sends, so fuzz/http_response.c drives them directly. */
 size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud);
@@ -124,8 +123,8 @@ int cozy_status_transient(long code);
 double cozy_backoff(struct cozy_transport *t, int n);
 /* Whether attempt n (ended at `elapsed` s from the first) may be retried
 ** after *delay seconds: Retry-After or backoff, within max_attempts/max_time. */
-int cozy_retry_within_bounds(struct cozy_transport *t, const struct cozy_response *r, CURLcode rc,
-                             int n, double elapsed, double *delay);
+int cozy_retry_within_bounds(struct cozy_transport *t, const struct cozy_response *r, CURLcode rc, int n,
+                             double elapsed, double *delay);
 void cozy_push_attempt(lua_State *L, const struct cozy_exchange *x, const struct cozy_response *r,
                        CURLcode rc, long status, const char *reason, double elapsed);
 void cozy_push_stop(lua_State *L, int stop, double detail, int sent, double elapsed);
@@ -134,8 +133,8 @@ double cozy_attempt_deadline(const struct cozy_transport *t, double now, double 
 int cozy_bad_http_text(const char *s, size_t len, int no_space);
 
 /* transport_multi.c */
-int cozy_transport_multi(lua_State *L);  /* t:multi{ concurrency = N } */
-void cozy_multi_open(lua_State *L);      /* the batch metatable */
+int cozy_transport_multi(lua_State *L); /* t:multi{ concurrency = N } */
+void cozy_multi_open(lua_State *L); /* the batch metatable */
 void cozy_multi_close_all(struct cozy_transport *t);
 int cozy_multi_busy(const struct cozy_transport *t); /* a batch is in a callback */
 

@@ -113,7 +113,10 @@ size_t cozy_http_on_header(char *buf, size_t size, size_t nitems, void *ud) {
     /* deprecation notices and the like (RFC 7234 warn-code 299): kept for the log */
     size_t len = n - 8;
     const char *v = buf + 8;
-    while (len > 0 && (*v == ' ' || *v == '\t')) { v++; len--; }
+    while (len > 0 && (*v == ' ' || *v == '\t')) {
+      v++;
+      len--;
+    }
     while (len > 0 && (v[len - 1] == '\r' || v[len - 1] == '\n' || v[len - 1] == ' ')) len--;
     if (len > 0 && t->warnings_len + len + 1 < sizeof t->warnings) {
       memcpy(t->warnings + t->warnings_len, v, len);
@@ -171,10 +174,12 @@ static long to_ms(double seconds) {
 /* Called by libcurl often during a transfer and about once a second when it
 ** idles (a signal interrupting its poll wakes it early): a non-zero answer
 ** aborts the transfer with CURLE_ABORTED_BY_CALLBACK; t->stop says why. */
-static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
-                       curl_off_t ultotal, curl_off_t ulnow) {
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
   struct cozy_exchange *t = ud;
-  (void)dltotal; (void)dlnow; (void)ultotal; (void)ulnow;
+  (void)dltotal;
+  (void)dlnow;
+  (void)ultotal;
+  (void)ulnow;
   t->stop = cozy_watch_poll(t->watch, cozy_monotime(), &t->stop_detail);
   return t->stop != COZY_GO;
 }
@@ -187,7 +192,10 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 ** decides, visibly (attempts, rate limit, before_attempt). */
 static int on_prereq(void *ud, char *primary_ip, char *local_ip, int primary_port, int local_port) {
   struct cozy_exchange *x = ud;
-  (void)primary_ip; (void)local_ip; (void)primary_port; (void)local_port;
+  (void)primary_ip;
+  (void)local_ip;
+  (void)primary_port;
+  (void)local_port;
   if (++x->sends > 1 && x->refuse_resend) {
     x->resend_refused = 1;
     return CURL_PREREQFUNC_ABORT;
@@ -228,9 +236,9 @@ int cozy_exchange_init(struct cozy_transport *t, struct cozy_exchange *x) {
     /* the proxy as kubectl picks it from the environment, or none: libcurl's
     ** own reading of it differs (core/proxy.c) */
     char *proxy = cozy_proxy_for(t->kc.server);
-    CHECK_SETOPT(x, CURLOPT_PROXY, proxy ? proxy : "");  /* libcurl copies it */
+    CHECK_SETOPT(x, CURLOPT_PROXY, proxy ? proxy : ""); /* libcurl copies it */
     if (proxy) {
-      OPENSSL_cleanse(proxy, strlen(proxy));  /* may carry user:password */
+      OPENSSL_cleanse(proxy, strlen(proxy)); /* may carry user:password */
       free(proxy);
     }
   }
@@ -311,10 +319,9 @@ static int add_header(struct cozy_exchange *t, const char *line) {
   return 0;
 }
 
-CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x,
-                               const char *method, const char *url, const char *body,
-                               size_t body_len, const char *content_type, double timeout,
-                               int reuse) {
+CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x, const char *method,
+                               const char *url, const char *body, size_t body_len, const char *content_type,
+                               double timeout, int reuse) {
   char line[256];
   x->setopt_rc = CURLE_OK;
   cozy_response_reset(x->resp);
@@ -393,15 +400,16 @@ CURLcode cozy_exchange_finish(struct cozy_exchange *x, CURLcode rc, long *status
     rc = CURLE_FILESIZE_EXCEEDED;
     snprintf(x->errbuf, sizeof x->errbuf,
              "the response body is larger than max_response_bytes (%zu bytes, counted after "
-             "decompression); the transfer was stopped", r->max_response_bytes);
+             "decompression); the transfer was stopped",
+             r->max_response_bytes);
     r->body_len = 0; /* nothing of a refused body is handed on */
   }
   return rc;
 }
 
-CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url,
-                           const char *body, size_t body_len, const char *content_type,
-                           double timeout, int reuse, long *status) {
+CURLcode cozy_http_perform(struct cozy_transport *t, const char *method, const char *url, const char *body,
+                           size_t body_len, const char *content_type, double timeout, int reuse,
+                           long *status) {
   struct cozy_exchange *x = &t->x;
   CURLcode rc;
   x->resp = &t->resp;

@@ -38,17 +38,17 @@ struct job {
   struct job *next;
   lua_Integer id;
   char *method, *path, *url, *ctype; /* one allocation, at method */
-  const char *body;                  /* anchored Lua string, or NULL */
+  const char *body; /* anchored Lua string, or NULL */
   size_t body_len;
   int retry_safe, read, before, on_retry;
   double timeout;
-  int n;            /* attempts made */
+  int n; /* attempts made */
   int did_401;
-  int has_token;    /* took its rate-limit token, waits for before_attempt */
-  int stopped;      /* ended by the watch */
-  double start;     /* when its first attempt was asked for; 0: not yet */
-  double ready_at;  /* delayed: when it may go */
-  double deadline;  /* of the attempt in flight (0: none) */
+  int has_token; /* took its rate-limit token, waits for before_attempt */
+  int stopped; /* ended by the watch */
+  double start; /* when its first attempt was asked for; 0: not yet */
+  double ready_at; /* delayed: when it may go */
+  double deadline; /* of the attempt in flight (0: none) */
   CURLcode rc;
   long status;
   struct cozy_response *resp; /* from its first attempt on */
@@ -64,13 +64,13 @@ struct cozy_multi {
   int concurrency;
   struct cozy_exchange *slots; /* concurrency of them; slot->curl NULL until first use */
   int in_flight;
-  struct list ready;    /* may go now, oldest first */
-  struct job *delayed;  /* unordered */
+  struct list ready; /* may go now, oldest first */
+  struct job *delayed; /* unordered */
   struct list done;
   lua_Integer next_id;
-  int pending;          /* submitted, not yet handed out by wait */
-  int busy;             /* a callback of one of its jobs is running */
-  int stop;             /* an attempt ended by the watch: the rest must end too */
+  int pending; /* submitted, not yet handed out by wait */
+  int busy; /* a callback of one of its jobs is running */
+  int stop; /* an attempt ended by the watch: the rest must end too */
   double stop_detail;
   int closed;
   struct cozy_multi *next_open; /* in t->multis */
@@ -234,8 +234,8 @@ static void delay_job(struct cozy_multi *m, struct job *j, double at) {
   m->delayed = j;
 }
 
-static void stop_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job *j, int stop,
-                     double detail, int sent) {
+static void stop_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job *j, int stop, double detail,
+                     int sent) {
   double now = cozy_monotime();
   cozy_push_stop(L, stop, detail, sent, j->start > 0 ? now - j->start : 0);
   add_attempt(L, m_idx, j, sent ? j->n : j->n + 1);
@@ -528,10 +528,8 @@ static int hand_over(lua_State *L, int m_idx, struct cozy_multi *m) {
   push_anchor(L, m_idx, j);
   lua_rawgeti(L, -1, A_ATTEMPTS);
   lua_remove(L, -2);
-  if (!failed && j->resp->warnings_len > 0)
-    lua_pushlstring(L, j->resp->warnings, j->resp->warnings_len - 1);
-  else
-    lua_pushnil(L);
+  if (!failed && j->resp->warnings_len > 0) lua_pushlstring(L, j->resp->warnings, j->resp->warnings_len - 1);
+  else lua_pushnil(L);
   lua_getiuservalue(L, m_idx, 1);
   lua_pushnil(L);
   lua_rawseti(L, -2, j->id);
@@ -586,7 +584,8 @@ static int m_wait(lua_State *L) {
     wait = MULTI_POLL_SLICE;
     if (next > 0 && next - now < wait) wait = next - now;
     if (token_at > 0 && token_at - now < wait) wait = token_at - now;
-    if (t->watch != NULL && t->watch->top != NULL && t->watch->deadline > 0 && t->watch->deadline - now < wait)
+    if (t->watch != NULL && t->watch->top != NULL && t->watch->deadline > 0 &&
+        t->watch->deadline - now < wait)
       wait = t->watch->deadline - now + 1e-4;
     if (wait < 0) wait = 0;
     if (m->in_flight > 0) {
@@ -644,8 +643,9 @@ static int m_submit(lua_State *L) {
     return luaL_argerror(L, 4, "query contains a space or a control character (CR, LF, NUL...)");
   ctype = opt_str(L, 4, "content_type", &ctype_len); /* 7 */
   if (ctype && cozy_bad_http_text(ctype, ctype_len, 0))
-    return luaL_argerror(L, 4, "content_type contains a control character (CR, LF, NUL...): "
-                               "it would split the Content-Type header");
+    return luaL_argerror(L, 4,
+                         "content_type contains a control character (CR, LF, NUL...): "
+                         "it would split the Content-Type header");
   if (ctype && ctype_len > 200) return luaL_argerror(L, 4, "content_type is longer than 200 bytes");
   lua_getfield(L, 4, "body"); /* 8 */
   if (!lua_isnil(L, 8)) {
@@ -782,12 +782,7 @@ int cozy_transport_multi(lua_State *L) {
 }
 
 static const luaL_Reg m_methods[] = {
-  {"submit", m_submit},
-  {"wait", m_wait},
-  {"pending", m_pending},
-  {"close", m_close},
-  {NULL, NULL}
-};
+    {"submit", m_submit}, {"wait", m_wait}, {"pending", m_pending}, {"close", m_close}, {NULL, NULL}};
 
 void cozy_multi_open(lua_State *L) {
   if (luaL_newmetatable(L, MULTI_MT)) {

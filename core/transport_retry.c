@@ -31,12 +31,8 @@ const char *cozy_curl_reason(CURLcode rc, int *transient, int *unsent) {
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_CERTPROBLEM:
-    case CURLE_SSL_ENGINE_NOTFOUND:
-      *transient = 0;
-      return "TLSVerification";
-    default:
-      *transient = 0;
-      return "TransportError";
+    case CURLE_SSL_ENGINE_NOTFOUND: *transient = 0; return "TLSVerification";
+    default: *transient = 0; return "TransportError";
   }
 }
 
@@ -108,8 +104,8 @@ double cozy_attempt_deadline(const struct cozy_transport *t, double now, double 
   return d;
 }
 
-int cozy_retry_within_bounds(struct cozy_transport *t, const struct cozy_response *r, CURLcode rc,
-                             int n, double elapsed, double *delay) {
+int cozy_retry_within_bounds(struct cozy_transport *t, const struct cozy_response *r, CURLcode rc, int n,
+                             double elapsed, double *delay) {
   *delay = r->retry_after >= 0 && rc == CURLE_OK ? r->retry_after : cozy_backoff(t, n);
   if (*delay > t->retry.max_delay) *delay = t->retry.max_delay;
   return !(n >= t->retry.max_attempts || elapsed + *delay > t->retry.max_time);

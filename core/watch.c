@@ -34,7 +34,7 @@
 
 #define WATCH_MT "cozy.proc.watch"
 #define WATCH_COUNT 1000 /* instructions between checks */
-#define WATCH_SLICE 0.1  /* longest sleep between checks, seconds */
+#define WATCH_SLICE 0.1 /* longest sleep between checks, seconds */
 
 struct cozy_watch {
   struct cozy_watch *outer;
@@ -122,8 +122,8 @@ int cozy_watch_raise(lua_State *L, int reason, double detail, int level) {
     struct cozy_watch *w = responsible(ws, reason);
     lua_rawgetp(L, LUA_REGISTRYINDEX, &registry_key);
     lua_getiuservalue(L, -1, 1);
-    lua_rawgetp(L, -1, w);           /* the handle */
-    lua_getiuservalue(L, -1, 1);     /* its on_stop */
+    lua_rawgetp(L, -1, w); /* the handle */
+    lua_getiuservalue(L, -1, 1); /* its on_stop */
     if (lua_isfunction(L, -1)) {
       size_t len;
       const char *pos = lua_tolstring(L, where, &len);
@@ -133,14 +133,12 @@ int cozy_watch_raise(lua_State *L, int reason, double detail, int level) {
       /* luaL_where gives "chunk:line: "; on_stop gets "chunk:line" */
       if (len >= 2) lua_pushlstring(L, pos, len - 2);
       else lua_pushnil(L);
-      lua_call(L, 3, 0);             /* expected to raise */
+      lua_call(L, 3, 0); /* expected to raise */
     }
     lua_settop(L, where);
   }
-  if (reason == COZY_STOP_SIGNAL)
-    lua_pushfstring(L, "interrupted by signal %d", (int)detail);
-  else
-    lua_pushliteral(L, "deadline exceeded");
+  if (reason == COZY_STOP_SIGNAL) lua_pushfstring(L, "interrupted by signal %d", (int)detail);
+  else lua_pushliteral(L, "deadline exceeded");
   lua_concat(L, 2);
   return lua_error(L);
 }
@@ -190,7 +188,8 @@ int cozy_proc_watch(lua_State *L) {
   if (lua_istable(L, 1)) {
     lua_getfield(L, 1, "deadline");
     if (!lua_isnil(L, -1)) {
-      if (lua_type(L, -1) != LUA_TNUMBER) return luaL_error(L, "watch: 'deadline' must be a number (a sys.monotime() value)");
+      if (lua_type(L, -1) != LUA_TNUMBER)
+        return luaL_error(L, "watch: 'deadline' must be a number (a sys.monotime() value)");
       deadline = lua_tonumber(L, -1);
       if (!(deadline > 0)) return luaL_error(L, "watch: 'deadline' must be a positive sys.monotime() value");
     }
@@ -278,11 +277,7 @@ int cozy_proc_pending_stop(lua_State *L) {
 }
 
 static const luaL_Reg watch_methods[] = {
-  {"close", watch_close},
-  {"attach", watch_attach},
-  {"armed", watch_armed},
-  {NULL, NULL}
-};
+    {"close", watch_close}, {"attach", watch_attach}, {"armed", watch_armed}, {NULL, NULL}};
 
 void cozy_watch_open(lua_State *L) {
   if (luaL_newmetatable(L, WATCH_MT)) {

@@ -9,8 +9,8 @@
 #include "lua.h"
 
 enum cozy_stop {
-  COZY_GO = 0,           /* nothing says stop */
-  COZY_STOP_SIGNAL = 1,  /* detail: the signal number */
+  COZY_GO = 0, /* nothing says stop */
+  COZY_STOP_SIGNAL = 1, /* detail: the signal number */
   COZY_STOP_DEADLINE = 2 /* detail: seconds past the deadline */
 };
 

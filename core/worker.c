@@ -33,13 +33,13 @@
 
 struct shared {
   pthread_mutex_t mu;
-  pthread_cond_t cv;  /* signalled when stop is set */
-  int refs;           /* main handle + thread */
+  pthread_cond_t cv; /* signalled when stop is set */
+  int refs; /* main handle + thread */
   int stop;
   int lost;
-  double last_ok;     /* CLOCK_MONOTONIC seconds, 0 = never */
-  char message[512];  /* lost message, or the worker's error */
-  int failed;         /* the worker function raised */
+  double last_ok; /* CLOCK_MONOTONIC seconds, 0 = never */
+  char message[512]; /* lost message, or the worker's error */
+  int failed; /* the worker function raised */
   char *module, *func, *payload;
 };
 
@@ -142,11 +142,7 @@ static int chan_lost(lua_State *L) {
 }
 
 static const luaL_Reg channel_methods[] = {
-  {"wait", chan_wait},
-  {"ok", chan_ok},
-  {"lost", chan_lost},
-  {NULL, NULL}
-};
+    {"wait", chan_wait}, {"ok", chan_ok}, {"lost", chan_lost}, {NULL, NULL}};
 
 static int worker_msghandler(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
@@ -330,16 +326,9 @@ static int worker_gc(lua_State *L) {
 }
 
 static const luaL_Reg worker_methods[] = {
-  {"stop", worker_stop},
-  {"lost", worker_lost},
-  {"last_ok", worker_last_ok},
-  {NULL, NULL}
-};
+    {"stop", worker_stop}, {"lost", worker_lost}, {"last_ok", worker_last_ok}, {NULL, NULL}};
 
-static const luaL_Reg worker_funcs[] = {
-  {"start", worker_start},
-  {NULL, NULL}
-};
+static const luaL_Reg worker_funcs[] = {{"start", worker_start}, {NULL, NULL}};
 
 int luaopen_cozy_worker(lua_State *L) {
   if (luaL_newmetatable(L, WORKER_MT)) {

@@ -26,7 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *line;
     while (j < size && data[j] != '\n') j++;
     if (j < size) j++;
-    if (j - i <= 2 && (data[i] == '\n' || data[i] == '\r')) { i = j; break; } /* end of headers */
+    if (j - i <= 2 && (data[i] == '\n' || data[i] == '\r')) {
+      i = j;
+      break;
+    } /* end of headers */
     line = malloc(j - i); /* exactly the line: ASan sees any read past it */
     if (line == NULL) abort();
     memcpy(line, data + i, j - i);

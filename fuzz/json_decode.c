@@ -28,9 +28,10 @@ static lua_State *new_state(void) {
   lua_setfield(L, LUA_REGISTRYINDEX, "fuzz.json");
   /* a projection with every kind of node: kept whole, descended into,
   ** "*" for arrays and for the keys of an object not named */
-  if (luaL_loadstring(L, "return { keep = true, a = { b = true, [\"*\"] = { c = true } },"
-                         " [\"*\"] = { [\"*\"] = true }, l = { [\"*\"] = { m = true } } }") != LUA_OK
-      || lua_pcall(L, 0, 1, 0) != LUA_OK)
+  if (luaL_loadstring(L,
+                      "return { keep = true, a = { b = true, [\"*\"] = { c = true } },"
+                      " [\"*\"] = { [\"*\"] = true }, l = { [\"*\"] = { m = true } } }") != LUA_OK ||
+      lua_pcall(L, 0, 1, 0) != LUA_OK)
     abort();
   lua_setfield(L, LUA_REGISTRYINDEX, "fuzz.projection");
   return L;
@@ -63,10 +64,10 @@ static void check_projected(lua_State *L, int full_ok) {
   const char *err = NULL;
   int top = lua_gettop(L);
   if (call_with(L, "decode", 1, 1, &err)) {
-    if (!full_ok) abort();                       /* it accepted malformed input */
-    if (!call(L, "encode", -1)) abort();         /* what it built encodes */
+    if (!full_ok) abort(); /* it accepted malformed input */
+    if (!call(L, "encode", -1)) abort(); /* what it built encodes */
   } else if (full_ok && strcmp(err, "refused") != 0) {
-    abort();                                     /* it refused valid JSON for another reason */
+    abort(); /* it refused valid JSON for another reason */
   }
   lua_settop(L, top);
 }
@@ -80,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n1, n2;
     const char *s1, *s2;
     if (!call(L, "decode", 3)) abort(); /* what encode wrote must decode */
-    if (!call(L, "encode", 4)) abort();  /* and encode again */
+    if (!call(L, "encode", 4)) abort(); /* and encode again */
     s1 = lua_tolstring(L, 3, &n1);
     s2 = lua_tolstring(L, 5, &n2);
     if (n1 != n2 || memcmp(s1, s2, n1) != 0) abort(); /* to the same text */

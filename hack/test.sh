@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian machine: installs what is needed,
 # builds the engine twice (plain, and with ASan+UBSan) and runs every spec
-# through ctest against each build; the C parsers are fuzzed for a bounded
-# time first.
+# through ctest against each build; lint runs first, then the C parsers are
+# fuzzed for a bounded time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +10,8 @@ hack/install-deps.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
 status=0
+echo "=== lint ==="
+hack/lint.sh || status=1
 # Fuzzing runs once, bounded, first (so that ctest's summary stays the last
 # thing printed): every C parser (JSON, kubeconfig, HTTP response headers)
 # under libFuzzer with ASan+UBSan.
