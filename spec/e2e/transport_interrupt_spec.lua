@@ -371,7 +371,7 @@ describe("SIGTERM under an armed proc.watch (a child cozy-migrate)", function()
   local function outcome(p)
     local res = p:wait(15)
     assert.equal(0, res.code, res.stderr)
-    return json.decode(assert(runner_support.slurp(dir .. "/out"), "no outcome: " .. res.stderr))
+    return json.decode((assert(runner_support.slurp(dir .. "/out"), "no outcome: " .. res.stderr)))
   end
 
   local function until_true(what, fn)

@@ -420,7 +420,7 @@ describe("t:multi and SIGTERM under an armed proc.watch (a child cozy-migrate)",
     p:kill("TERM")
     local res = p:wait(15)
     assert.equal(0, res.code, res.stderr)
-    local out = json.decode(assert(runner_support.slurp(dir .. "/out"), "no outcome: " .. res.stderr))
+    local out = json.decode((assert(runner_support.slurp(dir .. "/out"), "no outcome: " .. res.stderr)))
     -- the watch's hook may cut the child's own loop once; nothing is handed out twice
     assert.is_true(#out.results >= 3, "results: " .. #out.results)
     local sent = 0
