@@ -27,12 +27,8 @@ end
 
 describe("transport connections", function()
   local srv, t
-  setup(function() srv = support.start() end)
-  teardown(function() if srv then srv:stop() end end)
-  before_each(function()
-    srv:reset { support.FIXTURE }
-    srv:clear_faults()
-    srv:clear_requests()
+  support.fresh_server(function(s)
+    srv = s
     t = connect(srv)
   end)
   after_each(function() t:close() end)

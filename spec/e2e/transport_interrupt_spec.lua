@@ -55,12 +55,8 @@ end
 
 describe("t:request before_attempt", function()
   local srv, t
-  setup(function() srv = support.start() end)
-  teardown(function() if srv then srv:stop() end end)
-  before_each(function()
-    srv:reset { support.FIXTURE }
-    srv:clear_faults()
-    srv:clear_requests()
+  support.fresh_server(function(s)
+    srv = s
     t = connect(srv)
   end)
   after_each(function() t:close() end)
@@ -180,12 +176,8 @@ end)
 
 describe("t:request under an armed proc.watch", function()
   local srv, t
-  setup(function() srv = support.start() end)
-  teardown(function() if srv then srv:stop() end end)
-  before_each(function()
-    srv:reset { support.FIXTURE }
-    srv:clear_faults()
-    srv:clear_requests()
+  support.fresh_server(function(s)
+    srv = s
     t = connect(srv)
   end)
   after_each(function() t:close() end)
@@ -352,12 +344,8 @@ end)
 
 describe("SIGTERM under an armed proc.watch (a child cozy-migrate)", function()
   local srv, dir
-  setup(function() srv = support.start() end)
-  teardown(function() if srv then srv:stop() end end)
-  before_each(function()
-    srv:reset { support.FIXTURE }
-    srv:clear_faults()
-    srv:clear_requests()
+  support.fresh_server(function(s)
+    srv = s
     dir = runner_support.tmpdir()
   end)
   after_each(function() os.execute("rm -rf " .. runner_support.quote(dir)) end)

@@ -4,12 +4,8 @@ local support = require "spec.e2e.transport_support"
 
 describe("cozy.kube list", function()
   local srv, client, cms, log
-  setup(function() srv = support.start() end)
-  teardown(function() if srv then srv:stop() end end)
-  before_each(function()
-    srv:reset { support.FIXTURE }
-    srv:clear_faults()
-    srv:clear_requests()
+  support.fresh_server(function(s)
+    srv = s
     log = support.logger()
     client = support.connect(srv, { log = log })
     cms = client:resource("v1", "configmaps")

@@ -7,12 +7,8 @@ local SETTINGS = "/api/v1/namespaces/cozy%-system/configmaps/settings$"
 
 describe("cozy.kube retries", function()
   local srv, client, cms, log
-  setup(function() srv = support.start() end)
-  teardown(function() if srv then srv:stop() end end)
-  before_each(function()
-    srv:reset { support.FIXTURE }
-    srv:clear_faults()
-    srv:clear_requests()
+  support.fresh_server(function(s)
+    srv = s
     log = support.logger()
     client = support.connect(srv, { log = log })
     cms = client:resource("v1", "configmaps")

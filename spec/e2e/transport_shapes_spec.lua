@@ -10,12 +10,8 @@ local TEAM_A = "/api/v1/namespaces/team-a/configmaps"
 
 describe("cozy.kube list against a malformed or looping server", function()
   local srv, client, cms
-  setup(function() srv = support.start() end)
-  teardown(function() if srv then srv:stop() end end)
-  before_each(function()
-    srv:reset { support.FIXTURE }
-    srv:clear_faults()
-    srv:clear_requests()
+  support.fresh_server(function(s)
+    srv = s
     client = support.connect(srv)
     cms = client:resource("v1", "configmaps")
   end)

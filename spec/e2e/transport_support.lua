@@ -44,6 +44,22 @@ function support.logger()
   return l
 end
 
+-- In the calling describe block: one fake API server for the whole block,
+-- and before each test its state reset to support.FIXTURE, its faults and
+-- request log cleared, then each(srv) (a fresh client, a temp dir, ...).
+function support.fresh_server(each)
+  local busted = require "busted" -- the hooks, as spec/helpers registers them
+  local srv
+  busted.setup(function() srv = support.start() end)
+  busted.teardown(function() if srv then srv:stop() end end)
+  busted.before_each(function()
+    srv:reset { support.FIXTURE }
+    srv:clear_faults()
+    srv:clear_requests()
+    if each then each(srv) end
+  end)
+end
+
 -- Connect to srv with fast retries so the specs stay quick.
 function support.connect(srv, opts)
   opts = opts or {}
