@@ -17,11 +17,9 @@ local PERMISSIONS = [[
 -- Runs a migration whose run is `body` through the spec harness; returns ok,
 -- err or result, and the log lines.
 local function run(srv, body, mode)
-  local dir = support.tmpdir()
-  local f = assert(io.open(dir .. "/1-probe.lua", "w"))
-  f:write(("local obj = require 'cozy.obj'\nreturn { description = 'probe',\n%s  run = function(ctx)\n%s\n  end }\n")
-    :format(PERMISSIONS, body))
-  f:close()
+  local dir = support.migration_dir { ["1-probe.lua"] =
+    ("local obj = require 'cozy.obj'\nreturn { description = 'probe',\n%s  run = function(ctx)\n%s\n  end }\n")
+      :format(PERMISSIONS, body) }
   local m = runner.load_file(dir .. "/1-probe.lua")
   os.execute("rm -rf " .. support.quote(dir))
   local lines = {}

@@ -5,15 +5,7 @@ local fake = require "spec.support.fake"
 local support = require "spec.helpers.cli"
 local sys = require "cozy.sys"
 
-local function migration_dir(files)
-  local dir = support.tmpdir()
-  for name, source in pairs(files) do
-    local f = assert(io.open(dir .. "/" .. name, "w"))
-    f:write(source)
-    f:close()
-  end
-  return dir
-end
+local migration_dir = support.migration_dir
 
 local LOOP = [[
 return {

@@ -8,13 +8,9 @@ local json = require "cozy.json"
 local runner = require "cozy.runner"
 local support = require "spec.helpers.cli"
 
-local write_file = require("spec.helpers.files").write
-
 -- A directory holding one migration `1-NAME.lua` with `source`.
 local function migration_dir(name, source)
-  local dir = support.tmpdir()
-  write_file(("%s/1-%s.lua"):format(dir, name), source)
-  return dir
+  return support.migration_dir { [("1-%s.lua"):format(name)] = source }
 end
 
 local CONFIGMAP_PERMISSIONS = [[

@@ -14,6 +14,13 @@ cli.quote = q
 cli.slurp = files.read
 cli.lines = files.lines
 
+-- A temporary migrations directory holding `migrations` (file name -> source).
+function cli.migration_dir(migrations)
+  local dir = cli.tmpdir()
+  for name, source in pairs(migrations) do files.write(dir .. "/" .. name, source) end
+  return dir
+end
+
 function cli.tmpdir()
   return files.tmpdir("cozy-runner-spec")
 end
