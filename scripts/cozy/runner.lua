@@ -37,7 +37,6 @@ function runner.logger(opts)
   return log_module.new{ format = opts.log_format or "text", verbosity = opts.v or 0 }
 end
 
-runner.error_text = errors.text
 runner.namespace = steps.namespace
 runner.target = steps.target
 
@@ -88,7 +87,7 @@ function runner.connect(opts, log, extra)
   local o = runner.connect_options(opts)
   for k, v in pairs(extra or {}) do o[k] = v end
   o.log = log
-  return require("cozy.kube").connect(o), runner.connect_options(opts)
+  return require("cozy.kube").connect(o)
 end
 
 -- Loads one migration file (for specs and tools): the discovery entry.

@@ -51,7 +51,6 @@ local function plain(v, depth)
   end
   return out
 end
-context.plain = plain
 
 -- A read-only live view of an engine table (counters): reading works,
 -- writing raises.
