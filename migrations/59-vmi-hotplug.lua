@@ -25,22 +25,14 @@ local function is_hotplug_volume(volume)
       or obj.get(volume, "persistentVolumeClaim.hotpluggable") == true
 end
 
--- A VM's template volumes and disks by name, and who holds each bootOrder.
+-- A VM's template volumes and disks by name.
 local function template_of(vm)
-  local t = { volumes = obj.index_by(obj.list(vm, VOLUMES), function(v) return v.name end),
-              disks = obj.index_by(obj.list(vm, DISKS), function(d) return d.name end), boot_orders = {} }
-  for _, which in ipairs({ { DISKS, "disk " }, { INTERFACES, "interface " } }) do
-    for _, device in ipairs(obj.list(vm, which[1])) do
-      if math.type(device.bootOrder) then t.boot_orders[device.bootOrder] = which[2] .. tostring(device.name) end
-    end
-  end
-  return t
+  return { volumes = obj.index_by(obj.list(vm, VOLUMES), "name"), disks = obj.index_by(obj.list(vm, DISKS), "name") }
 end
 
 -- Owners match by uid too (a VM recreated under that name does not own the old VMI).
 local function is_referenced_vm(vm, ref)
-  local uid = obj.get(vm, "metadata.uid")
-  return ref.uid == nil or uid == nil or ref.uid == uid
+  return ref.uid == nil or obj.get(vm, "metadata.uid") == nil or ref.uid == obj.get(vm, "metadata.uid")
 end
 
 -- The VM a VMI belongs to, as virt-controller sees it, and its reference; or
@@ -58,19 +50,24 @@ local function owning_vm(vmi, vms)
   return vm, ref
 end
 
--- The VMI's hotplug volumes (and their disks) the VM template lacks, in VMI order.
+-- The VMI's hotplug volumes (and their disks) the VM template lacks, in VMI
+-- order; and the names of those the VM has with other content (unplugged and
+-- plugged again).
 local function missing_from_vm(vm, vmi)
-  local template, volumes, disks, names = template_of(vm), {}, {}, {}
+  local template, volumes, disks, names, differ = template_of(vm), {}, {}, {}, {}
   for _, volume in ipairs(obj.list(vmi, "spec.volumes")) do
-    if is_hotplug_volume(volume) and template.volumes[volume.name] == nil then
+    local in_vm = template.volumes[volume.name]
+    if is_hotplug_volume(volume) and in_vm == nil then
       volumes[#volumes + 1] = volume
       names[volume.name] = true
+    elseif is_hotplug_volume(volume) and is_hotplug_volume(in_vm) and not obj.equal(in_vm, volume) then
+      differ[#differ + 1] = volume.name
     end
   end
   for _, disk in ipairs(obj.list(vmi, "spec.domain.devices.disks")) do
     if names[disk.name] and template.disks[disk.name] == nil then disks[#disks + 1] = disk end
   end
-  return volumes, disks
+  return volumes, disks, differ
 end
 
 -- Edits a copy of the VM (the listed one, or a fresh read after a conflict):
@@ -86,15 +83,18 @@ end
 
 -- Copied disks whose bootOrder a device already uses (admission refuses duplicates).
 local function boot_order_collisions(vm, disks)
-  local taken, collisions = template_of(vm).boot_orders, {}
-  for _, disk in ipairs(disks) do
-    if math.type(disk.bootOrder) then
-      if taken[disk.bootOrder] then
-        collisions[#collisions + 1] = ("disk %s bootOrder %d is already used by %s")
-            :format(disk.name, disk.bootOrder, taken[disk.bootOrder])
-      end
-      taken[disk.bootOrder] = "disk " .. disk.name
+  local taken, collisions = {}, {}
+  for _, which in ipairs({ { DISKS, "disk " }, { INTERFACES, "interface " } }) do
+    for _, device in ipairs(obj.list(vm, which[1])) do
+      if math.type(device.bootOrder) then taken[device.bootOrder] = which[2] .. tostring(device.name) end
     end
+  end
+  for _, disk in ipairs(disks) do
+    local order = math.type(disk.bootOrder) and disk.bootOrder
+    if order and taken[order] then
+      collisions[#collisions + 1] = ("disk %s bootOrder %d is already used by %s"):format(disk.name, order, taken[order])
+    end
+    if order then taken[order] = "disk " .. disk.name end
   end
   return collisions
 end
@@ -123,13 +123,12 @@ end
 -- The copies to make, in VMI list order, and what else was seen.
 local function decide(fleet)
   local copies = {}
-  local seen = { left_alone = {}, odd_owner = {}, unknown = {}, differs = {}, refused = {}, complete = 0 }
+  local seen = { left_alone = {}, unknown = {}, differs = {}, refused = {}, complete = 0 }
   for _, vmi in ipairs(fleet.vmis) do
     local vm, ref, odd = owning_vm(vmi, fleet.by_key)
     local phase = obj.get(vmi, "status.phase")
     if vm == nil then
-      seen.left_alone[#seen.left_alone + 1] = { vmi = vmi, why = ref }
-      if odd then seen.odd_owner[#seen.odd_owner + 1] = { vmi = vmi, why = ref } end
+      seen.left_alone[#seen.left_alone + 1] = { vmi = vmi, why = ref, odd = odd }
     elseif phase ~= "Running" then
       seen.left_alone[#seen.left_alone + 1] = { vmi = vmi, why = "it is not Running (phase "
           .. tostring(phase or "none") .. "): its next start is built from the VM spec" }
@@ -137,7 +136,7 @@ local function decide(fleet)
       local volumes = phase == "Unknown" and missing_from_vm(vm, vmi) or {}
       if #volumes > 0 then seen.unknown[#seen.unknown + 1] = { vmi = vmi, volumes = volumes } end
     else
-      local volumes, disks = missing_from_vm(vm, vmi)
+      local volumes, disks, differ = missing_from_vm(vm, vmi)
       if #volumes > 0 then
         local copy = { vm = vm, vmi = vmi, ref = ref, volumes = volumes, collisions = boot_order_collisions(vm, disks) }
         copies[#copies + 1] = copy
@@ -145,14 +144,7 @@ local function decide(fleet)
       else
         seen.complete = seen.complete + 1
       end
-      -- the same name with other content: unplugged and plugged again
-      local template = template_of(vm)
-      for _, volume in ipairs(obj.list(vmi, "spec.volumes")) do
-        local in_vm = template.volumes[volume.name]
-        if is_hotplug_volume(volume) and in_vm and is_hotplug_volume(in_vm) and not obj.equal(in_vm, volume) then
-          seen.differs[#seen.differs + 1] = { vm = vm, volume = volume.name }
-        end
-      end
+      for _, name in ipairs(differ) do seen.differs[#seen.differs + 1] = { vm = vm, volume = name } end
     end
   end
   return copies, seen
@@ -168,9 +160,7 @@ local function run(ctx)
     error("refusing to copy hotplugged volumes: KubeVirt's admission would refuse these VMs: "
         .. table.concat(seen.refused, "; "), 0)
   end
-  for _, left in ipairs(seen.left_alone) do
-    ctx.log:debug(("VMI %s left alone: %s"):format(obj.key(left.vmi), left.why))
-  end
+  for _, left in ipairs(seen.left_alone) do ctx.log:debug(("VMI %s left alone: %s"):format(obj.key(left.vmi), left.why)) end
 
   local vms, by_vm, volumes, disks = {}, {}, 0, 0
   for i, copy in ipairs(copies) do vms[i], by_vm[copy.vm] = copy.vm, copy end
@@ -196,13 +186,6 @@ local function run(ctx)
 end
 
 -- check: read-only, the same rule
--- Where a finding points: { namespace =, vm = } (or another kind's key).
-local function at(o, kind, extra)
-  local where = extra or {}
-  where.namespace, where[kind or "vm"] = o.metadata.namespace, o.metadata.name
-  return where
-end
-
 local function check(ctx)
   local fleet, absent = read_fleet(ctx)
   if fleet == nil then return ctx.finding("info", absent) end
@@ -212,7 +195,7 @@ local function check(ctx)
       for _, gate in ipairs(obj.list(kv, "spec.configuration.developerConfiguration.disabledFeatureGates")) do
         if gate == DECLARATIVE_GATE then
           ctx.finding("block", ("KubeVirt %s lists %s in disabledFeatureGates: with HotplugVolumes gone it is the only hotplug path")
-            :format(obj.key(kv), gate), at(kv, "name", { gate = gate }))
+            :format(obj.key(kv), gate), { name = kv, gate = gate })
         end
       end
     end
@@ -220,34 +203,34 @@ local function check(ctx)
   local copies, seen = decide(fleet)
   for _, copy in ipairs(copies) do
     for _, volume in ipairs(copy.volumes) do
-      ctx.finding("info", obj.key(copy.vm) .. " " .. volume.name, at(copy.vm, "vm", { volume = volume.name }))
+      ctx.finding("info", obj.key(copy.vm) .. " " .. volume.name, { vm = copy.vm, volume = volume.name })
     end
     for _, collision in ipairs(copy.collisions) do
       ctx.finding("block", ("VM %s: %s; KubeVirt's admission would refuse the copy"):format(obj.key(copy.vm), collision),
-        at(copy.vm))
+        { vm = copy.vm })
     end
   end
   for _, vm in ipairs(fleet.vms) do
     local requests = {}
-    for _, r in ipairs(obj.list(vm, "status.volumeRequests")) do
+    for i, r in ipairs(obj.list(vm, "status.volumeRequests")) do
       local add, remove = obj.get(r, "addVolumeOptions.name"), obj.get(r, "removeVolumeOptions.name")
-      requests[#requests + 1] = add and ("add " .. add) or remove and ("remove " .. remove) or "?"
+      requests[i] = add and ("add " .. add) or remove and ("remove " .. remove) or "?"
     end
     if #requests > 0 then
       ctx.finding("warn", ("VM %s has pending status.volumeRequests (%s): it can get stuck once the HotplugVolumes gate is off")
-        :format(obj.key(vm), table.concat(requests, ", ")), at(vm))
+        :format(obj.key(vm), table.concat(requests, ", ")), { vm = vm })
     end
   end
   for _, d in ipairs(seen.differs) do
     ctx.finding("warn", ("VM %s: hotplug volume %s differs between the VM and its VMI: it will be unplugged and plugged again")
-      :format(obj.key(d.vm), d.volume), at(d.vm, "vm", { volume = d.volume }))
+      :format(obj.key(d.vm), d.volume), { vm = d.vm, volume = d.volume })
   end
   for _, u in ipairs(seen.unknown) do
     ctx.finding("warn", ("VMI %s is in phase Unknown and holds hotplugged volumes %s missing from its VM spec:"
-      .. " they are not copied, and are unplugged if it comes back Running"):format(obj.key(u.vmi), obj.names(u.volumes)), at(u.vmi, "vmi"))
+      .. " they are not copied, and are unplugged if it comes back Running"):format(obj.key(u.vmi), obj.names(u.volumes)), { vmi = u.vmi })
   end
-  for _, r in ipairs(seen.odd_owner) do
-    ctx.finding("info", ("VMI %s is left alone: %s"):format(obj.key(r.vmi), r.why), at(r.vmi, "vmi"))
+  for _, left in ipairs(seen.left_alone) do
+    if left.odd then ctx.finding("info", ("VMI %s is left alone: %s"):format(obj.key(left.vmi), left.why), { vmi = left.vmi }) end
   end
   if #copies == 0 then ctx.finding("info", "no running VMI holds a hotplugged volume missing from its VM spec") end
 end

@@ -48,9 +48,14 @@ function obj.controller_of(o, kind, group)
   return nil
 end
 
--- A table of the items by fn(item) (default: obj.key), for joins. A later
--- item with the same key replaces an earlier one.
+-- A table of the items by fn(item) (default: obj.key), for joins; fn may be
+-- a path instead (`"name"`, `"metadata.uid"`). A later item with the same key
+-- replaces an earlier one.
 function obj.index_by(items, fn)
+  if type(fn) == "string" then
+    local path = fn
+    fn = function(item) return obj.get(item, path) end
+  end
   fn = fn or obj.key
   local out = {}
   for _, item in ipairs(items) do

@@ -156,6 +156,34 @@ describe("update_each", function()
     assert.same({ total = 12, changed = 11, unchanged = 1, absent = 0 }, results[4].counts)
   end)
 
+  for _, n in ipairs({ 1, 4 }) do
+    it(("gives up on an object that never stops changing after the bounded attempts (concurrency %d)"):format(n), function()
+      srv:faults { { method = "PATCH", path = "/configmaps/cm-2$", times = -1, bump = true } }
+      local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", ("concurrency = %d, absent = "):format(n))))
+      assert.is_false(ok)
+      assert.equal(422, res.code)
+      assert.matches("gave up after 8 conflicting attempts", res.message)
+      local attempts = #srv:requests { method = "PATCH", path = "/configmaps/cm%-2$" }
+      assert.equal(8, attempts)
+      local bumps = srv:fired()
+      assert.equal(attempts, #bumps) -- every attempt met a concurrent writer
+      for _, action in ipairs(bumps) do assert.equal("bump", action) end
+      assert.is_nil(srv:object("ConfigMap", "cozy-system", "cm-2").data.done)
+    end)
+  end
+
+  it("changes each object of a list read in several pages once", function()
+    srv:reset(fixture(23))
+    srv:clear_requests()
+    local ok, res = run(srv, (EACH:format('"skip"'):gsub('label_selector = nil', 'limit = 5')))
+    assert.is_true(ok, tostring(res))
+    local pages = #srv:requests { method = "GET", path = "^/api/v1/namespaces/cozy%-system/configmaps$" }
+    assert.equal(5, pages) -- 23 of ours plus the version ConfigMap, 5 a page
+    assert.same({ total = 23, changed = 23, unchanged = 0, absent = 0 }, res.outcome.counts)
+    assert.equal(23, #srv:requests { method = "PATCH" })
+    for i = 1, 23 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+  end)
+
   it("in plan mode, records each change and sends none", function()
     local ok, res, lines = run(srv, EACH:format('"skip"'), "plan")
     assert.is_true(ok, tostring(res))

@@ -332,9 +332,12 @@ describe("the context is a boundary", function()
     bar:step(1); bar:step(2); bar:done()
     ctx.finding("info", "found", { n = 1 })
     assert(ctx.findings[1].message == "found")
+    ctx.finding("warn", "points at an object", { cm = obj, key = "c" })
     assert(ctx.kube.stats.writes >= 0 and ctx.kube.namespace == nil or true)]]))
     assert.is_true(ok, tostring(res))
-    assert.same({ { severity = "info", message = "found", fields = { n = 1 } } }, res.findings)
+    assert.same({ { severity = "info", message = "found", fields = { n = 1 } },
+                  { severity = "warn", message = "points at an object",
+                    fields = { namespace = "cozy-system", cm = "made", key = "c" } } }, res.findings)
     local made = srv:object("ConfigMap", "cozy-system", "made")
     assert.same({ a = "1", b = "2", c = "12" }, made.data)
     assert.is_nil(srv:object("ConfigMap", "cozy-system", "target"))

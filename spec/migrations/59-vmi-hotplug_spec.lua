@@ -16,6 +16,7 @@ local MIGRATION = "migrations/59-vmi-hotplug.lua"
 local FIXTURES = "spec/fixtures/59-vmi-hotplug/"
 local VMS_PATH = "^/apis/kubevirt%.io/v1/namespaces/([^/]+)/virtualmachines/([^/]+)$"
 local S = scenarios
+local harness = require "spec.helpers"
 
 ---------------------------------------------------------------------------
 -- Helpers
@@ -157,6 +158,23 @@ describe("migration 59-vmi-hotplug", function()
     for _, file in ipairs(generate.texts()) do
       assert.equal(file[2], read(file[1]), file[1] .. " is stale: run generate.lua")
     end
+  end)
+end)
+
+---------------------------------------------------------------------------
+describe("migration 59 on the spec harness", function()
+  local h = harness.fake { fixtures = { FIXTURES .. "cluster.json" } }
+
+  it("is idempotent: a second run sends no write", function()
+    assert.migration_idempotent(59)
+    -- the first run did copy: one PATCH per VM that needs it
+    local n = 0
+    for _ in pairs(S.expected_copies) do n = n + 1 end
+    assert.equal(n, #h:writes { all = true, method = "PATCH", path = VMS_PATH })
+  end)
+
+  it("declares every permission it uses (check and run under exactly the RBAC it is granted)", function()
+    assert.permissions_complete(59)
   end)
 end)
 
@@ -496,28 +514,6 @@ describe("run against a VM deleted between the list and its patch", function()
 end)
 
 ---------------------------------------------------------------------------
-describe("run against a VM that never stops changing", function()
-  it("gives up after the engine's bounded attempts, unstamped", function()
-    local srv <close> = start(FIXTURES .. "cluster.json")
-    srv:faults { { method = "PATCH", path = "/virtualmachines/vm-both-kinds$", times = -1, bump = true } }
-    local code, _, stderr = cozy(srv, "run")
-    assert.equal(1, code, stderr)
-    assert.equal("59", version(srv))
-    local attempts = 0
-    for _, p in ipairs(vm_patches(srv)) do
-      if p.key == "tenant-a/vm-both-kinds" then
-        attempts = attempts + 1
-        assert.equal(422, p.status)
-      end
-    end
-    assert.is_true(attempts > 1 and attempts <= 10, attempts .. " attempts")
-    local bumps = srv:fired()
-    assert.equal(attempts, #bumps)             -- every attempt met a concurrent writer
-    for _, action in ipairs(bumps) do assert.equal("bump", action) end
-  end)
-end)
-
----------------------------------------------------------------------------
 describe("run on unusual templates", function()
   it("appends to empty volumes and disks lists", function()
     local items = fleet.base({ "tenant-a" })
@@ -551,34 +547,8 @@ describe("run on unusual templates", function()
 end)
 
 ---------------------------------------------------------------------------
-describe("run on a fleet larger than three pages", function()
-  it("lists every page and copies each volume that needs it", function()
-    local list, needs = scenarios.big(1510, 100)
-    local srv <close> = start(list)
-    local code, _, stderr = cozy(srv, "run")
-    assert.equal(0, code, stderr)
-    assert.equal("60", version(srv))
-    local pages = { virtualmachines = 0, virtualmachineinstances = 0 }
-    for _, e in ipairs(srv:requests { method = "GET" }) do
-      local plural = tostring(e.path):match("^/apis/kubevirt%.io/v1/(%a+)$")
-      if pages[plural] then pages[plural] = pages[plural] + 1 end
-    end
-    assert.same({ virtualmachines = 4, virtualmachineinstances = 4 }, pages)
-    local patched = {}
-    for _, p in ipairs(vm_patches(srv)) do patched[p.key] = true end
-    assert.same(keys(needs), keys(patched))
-    local after = by_key(srv:objects())
-    for key, volume in pairs(needs) do
-      local vm = vm_of(after, key)
-      assert.equal(volume, template(vm).volumes[#template(vm).volumes].name)
-    end
-    assert.equal(1, #lines_with(stderr, "updated 15 VMs: 15 volumes, 15 disks copied from their VMIs; 1495 VMs already complete"))
-  end)
-end)
-
----------------------------------------------------------------------------
 describe("plan", function()
-  it("says, with -v, why each VMI with hotplugged volumes is left alone", function()
+  it("words each copy as what it would do, and says with -v why each VMI with hotplugged volumes is left alone", function()
     local srv <close> = start(FIXTURES .. "cluster.json")
     local code, _, stderr = cozy(srv, "plan -v")
     assert.equal(0, code, stderr)
@@ -599,21 +569,12 @@ describe("plan", function()
       assert.equal(1, #lines_with(stderr, ("VMI %s left alone: %s"):format(vmi, why)), vmi)
     end
     assert.equal(11, #lines_with(stderr, " left alone: "))
-  end)
-
-  it("shows the patches and writes nothing", function()
-    local srv <close> = start(FIXTURES .. "cluster.json")
-    local code, stdout, stderr = cozy(srv, "plan")
-    assert.equal(0, code, stderr)
-    assert.equal("59", version(srv))
-    assert.same({}, vm_patches(srv))
     for key, want in pairs(S.expected_copies) do
-      local ns, name = key:match("^(.-)/(.*)$")
-      assert.truthy(stdout:find("PATCH /apis/kubevirt.io/v1/namespaces/" .. ns .. "/virtualmachines/" .. name, 1, true), key)
       assert.equal(1, #lines_with(stderr, ("VM %s: would add hotplugged volumes %s to the VM spec")
         :format(key, table.concat(want.volumes, ","))), key)
     end
   end)
+
 end)
 
 ---------------------------------------------------------------------------
@@ -716,21 +677,5 @@ describe("check", function()
     assert.equal(0, code, stderr)
     assert.same({ "info CRD virtualmachines.kubevirt.io is absent: KubeVirt is not installed, nothing to copy" },
                 (findings(stdout)))
-  end)
-end)
-
----------------------------------------------------------------------------
-describe("the demo (hack/demo.sh)", function()
-  it("runs check, plan, run twice and status against its fleet", function()
-    local out = os.tmpname()
-    local ok, how, code = os.execute(("COZY_MIGRATE_BIN=%s hack/demo.sh >%s 2>&1 </dev/null"):format(fake.quote(BIN), out))
-    local text = read(out)
-    os.remove(out)
-    assert.equal("exit", how)
-    assert.equal(0, ok and 0 or code, text)
-    assert.equal(1, #lines_with(text, "updated 6 VMs: 10 volumes, 9 disks copied from their VMIs; 2 VMs already complete"))
-    assert.equal(1, #lines_with(text, "nothing to update: no running VMI holds a hotplugged volume missing from its VM spec"))
-    assert.equal(3, #lines_with(text, "[WARN] 59-vmi-hotplug: "))
-    assert.truthy(text:find("state:      up to date", 1, true), text)
   end)
 end)

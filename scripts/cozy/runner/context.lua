@@ -52,6 +52,23 @@ local function plain(v, depth)
   return out
 end
 
+-- Finding fields that name an object (`{ vm = vm }`) keep its name, and give
+-- the finding the object's namespace unless the fields set one: where a
+-- finding points reads the same in every migration.
+local function located(fields)
+  local out, namespace = {}, nil
+  for k, v in next, fields do
+    local meta = type(v) == "table" and rawget(v, "metadata")
+    if type(meta) == "table" and type(meta.name) == "string" then
+      out[k], namespace = meta.name, namespace or meta.namespace
+    else
+      out[k] = v
+    end
+  end
+  if out.namespace == nil then out.namespace = namespace end
+  return out
+end
+
 -- A read-only live view of an engine table (counters): reading works,
 -- writing raises.
 local function readonly(t, name)
@@ -268,7 +285,7 @@ function context.new(opts)
         :format(errors.safe_text(severity)), 2)
     end
     if fields ~= nil and type(fields) ~= "table" then error("ctx.finding: fields must be a table", 2) end
-    local f = { severity = severity, message = errors.safe_text(message), fields = fields and plain(fields) or nil }
+    local f = { severity = severity, message = errors.safe_text(message), fields = fields and plain(located(fields)) or nil }
     findings[#findings + 1] = f
     seen[#seen + 1] = plain(f)
     local level = severity == "info" and "info" or (severity == "warn" and "warn" or "error")
