@@ -13,12 +13,7 @@ local support = { runner = runner, poll = runner.poll, quote = runner.quote }
 local VMS_PATH = "^/apis/kubevirt%.io/v1/namespaces/([^/]+)/virtualmachines/([^/]+)$"
 support.VMS_PATH = VMS_PATH
 
-local function write(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
-end
-support.write = write
+local write = require("spec.helpers.files").write
 
 -- A fleet of `count` VMs, each with its running VMI; every third VM's VMI
 -- holds a hotplugged volume its VM lacks. Written to a JSON file in `dir`;
