@@ -77,6 +77,25 @@ return {
   end,
 }
 ]],
+  -- re-reads only after a conflict, and does not declare that read
+  ["7-reread"] = [[
+return {
+  description = "labels through the conflict-aware update, declaring no get",
+  permissions = {
+    { verb = "list", group = "", resource = "configmaps" },
+    { verb = "patch", group = "", resource = "configmaps" },
+  },
+  run = function(ctx)
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local items = cms:list{ namespace = ctx.namespace }:collect()
+    cms:update_each(items, function(cm)
+      if cm.metadata.labels and cm.metadata.labels.done then return nil end
+      cm.metadata.labels = { done = "yes" }
+      return true
+    end)
+  end,
+}
+]],
   -- fails closed on purpose
   ["6-fails"] = [[
 return {
@@ -222,6 +241,20 @@ describe("the spec harness", function()
       local text = fails(function() assert.permissions_complete(m("4-swallowed")) end,
         "run (hook RBAC): completed, refused:")
       assert.matches("leases/token -> 403", text, 1, true)
+    end)
+
+    it("fails for a read that only a conflict makes (the run's first PATCH meets one)", function()
+      h:migrate(m("7-reread")) -- without a conflict it completes under its declarations
+      h:reset()
+      fails(function() assert.permissions_complete(m("7-reread")) end,
+        'GET /api/v1/namespaces/cozy-system/configmaps/settings -> 403: declare { verb = "get", group = "", '
+        .. 'resource = "configmaps" }')
+      assert.same({ "bump" }, h:fired { method = "PATCH" })
+    end)
+
+    it("refuses to run over the test's own fault rules", function()
+      h:faults { { method = "GET", path = "configmaps", times = 1, status = 500 } }
+      fails(function() assert.permissions_complete(m("1-label")) end, "sets fault rules of its own")
     end)
 
     it("fails for a request outside the namespace a permission names", function()

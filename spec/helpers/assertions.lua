@@ -5,7 +5,8 @@
 --   assert.no_writes([h])                   nothing but reads and access reviews since the reset/mark
 --   assert.migration_idempotent(n[, h])     n twice: the second run sends no write, objects unchanged
 --   assert.permissions_complete(n[, h])     n's check and run under exactly the RBAC `cozy-migrate rbac`
---                                           grants it: no request refused
+--                                           grants it, the run's first PATCH and PUT meeting a
+--                                           conflict: no request refused
 local harness = require "spec.helpers"
 
 local assertions = {}
@@ -137,16 +138,25 @@ local function unguarded_client(h, mode, log)
   return client
 end
 
+-- The run pass meets a concurrent writer at its first PATCH and its first
+-- PUT, so that the re-read after a conflict runs under the granted RBAC too:
+-- a `get` used only then is otherwise never asked for.
+local CONFLICTS = { { method = "PATCH", times = 1, bump = true }, { method = "PUT", times = 1, bump = true } }
+
 function assertions.permissions_complete(state, arguments)
   local n = arguments[1]
   local h = harness.resolve(arguments[2])
   local m = harness.load(n)
   local problems = {}
   local ok_all = true
+  if #h.srv:control("GET", "/_fake/faults") > 0 then
+    error("assert.permissions_complete sets fault rules of its own: call it before the test adds any", 2)
+  end
   -- check first: it is read-only, and the preflight Job runs it with the read verbs only
   for _, pass in ipairs { { mode = "check", preflight = true }, { mode = "run", preflight = false } } do
     if pass.mode ~= "check" or m.definition.check then
       h:allow(assertions.allow_rules(m, h.namespace, pass.preflight))
+      if pass.mode == "run" then h:faults(CONFLICTS) end
       h:mark()
       local captured = harness.capture_log()
       local client = unguarded_client(h, pass.mode, captured.log)
@@ -155,6 +165,7 @@ function assertions.permissions_complete(state, arguments)
       client:close()
       local denied = refused(h)
       h:allow(nil)
+      h.srv:clear_faults()
       if not ok or #denied > 0 then
         ok_all = false
         problems[#problems + 1] = ("%s (%s RBAC): %s%s"):format(pass.mode, pass.preflight and "preflight" or "hook",
