@@ -8,14 +8,31 @@ local obj = {}
 
 local null = json.null
 
+-- A dotted path split into its steps (digits as array indices), cached:
+-- migrations read the same few paths once per object of a fleet. Bounded,
+-- since a path may also be built per object.
+local steps_of = {}
+local cached = 0
+local function steps(path)
+  local s = steps_of[path]
+  if s == nil then
+    s = {}
+    path = tostring(path) -- a non-string path is read as its text, and not cached under itself
+    for part in path:gmatch("[^.]+") do s[#s + 1] = part:match("^%d+$") and tonumber(part) or part end
+    if cached >= 512 then steps_of, cached = {}, 0 end
+    steps_of[path], cached = s, cached + 1
+  end
+  return s
+end
+
 -- The value at a dotted path ("spec.template.spec"), or nil as soon as a
 -- step is missing or not a table (JSON null included). Array elements are
 -- reached with numbers: get(vm, "spec.template.spec.volumes.1.name").
 function obj.get(o, path)
-  for part in tostring(path):gmatch("[^.]+") do
+  local s = steps(path)
+  for i = 1, #s do
     if type(o) ~= "table" then return nil end
-    local n = part:match("^%d+$") and tonumber(part)
-    o = o[n or part]
+    o = o[s[i]]
   end
   if o == null then return nil end
   return o

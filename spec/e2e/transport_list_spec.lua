@@ -122,6 +122,9 @@ describe("cozy.kube list", function()
     assert.is_true(le("Z", "a"))       -- upper case first
     assert.is_true(le("ab", "abc"))
     assert.is_false(le("abc", "ab"))
+    assert.is_true(le("z", "\xc3\xa9"))  -- UTF-8 bytes (>= 0x80) after ASCII
+    assert.is_true(le("a\0b", "a\0c"))   -- past an embedded NUL
+    assert.is_false(le("a\0c", "a\0b"))
   end)
 
   it("gives up after repeated expiry", function()

@@ -766,10 +766,12 @@ function Resource:list(opts)
   end
   local project, decode_projection = opts.project, nil
   if type(project) == "table" then
-    local tree = kube.projection(project)
-    project = function(obj) return prune(obj, tree) end
-    -- the same tree while decoding: what is left out is never built
-    decode_projection = { kind = true, apiVersion = true, metadata = true, items = { ["*"] = tree } }
+    -- applied while decoding: what is left out is never built, and what is
+    -- built is already the lean object prune would make
+    -- (spec/unit/json_projection_spec.lua: decode with it = decode, then prune)
+    decode_projection = { kind = true, apiVersion = true, metadata = true,
+      items = { ["*"] = kube.projection(project) } }
+    project = nil
   elseif project ~= nil and type(project) ~= "function" then
     error("list: project must be an array of dotted paths or a function", 2)
   end

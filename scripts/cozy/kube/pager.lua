@@ -20,6 +20,7 @@
 -- the request, never a loop.
 local errors = require "cozy.kube.errors"
 local json = require "cozy.json"
+local compare = require("cozy.sys").compare
 
 local pager = {}
 
@@ -42,12 +43,7 @@ end
 -- a <= b in byte order (the API server's order), whatever the C locale
 -- (Lua's string comparison uses strcoll).
 local function le_bytes(a, b)
-  local n = math.min(#a, #b)
-  for i = 1, n do
-    local x, y = a:byte(i), b:byte(i)
-    if x ~= y then return x < y end
-  end
-  return #a <= #b
+  return compare(a, b) <= 0
 end
 pager._le_bytes = le_bytes
 

@@ -173,9 +173,14 @@ patch.escape = escape
 -- loses its last elements; a changed element is changed where it is. So a
 -- list is never replaced wholesale, and a container `b` has that `a` lacks
 -- is one add that creates it. Returns an array of ops (empty: no difference).
+local function by_text(x, y) return tostring(x) < tostring(y) end
+
 local function diff(a, b, path, ops)
-  if equal(a, b) then return ops end
+  -- one walk: a subtree is compared only where the walk reaches it (1 and
+  -- 1.0 are the same JSON number, and == says so)
+  if a == b then return ops end
   local ta, tb = type(a) == "table", type(b) == "table"
+  if ta and tb and next(a) == nil and next(b) == nil then return ops end -- [] and {} alike, as equal has them
   if not (ta and tb) or is_array(a) ~= is_array(b) then
     ops[#ops + 1] = { op = "replace", path = path, value = deepcopy(b) }
     return ops
@@ -187,10 +192,15 @@ local function diff(a, b, path, ops)
     for i = #a, common + 1, -1 do ops[#ops + 1] = { op = "remove", path = path .. "/" .. (i - 1) } end
     return ops
   end
-  local keys = {}
-  for k in pairs(a) do keys[#keys + 1] = k end
-  for k in pairs(b) do if a[k] == nil then keys[#keys + 1] = k end end
-  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
+  local keys, strings = {}, true
+  for k, x in pairs(a) do
+    if x ~= b[k] then keys[#keys + 1] = k; strings = strings and type(k) == "string" end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then keys[#keys + 1] = k; strings = strings and type(k) == "string" end
+  end
+  -- the same order either way (strings compare as their text); the plain sort is cheaper
+  if strings then table.sort(keys) else table.sort(keys, by_text) end
   for _, k in ipairs(keys) do
     local p = path .. "/" .. escape(k)
     if b[k] == nil then
