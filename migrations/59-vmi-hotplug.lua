@@ -16,6 +16,7 @@ local DECLARATIVE_GATE = "DeclarativeHotplugVolumes"
 local VOLUMES = "spec.template.spec.volumes"
 local DISKS = "spec.template.spec.domain.devices.disks"
 local INTERFACES = "spec.template.spec.domain.devices.interfaces"
+local VM_READS = { VOLUMES, DISKS, INTERFACES, "status.volumeRequests" } -- all the rule reads of a VM
 
 -- The rule
 
@@ -109,7 +110,7 @@ local function read_fleet(ctx)
         .. " is present: no VMI can be running, nothing to copy"
   end
   local vms = ctx.kube:resource(KUBEVIRT, "virtualmachines")
-      :list{ project = { VOLUMES, DISKS, INTERFACES, "status.volumeRequests" } }:collect()
+      :list{ project = VM_READS }:collect()
   local vmis = {}
   for vmi in ctx.kube:resource(KUBEVIRT, "virtualmachineinstances")
       :list{ project = { "metadata.ownerReferences", "spec.volumes", "spec.domain.devices.disks", "status.phase" } } do
@@ -167,7 +168,7 @@ local function run(ctx)
   local counts = ctx.kube:resource(KUBEVIRT, "virtualmachines"):update_each(vms, function(vm, listed)
     return copy_into(vm, by_vm[listed].vmi, by_vm[listed].ref)
   end, {
-    label = "VMs", absent = "skip", absent_note = "nothing to copy", summary = false,
+    label = "VMs", absent = "skip", absent_note = "nothing to copy", summary = false, project = VM_READS,
     describe = function(vm) return "VM " .. obj.key(vm) end,
     on_change = function(vm, added)
       if added == nil then return end -- an earlier attempt of its own landed

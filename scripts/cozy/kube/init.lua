@@ -377,8 +377,9 @@ local function check_object(self, obj, ns, name, status, attempts)
   return obj
 end
 
-function Resource:_get(ns, name)
-  local obj, status, attempts = self.client:call("GET", self:path(ns, name))
+-- lean: a projection tree (kube.projection) to decode the answer with, or nil
+function Resource:_get(ns, name, lean)
+  local obj, status, attempts = self.client:call("GET", self:path(ns, name), { projection = lean })
   return check_object(self, obj, ns, name, status, attempts)
 end
 
@@ -461,7 +462,7 @@ local function as_ops(ops)
   return ops
 end
 
-function Resource:_json_patch(ns, name, ops, base)
+function Resource:_json_patch(ns, name, ops, base, lean)
   local path = self:path(ns, name)
   as_ops(ops)
   local function simulate()
@@ -474,7 +475,7 @@ function Resource:_json_patch(ns, name, ops, base)
   -- a leading test makes a replay fail instead of applying twice
   local safe = type(ops[1]) == "table" and ops[1].op == "test"
   return (self.client:call("PATCH", path, { body = ops, content_type = JSON_PATCH, retry_safe = safe,
-    simulate = simulate }))
+    simulate = simulate, projection = lean }))
 end
 
 function Resource:json_patch(...)
@@ -497,28 +498,29 @@ local update_in_parallel -- below update_each, which calls it
 -- to do); the engine prepends a test of its resourceVersion, sends it, and on
 -- a conflict (409, or 422 from that test) re-reads and computes again, with
 -- bounded attempts and backoff. Returns the object, and whether a write landed.
-local function conflict_loop(self, ns, name, obj, compute)
+-- With `lean` (a projection tree) the re-reads and the answer are decoded lean.
+local function conflict_loop(self, ns, name, obj, compute, lean)
   local c = self.client
   local policy = c.update_policy
   local delay = policy.base_delay
   local maybe_applied = false
   local last_err
   for attempt = 1, policy.attempts do
-    if obj == nil then obj = self:_get(ns, name) end
+    if obj == nil then obj = self:_get(ns, name, lean) end
     local rv = obj.metadata and obj.metadata.resourceVersion
     if rv == nil then error(("update: %s has no metadata.resourceVersion"):format(self:path(ns, name)), 0) end
     local ops = compute(obj)
     if ops == nil or next(ops) == nil then return obj, maybe_applied end
     local full = json.array { { op = "test", path = "/metadata/resourceVersion", value = rv } }
     for i = 1, #ops do full[i + 1] = ops[i] end
-    local ok, res = pcall(self._json_patch, self, ns, name, full, obj)
+    local ok, res = pcall(self._json_patch, self, ns, name, full, obj, lean)
     if ok then return res, true end
     if not errors.is_error(res) then error(res, 0) end
     local ours = res.code == 409
     local fresh
     if res.code == 422 then
       -- our test failed if the object moved on; otherwise one of the ops did
-      fresh = self:_get(ns, name)
+      fresh = self:_get(ns, name, lean)
       ours = fresh.metadata.resourceVersion ~= rv
     end
     if not ours then error(res, 0) end
@@ -572,12 +574,16 @@ end
 -- what the last call of edit returned.
 function Resource:change(a, ...)
   local obj, ns, name, edit = subject(self, 2, "change", a, ...)
+  return self:_change(obj, ns, name, edit)
+end
+
+function Resource:_change(obj, ns, name, edit, lean)
   local info
   local result, changed = conflict_loop(self, ns, name, obj, function(current)
     local copy = patch.deepcopy(current)
     info = edit(copy)
     return patch.diff(current, copy)
-  end)
+  end, lean)
   return result, changed, info
 end
 
@@ -587,7 +593,7 @@ end
 -- has its own conflict re-read and retries, and its own error. The first
 -- failure stops new changes; those in flight finish (or fail) and are
 -- counted; then the failure is raised. Progress steps as changes end.
-update_in_parallel = function(self, items, edit, opts, counts, concurrency)
+update_in_parallel = function(self, items, edit, opts, counts, concurrency, lean)
   local c = self.client
   local policy = c.update_policy
   local m <close> = c._t:multi { concurrency = concurrency }
@@ -619,7 +625,8 @@ update_in_parallel = function(self, items, edit, opts, counts, concurrency)
     local full = json.array { { op = "test", path = "/metadata/resourceVersion", value = rv } }
     for i = 1, #ops do full[i + 1] = ops[i] end
     state.rv, state.ns, state.name = rv, ns, name
-    local req = c:prepare("PATCH", self:path(ns, name), { body = full, content_type = JSON_PATCH, retry_safe = true })
+    local req = c:prepare("PATCH", self:path(ns, name), { body = full, content_type = JSON_PATCH, retry_safe = true,
+      projection = lean })
     state.req = req
     inflight[m:submit("PATCH", req.path, req.options)] = state
     pending = pending + 1
@@ -634,7 +641,7 @@ update_in_parallel = function(self, items, edit, opts, counts, concurrency)
       return finished(state)
     end
     if errors.is_error(res) and (res.code == 409 or res.code == 422) then
-      local fresh_ok, fresh = pcall(self._get, self, state.ns, state.name)
+      local fresh_ok, fresh = pcall(self._get, self, state.ns, state.name, lean)
       if not fresh_ok then return settle(state, false, fresh) end
       local ours = res.code == 409 or fresh.metadata.resourceVersion ~= state.rv
       if ours and state.attempt < policy.attempts then
@@ -684,6 +691,9 @@ end
 --   on_change(item, info, obj)  after each change that landed (or, in a
 --                        client dry run, was recorded)
 --   progress             an object with step(n), stepped after each item
+--   project              dotted paths, as list's: the items are lean objects of
+--                        that projection, and so are the re-reads after a
+--                        conflict and the objects on_change is handed
 -- Returns { total =, changed =, unchanged =, absent = }. The first other
 -- error stops the batch and is raised.
 function Resource:update_each(items, edit, opts)
@@ -693,14 +703,21 @@ function Resource:update_each(items, edit, opts)
   if opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail" then
     error("update_each: opts.absent must be \"skip\" or \"fail\"", 2)
   end
+  if opts.project ~= nil and type(opts.project) ~= "table" then
+    error("update_each: opts.project must be an array of dotted paths", 2)
+  end
+  local lean = opts.project and kube.projection(opts.project)
   local counts = { total = #items, changed = 0, unchanged = 0, absent = 0 }
   local concurrency = math.tointeger(opts.concurrency) or self.client.concurrency
   -- a client dry run sends nothing: its changes are computed one by one
   if concurrency > 1 and #items > 1 and self.client.dry_run ~= "client" then
-    return update_in_parallel(self, items, edit, opts, counts, concurrency)
+    return update_in_parallel(self, items, edit, opts, counts, concurrency, lean)
   end
   for i, item in ipairs(items) do
-    local ok, obj, changed, info = pcall(self.change, self, item, function(copy) return edit(copy, item) end)
+    local ok, obj, changed, info = pcall(function()
+      local _, ns, name = subject(self, 3, "change", item, edit)
+      return self:_change(item, ns, name, function(copy) return edit(copy, item) end, lean)
+    end)
     if not ok then
       if not (opts.absent == "skip" and errors.is_error(obj) and obj.absent == "object") then error(obj, 0) end
       counts.absent = counts.absent + 1

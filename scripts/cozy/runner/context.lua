@@ -117,6 +117,7 @@ local function resource_facade(res, logger)
       absent = opts.absent,
       concurrency = opts.concurrency,
       on_change = opts.on_change,
+      project = opts.project,
       on_absent = function(item)
         logger:write("info", ("%s: deleted since the list, %s"):format(errors.safe_text(name_of(item)),
           errors.safe_text(opts.absent_note or "skipped")))
