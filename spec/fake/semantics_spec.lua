@@ -88,6 +88,20 @@ describe("fake API server semantics", function()
       assert.equal("VirtualMachine", vms.items[1].kind)   -- custom resources keep them
     end)
 
+    it("of custom resources show each object as stored now, in the version asked, after every write", function()
+      local before = get(VM).items[1]
+      local res = srv:request("PATCH", VM .. "/vm1", { content_type = "application/merge-patch+json",
+        body = '{"metadata":{"labels":{"seen":"1"}}}' })
+      assert.equal(200, res.status, res.body)
+      local after = get(VM).items[1]
+      assert.equal("1", after.metadata.labels.seen)
+      assert.is_true(rv(after) > rv(before))
+      local old = get("/apis/kubevirt.io/v1alpha3/namespaces/tenant-a/virtualmachines").items[1]
+      assert.equal("kubevirt.io/v1alpha3", old.apiVersion)
+      assert.equal("1", old.metadata.labels.seen)
+      assert.equal("kubevirt.io/v1", get(VM).items[1].apiVersion)
+    end)
+
     it("paginate with limit, continue and remainingItemCount", function()
       local p1 = get(CM .. "?limit=2")
       assert.same({ "cm-a", "cm-b" }, names(p1))
