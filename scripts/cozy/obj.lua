@@ -53,6 +53,14 @@ function obj.key(o)
   return name
 end
 
+-- Just what names o (apiVersion, kind, metadata name, namespace, uid): to keep
+-- for a finding or a log line without holding the whole object.
+function obj.identity(o)
+  local md = type(o) == "table" and type(o.metadata) == "table" and o.metadata or {}
+  return { apiVersion = o and o.apiVersion, kind = o and o.kind,
+           metadata = { name = md.name, namespace = md.namespace, uid = md.uid } }
+end
+
 -- The controller ownerReference of o, optionally only of `kind` (and of an
 -- apiVersion in `group`): { apiVersion, kind, name, uid, ... } or nil.
 function obj.controller_of(o, kind, group)

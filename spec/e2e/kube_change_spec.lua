@@ -214,6 +214,32 @@ describe("update_each", function()
     end)
   end
 
+  for _, n in ipairs({ 1, 2 }) do
+    it(("takes items from a function only as the batch has room (concurrency %d)"):format(n), function()
+      srv:reset(fixture(9))
+      local ok, res = run(srv, ([[
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local texts = {}
+    for cm in cms:list{ namespace = "cozy-system", project = { "data" } } do
+      if cm.metadata.name:find("^cm%%-") then texts[#texts + 1] = require("cozy.json").encode(cm) end
+    end
+    local pulled, ended, ahead = 0, 0, 0
+    local counts = cms:update_each(function()
+      ahead = math.max(ahead, pulled - ended)
+      pulled = pulled + 1
+      return texts[pulled] and require("cozy.json").decode(texts[pulled])
+    end, function(cm) cm.data.done = "yes" end, { concurrency = %d, on_change = function() ended = ended + 1 end })
+    ctx.outcome { total = counts.total, changed = counts.changed, ahead = ahead, pulled = pulled }
+]]):format(n))
+      assert.is_true(ok, tostring(res))
+      -- 9 items and the nil that ends them; never more than twice the concurrency ahead of the changes ended
+      assert.same({ total = 9, changed = 9, pulled = 10 }, { total = res.outcome.counts.total,
+        changed = res.outcome.counts.changed, pulled = res.outcome.counts.pulled })
+      assert.is_true(res.outcome.counts.ahead <= 2 * n, tostring(res.outcome.counts.ahead))
+      for i = 1, 9 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+    end)
+  end
+
   it("changes each object of a list read in several pages once", function()
     srv:reset(fixture(23))
     srv:clear_requests()

@@ -109,6 +109,9 @@ describe("cozy.obj", function()
     assert.same({}, obj.list(vmi, "spec.volumes"))
     assert.equal("n/a", obj.key(vmi))
     assert.equal("c", obj.key({ metadata = { name = "c" } }))
+    assert.same({ metadata = { name = "a", namespace = "n" } }, obj.identity(vmi))
+    assert.same({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", uid = "u" } },
+      obj.identity({ apiVersion = "v1", kind = "Pod", metadata = { name = "p", uid = "u", labels = { a = "b" } }, spec = {} }))
   end)
 
   it("finds the controller reference, by kind and group", function()

@@ -593,11 +593,11 @@ end
 -- has its own conflict re-read and retries, and its own error. The first
 -- failure stops new changes; those in flight finish (or fail) and are
 -- counted; then the failure is raised. Progress steps as changes end.
-update_in_parallel = function(self, items, edit, opts, counts, concurrency, lean)
+update_in_parallel = function(self, pull, edit, opts, counts, concurrency, lean)
   local c = self.client
   local policy = c.update_policy
   local m <close> = c._t:multi { concurrency = concurrency }
-  local inflight, pending, next_item, done, first_err = {}, 0, 1, 0, nil
+  local inflight, pending, done, first_err, drained = {}, 0, 0, nil, false
 
   local function finished(state)
     done = done + 1
@@ -665,10 +665,13 @@ update_in_parallel = function(self, items, edit, opts, counts, concurrency, lean
 
   while true do
     -- keep the pipe full (submitted beyond the concurrency wait in the batch)
-    while first_err == nil and next_item <= #items and pending < concurrency * 2 do
-      local item = items[next_item]
-      next_item = next_item + 1
-      local ok, err = pcall(start, { item = item, obj = item, attempt = 1 })
+    while first_err == nil and not drained and pending < concurrency * 2 do
+      local ok, err = pcall(function()
+        local item = pull()
+        if item == nil then drained = true return end
+        counts.total = counts.total + 1
+        start { item = item, obj = item, attempt = 1 }
+      end)
       if not ok then first_err = err end
     end
     if pending == 0 then break end
@@ -685,7 +688,9 @@ update_in_parallel = function(self, items, edit, opts, counts, concurrency, lean
 end
 
 -- A batch of independent changes: change(item, edit) for each item, in no
--- promised order (the items must not depend on each other). opts:
+-- promised order (the items must not depend on each other). items is an
+-- array, or a function returning the next item (nil: no more), called only
+-- as the batch has room: items made one at a time need not all be held. opts:
 --   absent = "skip"      an object deleted since the list is counted and
 --                        skipped (on_absent(item) is told); else it raises
 --   on_change(item, info, obj)  after each change that landed (or, in a
@@ -698,7 +703,9 @@ end
 -- error stops the batch and is raised.
 function Resource:update_each(items, edit, opts)
   opts = opts or {}
-  if type(items) ~= "table" then error("update_each(items, edit, opts): items must be an array", 2) end
+  if type(items) ~= "table" and type(items) ~= "function" then
+    error("update_each(items, edit, opts): items must be an array or a function returning the next item", 2)
+  end
   if type(edit) ~= "function" then error("update_each: edit must be a function", 2) end
   if opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail" then
     error("update_each: opts.absent must be \"skip\" or \"fail\"", 2)
@@ -707,13 +714,21 @@ function Resource:update_each(items, edit, opts)
     error("update_each: opts.project must be an array of dotted paths", 2)
   end
   local lean = opts.project and kube.projection(opts.project)
-  local counts = { total = #items, changed = 0, unchanged = 0, absent = 0 }
+  local counts = { total = 0, changed = 0, unchanged = 0, absent = 0 }
+  local pull = items
+  if type(items) == "table" then
+    local i = 0
+    pull = function() i = i + 1 return items[i] end
+  end
   local concurrency = math.tointeger(opts.concurrency) or self.client.concurrency
   -- a client dry run sends nothing: its changes are computed one by one
-  if concurrency > 1 and #items > 1 and self.client.dry_run ~= "client" then
-    return update_in_parallel(self, items, edit, opts, counts, concurrency, lean)
+  if concurrency > 1 and (type(items) == "function" or #items > 1) and self.client.dry_run ~= "client" then
+    return update_in_parallel(self, pull, edit, opts, counts, concurrency, lean)
   end
-  for i, item in ipairs(items) do
+  local i = 0
+  for item in pull do
+    i = i + 1
+    counts.total = i
     local ok, obj, changed, info = pcall(function()
       local _, ns, name = subject(self, 3, "change", item, edit)
       return self:_change(item, ns, name, function(copy) return edit(copy, item) end, lean)

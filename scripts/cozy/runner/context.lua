@@ -112,7 +112,9 @@ local function resource_facade(res, logger)
     opts = opts or {}
     local label = errors.safe_text(opts.label or res.plural)
     local name_of = opts.describe or function(item) return describe(res, item) end
-    local progress = type(items) == "table" and #items > 0 and logger:progress(label, #items) or nil
+    -- items made one at a time (a function) say how many there will be in opts.total
+    local total = type(items) == "table" and #items or math.tointeger(opts.total)
+    local progress = total and total > 0 and logger:progress(label, total) or nil
     local counts = res:update_each(items, edit, {
       absent = opts.absent,
       concurrency = opts.concurrency,
