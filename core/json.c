@@ -53,6 +53,7 @@
 **  - json.array([t]) / json.object([t]) mark t (or a new table) and return
 **    it; a table with some other metatable is refused.
 */
+#include <float.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -259,51 +260,81 @@ static int is_digit(int c) {
   return c >= '0' && c <= '9';
 }
 
-/* Pushes the number at p; returns what follows. The grammar is RFC 8259's,
-** strictly (no leading zeros, '+', '.5', hex, NaN). An integer literal that
-** fits int64 becomes a Lua integer, exactly; any other number is a float. */
-static const char *decode_number(Decoder *d, const char *p) {
-  const char *q = p;
-  uint64_t acc = 0;
-  int neg = 0, integral = 1, overflow = 0;
-  if (*q == '-') {
-    neg = 1;
-    q++;
-  }
+/* What scan_number saw: the integer part's digits, and what followed them. */
+typedef struct Number {
+  const char *digits; /* the integer part, after any '-' */
+  size_t ndigits;
+  int fraction, exponent;
+} Number;
+
+/* Checks the number at p and returns what follows it. The grammar is RFC
+** 8259's, strictly (no leading zeros, '+', '.5', hex, NaN); decoding and
+** skipping share it, so both reject the same texts at the same bytes. */
+static inline const char *scan_number(Decoder *d, const char *p, Number *n) {
+  const char *q = p + (*p == '-');
+  n->digits = q;
   if (*q == '0') {
     q++;
     if (is_digit((unsigned char)*q)) decode_error(d, q, "invalid number (leading zero)");
   } else if (is_digit((unsigned char)*q)) {
-    for (; is_digit((unsigned char)*q); q++) {
-      unsigned digit = (unsigned)(*q - '0');
-      if (acc > (UINT64_MAX - digit) / 10) overflow = 1;
-      else acc = acc * 10 + digit;
-    }
+    while (is_digit((unsigned char)*q)) q++;
   } else {
     unexpected(d, q, "a digit");
   }
-  if (*q == '.') {
-    integral = 0;
+  n->ndigits = (size_t)(q - n->digits);
+  n->fraction = *q == '.';
+  if (n->fraction) {
     if (!is_digit((unsigned char)*++q)) unexpected(d, q, "a digit after '.'");
     while (is_digit((unsigned char)*q)) q++;
   }
-  if (*q == 'e' || *q == 'E') {
-    integral = 0;
+  n->exponent = *q == 'e' || *q == 'E';
+  if (n->exponent) {
     q++;
     if (*q == '+' || *q == '-') q++;
     if (!is_digit((unsigned char)*q)) unexpected(d, q, "a digit in the exponent");
     while (is_digit((unsigned char)*q)) q++;
   }
-  if (integral && !overflow && acc <= (uint64_t)LUA_MAXINTEGER + neg) {
-    /* 0u - acc wraps to the two's complement, as Lua's own l_castU2S does */
-    lua_pushinteger(d->L, neg ? (lua_Integer)(0u - acc) : (lua_Integer)acc);
-  } else {
-    char *end;
-    double v = fpconv_strtod(p, &end);
-    if (end != q) decode_error(d, p, "invalid number");
-    if (v - v != 0) decode_error(d, p, "number out of range of a double");
-    lua_pushnumber(d->L, v);
+  return q;
+}
+
+/* The double of the number from p to q (checked by scan_number). */
+static double read_double(Decoder *d, const char *p, const char *q) {
+  char *end;
+  double v = fpconv_strtod(p, &end);
+  if (end != q) decode_error(d, p, "invalid number");
+  if (v - v != 0) decode_error(d, p, "number out of range of a double");
+  return v;
+}
+
+/* Pushes the number at p; returns what follows. An integer literal that
+** fits int64 becomes a Lua integer, exactly; any other number is a float. */
+static const char *decode_number(Decoder *d, const char *p) {
+  Number n;
+  const char *q = scan_number(d, p, &n);
+  /* 19 digits cannot overflow a uint64_t; 20 (no leading zeros) are beyond int64 */
+  if (!n.fraction && !n.exponent && n.ndigits <= 19) {
+    uint64_t acc = 0;
+    int neg = *p == '-';
+    size_t i;
+    for (i = 0; i < n.ndigits; i++) acc = acc * 10 + (uint64_t)(n.digits[i] - '0');
+    if (acc <= (uint64_t)LUA_MAXINTEGER + neg) {
+      /* 0u - acc wraps to the two's complement, as Lua's own l_castU2S does */
+      lua_pushinteger(d->L, neg ? (lua_Integer)(0u - acc) : (lua_Integer)acc);
+      return q;
+    }
   }
+  lua_pushnumber(d->L, read_double(d, p, q));
+  return q;
+}
+
+/* Checks the number at p as decode_number does, without building it. Only
+** a number that could be out of a double's range goes through strtod (an
+** exponent, or more integer digits than DBL_MAX has): below 10^308 nothing
+** rounds to infinity, and strtod reads every text scan_number accepts. */
+static const char *skip_number(Decoder *d, const char *p) {
+  Number n;
+  const char *q = scan_number(d, p, &n);
+  if (n.exponent || n.ndigits > DBL_MAX_10_EXP) read_double(d, p, q);
   return q;
 }
 
@@ -397,8 +428,7 @@ static const char *decode_value(Decoder *d, const char *p) {
 
 /* Skipping: the parts a projection leaves out are checked exactly as
 ** decode_value checks them (same errors, same offsets, same depth limit),
-** but nothing is built. A number is still pushed and popped, which costs no
-** allocation and keeps one number grammar. */
+** but nothing is built. */
 static const char *skip_value(Decoder *d, const char *p);
 
 static const char *skip_object(Decoder *d, const char *p) {
@@ -458,10 +488,7 @@ static const char *skip_value(Decoder *d, const char *p) {
     case '6':
     case '7':
     case '8':
-    case '9':
-      p = decode_number(d, p);
-      lua_pop(d->L, 1);
-      return p;
+    case '9': return skip_number(d, p);
     default: return unexpected(d, p, "a JSON value"), p;
   }
 }
