@@ -56,6 +56,7 @@
 #include <float.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lua.h"
@@ -240,10 +241,9 @@ static ALWAYS_INLINE const char *scan_string(Decoder *d, const char *p, int *esc
   }
 }
 
-/* Pushes the string token at p (its opening quote); returns what follows. */
-static const char *decode_string(Decoder *d, const char *p) {
-  int escaped;
-  const char *q = scan_string(d, p, &escaped);
+/* Pushes the string token from p (its opening quote) to q (its closing
+** one), checked by scan_string; `escaped` as scan_string said. */
+static void push_string(Decoder *d, const char *p, const char *q, int escaped) {
   if (!escaped) {
     lua_pushlstring(d->L, p + 1, (size_t)(q - p - 1));
   } else { /* valid by now: let cjson unescape the whole token */
@@ -253,6 +253,13 @@ static const char *decode_string(Decoder *d, const char *p) {
     lua_pushlstring(L, p, (size_t)(q - p + 1));
     lua_call(L, 1, 1);
   }
+}
+
+/* Pushes the string token at p (its opening quote); returns what follows. */
+static const char *decode_string(Decoder *d, const char *p) {
+  int escaped;
+  const char *q = scan_string(d, p, &escaped);
+  push_string(d, p, q, escaped);
   return q + 1;
 }
 
@@ -504,98 +511,182 @@ static const char *skip_value(Decoder *d, const char *p) {
 ** In an object, key k is built with projection proj[k], else proj["*"];
 ** `true` builds the whole subtree, a table descends, no entry skips the
 ** value. Every element of an array is built with proj["*"]. A scalar met
-** by a table projection is kept as it is. */
-static const char *decode_projected(Decoder *d, const char *p, int proj);
+** by a table projection is kept as it is.
+**
+** Decoding uses the tables compiled into Proj nodes (compile_projection):
+** most keys of a projected object are skipped, and looking a key up in
+** its Lua table first made it a Lua string, hashed and interned, about 300
+** instructions a key. A node finds the key's bytes among its names, and
+** only a key that is kept becomes a Lua string. */
+typedef struct Proj Proj;
 
-/* Decodes the value at p with the projection on top of the stack (true or
-** a table), which the value then replaces. */
-static const char *decode_with_top(Decoder *d, const char *p) {
-  lua_State *L = d->L;
-  if (lua_type(L, -1) == LUA_TTABLE) p = decode_projected(d, p, lua_gettop(L));
-  else p = decode_value(d, p);
-  lua_replace(L, -2);
-  return p;
+typedef struct ProjKey {
+  const char *name; /* a key of the projection table, which holds it */
+  size_t len;
+  const Proj *sub; /* its projection: KEEP for true, else its table's node */
+} ProjKey;
+
+struct Proj {
+  const ProjKey *keys; /* the keys but "*", sorted by length, then bytes */
+  size_t nkeys;
+  const Proj *star; /* proj["*"]: NULL (skip), KEEP or a node */
+};
+
+/* The projection `true`: the whole value is built. */
+static const Proj keep_whole = {NULL, 0, NULL};
+#define KEEP (&keep_whole)
+
+static int compare_keys(const void *a, const void *b) {
+  const ProjKey *x = a, *y = b;
+  if (x->len != y->len) return x->len < y->len ? -1 : 1;
+  return memcmp(x->name, y->name, x->len);
 }
 
-static const char *decode_object_projected(Decoder *d, const char *p, int proj) {
+/* The projection of the key `name` (its decoded bytes) in an object that
+** proj projects: its entry, else proj["*"], NULL when it is skipped. */
+static const Proj *key_projection(const Proj *proj, const char *name, size_t len) {
+  size_t lo = 0, hi = proj->nkeys;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    const ProjKey *k = &proj->keys[mid];
+    int c = k->len != len ? (k->len < len ? -1 : 1) : memcmp(k->name, name, len);
+    if (c == 0) return k->sub;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return proj->star;
+}
+
+/* Room for the compiled projection, as check_projection counted it: one
+** node per table it visited, one key per entry. */
+typedef struct ProjSpace {
+  size_t nodes, keys; /* counted */
+  Proj *node; /* the next free ones */
+  ProjKey *key;
+} ProjSpace;
+
+/* Compiles the projection table at idx (checked) into the next node of
+** space, and its table entries into the nodes after it. A node's keys must
+** be contiguous, so the tables of its entries wait on the Lua stack until
+** all its keys are written, and are compiled after. The names point into
+** the projection's key strings, which argument 2 holds until decode
+** returns; a table reached twice is compiled twice, as check_projection
+** visits it twice. */
+static const Proj *compile_projection(lua_State *L, int idx, ProjSpace *space) {
+  Proj *node = space->node++;
+  ProjKey *keys = space->key;
+  int top = lua_gettop(L), waiting = top;
+  size_t i, n = 0;
+  luaL_checkstack(L, 3, "cozy.json: projection");
+  for (lua_pushnil(L); lua_next(L, idx); n++) {
+    keys[n].name = lua_tolstring(L, -2, &keys[n].len); /* a string key: no conversion */
+    if (lua_type(L, -1) == LUA_TTABLE) {
+      keys[n].sub = NULL; /* its table waits below the key */
+      lua_insert(L, -2);
+      luaL_checkstack(L, 3, "cozy.json: projection");
+    } else {
+      keys[n].sub = KEEP;
+      lua_pop(L, 1);
+    }
+  }
+  space->key += n;
+  for (i = 0; i < n; i++)
+    if (!keys[i].sub) keys[i].sub = compile_projection(L, ++waiting, space);
+  lua_settop(L, top);
+  node->star = NULL;
+  for (i = 0; i < n; i++) {
+    if (keys[i].len == 1 && keys[i].name[0] == '*') {
+      node->star = keys[i].sub;
+      keys[i] = keys[--n];
+      break;
+    }
+  }
+  qsort(keys, n, sizeof(ProjKey), compare_keys);
+  node->keys = keys;
+  node->nkeys = n;
+  return node;
+}
+
+static const char *decode_projected(Decoder *d, const char *p, const Proj *proj);
+
+/* Pushes the value at p as sub (KEEP or a node) projects it. */
+static const char *decode_with(Decoder *d, const char *p, const Proj *sub) {
+  return sub == KEEP ? decode_value(d, p) : decode_projected(d, p, sub);
+}
+
+static const char *decode_object_projected(Decoder *d, const char *p, const Proj *proj) {
   lua_State *L = d->L;
-  int obj;
   enter(d, p);
-  luaL_checkstack(L, 6, "cozy.json: nesting");
   p = skip_space(p + 1);
   lua_createtable(L, 0, *p == '}' ? 0 : 4);
   lua_pushvalue(L, COZY_JSON_OBJECT_MT);
   lua_setmetatable(L, -2);
-  obj = lua_gettop(L);
-  lua_pushliteral(L, "*");
-  lua_rawget(L, proj); /* obj + 1: the projection of keys not named */
   if (*p == '}') {
-    lua_pop(L, 1);
     d->depth--;
     return p + 1;
   }
   for (;;) {
+    const Proj *sub;
+    int escaped;
+    const char *q;
     if (*p != '"') unexpected(d, p, "a string (object key)");
-    p = skip_space(decode_string(d, p));
+    q = scan_string(d, p, &escaped);
+    if (!escaped) {
+      sub = key_projection(proj, p + 1, (size_t)(q - p - 1));
+      if (sub) push_string(d, p, q, 0);
+    } else { /* named by its decoded text, as a Lua table would be */
+      size_t len;
+      const char *key;
+      push_string(d, p, q, 1);
+      key = lua_tolstring(L, -1, &len);
+      sub = key_projection(proj, key, len);
+      if (!sub) lua_pop(L, 1);
+    }
+    p = skip_space(q + 1);
     if (*p != ':') unexpected(d, p, "':'");
     p = skip_space(p + 1);
-    lua_pushvalue(L, -1);
-    if (lua_rawget(L, proj) == LUA_TNIL) {
-      lua_pop(L, 1);
-      lua_pushvalue(L, obj + 1);
-    }
-    if (lua_isnil(L, -1)) {
-      lua_pop(L, 2); /* the key and its (absent) projection */
-      p = skip_value(d, p);
+    if (sub) {
+      p = decode_with(d, p, sub);
+      lua_rawset(L, -3); /* a repeated key: the last one wins, as in cjson */
     } else {
-      p = decode_with_top(d, p);
-      lua_rawset(L, obj);
+      p = skip_value(d, p);
     }
     p = skip_space(p);
     if (*p == ',') p = skip_space(p + 1);
     else if (*p == '}') break;
     else unexpected(d, p, "',' or '}'");
   }
-  lua_pop(L, 1);
   d->depth--;
   return p + 1;
 }
 
-static const char *decode_array_projected(Decoder *d, const char *p, int proj) {
+static const char *decode_array_projected(Decoder *d, const char *p, const Proj *proj) {
   lua_State *L = d->L;
   lua_Integer n = 0;
-  int arr, each;
   enter(d, p);
-  luaL_checkstack(L, 6, "cozy.json: nesting");
+  /* an array projected by a table without "*" would come out empty, and a
+  ** migration would read "no volumes" where there are some: refuse it */
+  if (!proj->star) decode_error(d, p, "projection has no \"*\" entry for this array");
   lua_newtable(L);
   lua_pushvalue(L, COZY_JSON_ARRAY_MT);
   lua_setmetatable(L, -2);
-  arr = lua_gettop(L);
-  lua_pushliteral(L, "*");
-  /* an array projected by a table without "*" would come out empty, and a
-  ** migration would read "no volumes" where there are some: refuse it */
-  if (lua_rawget(L, proj) == LUA_TNIL) decode_error(d, p, "projection has no \"*\" entry for this array");
-  each = lua_type(L, -1) == LUA_TTABLE ? lua_gettop(L) : 0;
   p = skip_space(p + 1);
   if (*p == ']') {
-    lua_pop(L, 1);
     d->depth--;
     return p + 1;
   }
   for (;;) {
-    p = each ? decode_projected(d, p, each) : decode_value(d, p);
-    p = skip_space(p);
-    lua_rawseti(L, arr, ++n);
+    p = skip_space(decode_with(d, p, proj->star));
+    lua_rawseti(L, -2, ++n);
     if (*p == ',') p = skip_space(p + 1);
     else if (*p == ']') break;
     else unexpected(d, p, "',' or ']'");
   }
-  lua_pop(L, 1);
   d->depth--;
   return p + 1;
 }
 
-static const char *decode_projected(Decoder *d, const char *p, int proj) {
+static const char *decode_projected(Decoder *d, const char *p, const Proj *proj) {
   switch (*p) {
     case '{': return decode_object_projected(d, p, proj);
     case '[': return decode_array_projected(d, p, proj);
@@ -607,16 +698,18 @@ static const char *decode_projected(Decoder *d, const char *p, int proj) {
 ** are strings, values true or tables, nesting at most COZY_JSON_MAX_DEPTH
 ** (which also stops a cycle). On a fault, returns what is wrong and leaves
 ** the path of the offending entry (e.g. "items.*.spec") on the stack. */
-static const char *check_projection(lua_State *L, int idx, int depth) {
+static const char *check_projection(lua_State *L, int idx, int depth, ProjSpace *space) {
   luaL_checkstack(L, 4, "cozy.json: projection");
   if (depth > COZY_JSON_MAX_DEPTH) {
     lua_pushliteral(L, "...");
     return "nested deeper than " COZY_JSON_STR(COZY_JSON_MAX_DEPTH);
   }
+  space->nodes++;
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     int key = lua_gettop(L) - 1, t = lua_type(L, -1);
     const char *fault = NULL;
+    space->keys++;
     if (lua_type(L, key) != LUA_TSTRING) {
       lua_pushfstring(L, "[%s]", luaL_typename(L, key));
       lua_replace(L, key);
@@ -624,7 +717,7 @@ static const char *check_projection(lua_State *L, int idx, int depth) {
       return "a key that is not a string";
     }
     if (t == LUA_TTABLE) {
-      fault = check_projection(L, key + 1, depth + 1);
+      fault = check_projection(L, key + 1, depth + 1, space);
       if (fault) {
         lua_pushfstring(L, "%s.%s", lua_tostring(L, key), lua_tostring(L, -1));
         lua_replace(L, key);
@@ -645,15 +738,20 @@ static int json_decode(lua_State *L) {
   const char *s = luaL_checklstring(L, 1, &len);
   Decoder d;
   const char *p;
-  int projected = 0;
+  const Proj *proj = NULL;
   if (!lua_isnoneornil(L, 2)) {
     int t = lua_type(L, 2);
     if (t == LUA_TTABLE) {
+      ProjSpace space = {0, 0, NULL, NULL};
       lua_settop(L, 2);
-      const char *fault = check_projection(L, 2, 1);
+      const char *fault = check_projection(L, 2, 1, &space);
       if (fault)
         return luaL_argerror(L, 2, lua_pushfstring(L, "projection: %s is %s", lua_tostring(L, -1), fault));
-      projected = 1;
+      /* 3: the compiled projection, until decode returns; Proj and ProjKey
+      ** hold pointers and sizes, so the keys after the nodes are aligned */
+      space.node = lua_newuserdatauv(L, space.nodes * sizeof(Proj) + space.keys * sizeof(ProjKey), 0);
+      space.key = (ProjKey *)(space.node + space.nodes);
+      proj = compile_projection(L, 2, &space);
     } else if (!(t == LUA_TBOOLEAN && lua_toboolean(L, 2))) {
       return luaL_typeerror(L, 2, "projection table or true");
     }
@@ -664,7 +762,7 @@ static int json_decode(lua_State *L) {
   d.last_word = len >= 8 ? s + len - 8 : s;
   d.depth = 0;
   p = skip_space(s);
-  p = projected ? decode_projected(&d, p, 2) : decode_value(&d, p);
+  p = proj ? decode_projected(&d, p, proj) : decode_value(&d, p);
   p = skip_space(p);
   if (p != d.e) unexpected(&d, p, "the end of input");
   return 1;
