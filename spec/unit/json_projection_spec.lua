@@ -201,7 +201,12 @@ describe("json.decode with a projection", function()
     -- its offset are those of a full decode
     for _, bad in ipairs({ "[1,]", "01", "[-]", "[1.]", "[1e]", "+1", "tru", "nulL", '"abc', '"a\tb"',
       '"\\x"', '"\\u12G4"', '"\\ud800"', '"\\udc00"', "[1e400]", '"ab\xC0\xAFcd"', '"\xED\xA0\x80"',
-      '{"a" 1}', '{"a":1,}', "{a:1}", '{"k":[{"x":"\xFF"}]}' }) do
+      '{"a" 1}', '{"a":1,}', "{a:1}", '{"k":[{"x":"\xFF"}]}',
+      -- brackets that do not match, missing and doubled separators, inside the skipped subtree
+      "[1}", '{"a":1]', "[{]", '{"a":[}', "[1 2]", '{"a":1 "b":2}', '{"a"}', '{"a":}', "{,}", "[,]", "[1,,2]",
+      '{"a":1,,"b":2}', '[[],{}]]', '{"a":{"b":{}}}}', '[{"a":[{"b":[]}]},{]',
+      -- numbers at the edges of a double's range: skipping calls strtod only past 10^308
+      "1e309", "-1e400", ("9"):rep(309), "-" .. ("9"):rep(309) .. ".5", "1.8e308", "0.5e99999999999999999999" }) do
       it(("rejects %q inside a skipped value like a full decode"):format(bad), function()
         local text = '{"keep":1,"skip":{"deeper":' .. bad .. '}}'
         local want = error_of(json.decode, text)
@@ -246,6 +251,40 @@ describe("json.decode with a projection", function()
       assert.equal(want, error_of(json.decode, text, skip_all))
     end)
 
+    it("limits nesting of objects and arrays mixed, starting deep in the document", function()
+      local function nested(n) return ('[{"a":'):rep(n) .. "1" .. ("}]"):rep(n) end
+      -- 2 levels above the skipped value: 499 pairs reach 1000, 500 pairs 1002
+      for _, n in ipairs({ 499, 500 }) do
+        local text = '{"o":{"skip":' .. nested(n) .. ',"k":1}}'
+        local want = error_of(json.decode, text)
+        assert.equal(want, error_of(json.decode, text, { o = { k = true } }))
+        assert.equal(want, error_of(json.decode, text, skip_all))
+        if n == 499 then
+          assert.is_nil(want)
+          assert_same(json.decode('{"o":{"k":1}}'), json.decode(text, { o = { k = true } }))
+        else
+          -- at the '[' of the 500th pair: the 1001st level
+          assert.equal("cozy.json: nesting deeper than 1000 at byte " .. #'{"o":{"skip":' + 499 * 6 + 1, want)
+        end
+      end
+    end)
+
+    it("accepts JSON whitespace everywhere inside a skipped value", function()
+      local text = ' { "k" : 1 ,\t"skip" :\r\n[ 1 , { "a" : [ ] , "b" : { } } , "s" , true ,\nnull ] , "z" : 2 } '
+      assert_same(json.decode('{"k":1,"z":2}'), json.decode(text, { k = true, z = true }))
+    end)
+
+    it("skips the numbers a full decode accepts, at the edges of a double's range", function()
+      for _, n in ipairs({ "1e308", ("9"):rep(308), ("9"):rep(308) .. ".9", "1" .. ("0"):rep(308),
+        "1" .. ("0"):rep(308) .. ".5", "1.7976931348623157e308", "-1.7976931348623157e308", "1e-400",
+        "0." .. ("0"):rep(400) .. "1", "123456789012345678901234567890", "-0", "-0.0e-0", "9223372036854775808" }) do
+        local text = '{"keep":' .. n .. ',"skip":[' .. n .. "]}"
+        assert.is_nil(error_of(json.decode, text), n)
+        local full = json.decode(text)
+        assert_same(json.object({ keep = full.keep }), json.decode(text, { keep = true }))
+      end
+    end)
+
     it("refuses an array met by a table projection without \"*\", naming its byte", function()
       assert.equal('cozy.json: projection has no "*" entry for this array at byte 6',
         error_of(json.decode, '{"a":[1,2]}', { a = { x = true } }))
@@ -274,6 +313,136 @@ describe("json.decode with a projection", function()
       assert.matches("projection: a%.a%.a.-%.%.%. is nested deeper than 1000%)$", argerr(cycle))
       -- even when the document would not reach the faulty entry
       assert.matches("projection: z is not true or a table", error_of(json.decode, "[", { z = 1 }))
+    end)
+  end)
+
+  -- Strings are scanned eight bytes at a time (a word); a stop byte ('"',
+  -- '\\', a control character, a byte >= 0x80) may sit at any offset of a
+  -- word, and the last bytes of the input are scanned one at a time. Each
+  -- case is checked against what JSON says, not only against a full decode
+  -- (both share the scanner).
+  describe("strings scanned a word at a time", function()
+    local kept_prefix, skipped_prefix = '["', '{"x":1,"skip":["'
+    local skip_all = { ["not-there"] = true }
+    local function docs(s)
+      return kept_prefix .. s .. '"]', skipped_prefix .. s .. '"]}'
+    end
+
+    it("finds every byte value at every offset 0..15, kept and skipped", function()
+      for k = 0, 15 do
+        for b = 0, 255 do
+          local s = ("a"):rep(k) .. string.char(b) .. ("a"):rep(20 - k)
+          local kept, skipped = docs(s)
+          for _, case in ipairs({ { kept, #kept_prefix + 1 + k }, { skipped, #skipped_prefix + 1 + k } }) do
+            local text, at = case[1], case[2]
+            local want
+            if b < 0x20 then want = "control character in string at byte " .. at
+            elseif b == 0x22 then want = "unexpected character 'a', expected ',' or ']' at byte " .. at + 1
+            elseif b == 0x5C then want = "invalid escape at byte " .. at
+            elseif b >= 0x80 then want = "invalid UTF-8 at byte " .. at end
+            want = want and "cozy.json: " .. want
+            assert.equal(want, error_of(json.decode, text), ("byte 0x%02X at offset %d"):format(b, k))
+            if text == skipped then
+              assert.equal(want, error_of(json.decode, text, { x = true }))
+            elseif not want then
+              assert.equal(s, json.decode(text)[1])
+            end
+          end
+        end
+      end
+    end)
+
+    it("resumes after a valid escape or UTF-8 sequence at every offset 0..15", function()
+      for _, case in ipairs({ { "é", "é" }, { "€", "€" }, { "😀", "😀" }, { "\x7F", "\x7F" }, { "\\n", "\n" },
+        { '\\"', '"' }, { "\\\\", "\\" }, { "\\/", "/" }, { "\\u00e9", "é" }, { "\\ud83d\\ude00", "😀" } }) do
+        for k = 0, 15 do
+          for tail = 0, 9 do
+            local s = ("b"):rep(k) .. case[1] .. ("c"):rep(tail) .. case[1]
+            local kept, skipped = docs(s)
+            assert.equal(("b"):rep(k) .. case[2] .. ("c"):rep(tail) .. case[2], json.decode(kept)[1])
+            assert_same(json.decode('{"x":1}'), json.decode(skipped, { x = true }))
+          end
+        end
+      end
+    end)
+
+    it("rejects bad UTF-8, control characters and bad escapes at every offset 0..15 of a skipped string", function()
+      for _, bad in ipairs({ "\xC0\xAF", "\xE0\x80\xAF", "\x80", "\xC3", "\xE2\x82", "\xF0\x9F\x98", "\xED\xA0\x80",
+        "\xF4\x90\x80\x80", "\xFE", "\xFF", "\0", "\x1F", "\t", "\n", "\\x", "\\u12G4", "\\u12", "\\ud800",
+        "\\ud800\\u0041", "\\udc00", "\\U0041" }) do
+        for k = 0, 15 do
+          local _, skipped = docs(("z"):rep(k) .. bad .. ("z"):rep(12)) -- z: not a hex digit
+          local want = error_of(json.decode, skipped)
+          -- each is reported at its first byte (the backslash of an escape)
+          assert.matches("^cozy%.json: .- at byte " .. #skipped_prefix + 1 + k .. "$", want)
+          assert.equal(want, error_of(json.decode, skipped, { x = true }))
+          assert.equal(want, error_of(json.decode, skipped, skip_all))
+        end
+      end
+    end)
+
+    it("stops at the end of the input inside a string, kept or skipped", function()
+      local content = ("abcdefgh"):rep(3) .. "é\\n€\\u00e9😀xyz"
+      local doc = '{"x":1,"skip":"' .. content .. '","kp":"' .. content .. '"}'
+      local opening = { skip = 15, keep = #doc - #content - 2 }
+      for cut = 15, #doc - 1 do
+        local text = doc:sub(1, cut)
+        local want = error_of(json.decode, text)
+        assert.is_string(want)
+        for _, proj in ipairs({ { x = true }, { x = true, kp = true }, skip_all }) do
+          assert.equal(want, error_of(json.decode, text, proj))
+        end
+        -- cut among the plain bytes a-d (in no key, no escape): the string
+        -- is unterminated, named at its quote
+        if text:sub(-1):match("[a-d]") then
+          local quote = cut < opening.keep and opening.skip or opening.keep
+          assert.equal("cozy.json: unterminated string at byte " .. quote, want)
+        end
+      end
+      -- an input shorter than a word: no word is read (a string kept, or skipped in {"a":...})
+      for _, text in ipairs({ '"', '"a', '"abcdef', '"abcdef\\', '"\xC3', '{"a":"', '{"a":"b', '{"a":"\\', '{"a":"\xC3' }) do
+        local want = error_of(json.decode, text)
+        assert.matches("^cozy%.json: .- at byte %d+$", want)
+        assert.equal(want, error_of(json.decode, text, skip_all))
+      end
+      assert.equal("abcdef", json.decode('"abcdef"', skip_all))
+    end)
+  end)
+
+  describe("projected keys", function()
+    it("finds keys among many names, of equal lengths, prefixes of each other and empty", function()
+      local proj, parts = { [""] = true, a = true, abc = { x = true }, b = true, ba = true }, {}
+      for i = 1, 300 do
+        local k = ("k%03d"):format(i)
+        if i % 3 == 0 then proj[k] = true end
+        parts[#parts + 1] = ('"%s":%d'):format(k, i)
+      end
+      for _, k in ipairs({ "", "a", "ab", "abc", "abcd", "b", "ba", "bb", "c" }) do
+        parts[#parts + 1] = ('"%s":{"x":"%s","y":1}'):format(k, k)
+      end
+      local text = "{" .. table.concat(parts, ",") .. "}"
+      local got = json.decode(text, proj)
+      assert_same(prune(json.decode(text), proj), got)
+      assert.equal(300, got.k300)
+      assert.is_nil(got.k299)
+      assert.same({ x = "abc" }, got.abc)
+    end)
+
+    it("compiles a table shared by several entries once per place it is reached", function()
+      local meta = { name = true }
+      local proj = { a = meta, b = { c = meta, ["*"] = meta }, l = { ["*"] = meta } }
+      local text = '{"a":{"name":1,"x":2},"b":{"c":{"name":3,"y":4},"d":{"name":5,"z":6}},"l":[{"name":7,"w":8}],"e":9}'
+      assert_same(prune(json.decode(text), proj), json.decode(text, proj))
+      assert.equal('{"a":{"name":1},"b":{"c":{"name":3},"d":{"name":5}},"l":[{"name":7}]}',
+        json.encode(json.decode(text, proj)))
+    end)
+
+    it("matches escaped keys by their text, and a document's own \"*\" key like any other", function()
+      local text = '{"\\u0061":1,"b\\"c":2,"\\u002a":3,"d":{"k":4,"j":5},"*":{"k":6,"j":7}}'
+      assert.equal('{"a":1,"b\\"c":2}', json.encode(json.decode(text, { a = true, ['b"c'] = true })))
+      -- the document's "*" (escaped or not, the last wins) is a key the projection does not name
+      assert.equal('{"a":1}', json.encode(json.decode(text, { a = true })))
+      assert.equal('{"*":{"k":6},"a":1,"b\\"c":2,"d":{"k":4}}', json.encode(json.decode(text, { ["*"] = { k = true } })))
     end)
   end)
 
