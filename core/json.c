@@ -272,6 +272,7 @@ typedef struct Number {
   const char *digits; /* the integer part, after any '-' */
   size_t ndigits;
   int fraction, exponent;
+  long exp; /* the exponent's value; from 100000 up (or down) it stops growing */
 } Number;
 
 /* Checks the number at p and returns what follows it. The grammar is RFC
@@ -295,11 +296,14 @@ static inline const char *scan_number(Decoder *d, const char *p, Number *n) {
     while (is_digit((unsigned char)*q)) q++;
   }
   n->exponent = *q == 'e' || *q == 'E';
+  n->exp = 0;
   if (n->exponent) {
-    q++;
+    int minus = *++q == '-';
     if (*q == '+' || *q == '-') q++;
     if (!is_digit((unsigned char)*q)) unexpected(d, q, "a digit in the exponent");
-    while (is_digit((unsigned char)*q)) q++;
+    for (; is_digit((unsigned char)*q); q++)
+      if (n->exp < 100000) n->exp = n->exp * 10 + (*q - '0');
+    if (minus) n->exp = -n->exp;
   }
   return q;
 }
@@ -335,13 +339,15 @@ static const char *decode_number(Decoder *d, const char *p) {
 }
 
 /* Checks the number at p as decode_number does, without building it. Only
-** a number that could be out of a double's range goes through strtod (an
-** exponent, or more integer digits than DBL_MAX has): below 10^308 nothing
-** rounds to infinity, and strtod reads every text scan_number accepts. */
+** a number that could be out of a double's range goes through strtod: with
+** n integer digits and exponent e it is below 10^(n + e), and below 10^308
+** nothing rounds to infinity (an exponent that stopped growing is far past
+** 308, or far below, where the bound only gets looser). strtod reads every
+** text scan_number accepts, so it has nothing else to say. */
 static const char *skip_number(Decoder *d, const char *p) {
   Number n;
   const char *q = scan_number(d, p, &n);
-  if (n.exponent || n.ndigits > DBL_MAX_10_EXP) read_double(d, p, q);
+  if (n.exp > DBL_MAX_10_EXP || n.ndigits > (size_t)(DBL_MAX_10_EXP - n.exp)) read_double(d, p, q);
   return q;
 }
 

@@ -205,8 +205,10 @@ describe("json.decode with a projection", function()
       -- brackets that do not match, missing and doubled separators, inside the skipped subtree
       "[1}", '{"a":1]', "[{]", '{"a":[}', "[1 2]", '{"a":1 "b":2}', '{"a"}', '{"a":}', "{,}", "[,]", "[1,,2]",
       '{"a":1,,"b":2}', '[[],{}]]', '{"a":{"b":{}}}}', '[{"a":[{"b":[]}]},{]',
-      -- numbers at the edges of a double's range: skipping calls strtod only past 10^308
-      "1e309", "-1e400", ("9"):rep(309), "-" .. ("9"):rep(309) .. ".5", "1.8e308", "0.5e99999999999999999999" }) do
+      -- numbers at the edges of a double's range: skipping calls strtod only
+      -- when digits + exponent pass 308
+      "1e309", "-1e400", ("9"):rep(309), "-" .. ("9"):rep(309) .. ".5", "1.8e308", "99e307", "-0.99e310",
+      "0.5e99999999999999999999", "1E+99999999999999999999999" }) do
       it(("rejects %q inside a skipped value like a full decode"):format(bad), function()
         local text = '{"keep":1,"skip":{"deeper":' .. bad .. '}}'
         local want = error_of(json.decode, text)
@@ -277,7 +279,8 @@ describe("json.decode with a projection", function()
     it("skips the numbers a full decode accepts, at the edges of a double's range", function()
       for _, n in ipairs({ "1e308", ("9"):rep(308), ("9"):rep(308) .. ".9", "1" .. ("0"):rep(308),
         "1" .. ("0"):rep(308) .. ".5", "1.7976931348623157e308", "-1.7976931348623157e308", "1e-400",
-        "0." .. ("0"):rep(400) .. "1", "123456789012345678901234567890", "-0", "-0.0e-0", "9223372036854775808" }) do
+        "0." .. ("0"):rep(400) .. "1", "123456789012345678901234567890", "-0", "-0.0e-0", "9223372036854775808",
+        "9.9e307", "99e306", "-1e307", "0e400", "0.1e309", "1e-99999999999999999999", "1E+300", "2.5e-08" }) do
         local text = '{"keep":' .. n .. ',"skip":[' .. n .. "]}"
         assert.is_nil(error_of(json.decode, text), n)
         local full = json.decode(text)
