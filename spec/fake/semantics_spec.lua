@@ -1,6 +1,7 @@
 -- API semantics the engine relies on: selectors, pagination and its expiry, dry run,
 -- resourceVersion/generation bookkeeping, the status subresource, access reviews.
 local fake = require "spec.support.fake"
+local json = require "cozy.json"
 
 local BASIC = "spec/fixtures/fake/basic.json"
 local KUBEVIRT = "spec/fixtures/fake/kubevirt.json"
@@ -130,6 +131,41 @@ describe("fake API server semantics", function()
       assert.equal(p1.metadata.resourceVersion, p3.metadata.resourceVersion)
       -- a new list sees the changes
       assert.same({ "cm-a", "cm-b", "cm-c", "cm-e", "cm-f" }, names(get(CM)))
+    end)
+
+    it("keep a snapshot's objects as they were when a JSON patch changes them afterwards", function()
+      local p1 = get(CM .. "?limit=2")
+      local c = get(CM .. "/cm-c")
+      -- object keys only: applied to a copy that shares what the patch leaves alone
+      send("PATCH", CM .. "/cm-c", json.encode { { op = "test", path = "/metadata/resourceVersion", value = c.metadata.resourceVersion },
+        { op = "add", path = "/data/new", value = "x" }, { op = "replace", path = "/data/k", value = "changed" },
+        { op = "add", path = "/metadata/labels/added", value = "yes" }, { op = "remove", path = "/metadata/labels/app" } },
+        "application/json-patch+json")
+      local p2 = get(CM .. "?limit=2&continue=" .. p1.metadata.continue)
+      assert.same({ "cm-c", "cm-d" }, names(p2))
+      assert.same(c.data, p2.items[1].data)
+      assert.same(c.metadata.labels, p2.items[1].metadata.labels)
+      local now = get(CM .. "/cm-c")
+      assert.same({ k = "changed", new = "x" }, now.data)
+      local labels = c.metadata.labels
+      labels.app, labels.added = nil, "yes"
+      assert.same(labels, now.metadata.labels)
+    end)
+
+    it("apply a JSON patch whose array indices shift as it goes, and keep a snapshot's object intact", function()
+      local volumes = { { name = "root", dataVolume = { name = "vm2-root" } }, { name = "data", dataVolume = { name = "vm2-data" } } }
+      send("POST", VM, { apiVersion = "kubevirt.io/v1", kind = "VirtualMachine", metadata = { name = "vm2", namespace = "tenant-a" },
+        spec = { template = { spec = { volumes = volumes } } } })
+      local p1 = get(VM .. "?limit=1")
+      assert.same({ "vm1" }, names(p1))
+      local path = "/spec/template/spec/volumes"
+      -- the replace names the element the remove moved up: the old second one
+      send("PATCH", VM .. "/vm2", json.encode { { op = "remove", path = path .. "/0" },
+        { op = "replace", path = path .. "/0/name", value = "renamed" } }, "application/json-patch+json")
+      assert.same({ { name = "renamed", dataVolume = { name = "vm2-data" } } }, get(VM .. "/vm2").spec.template.spec.volumes)
+      local p2 = get(VM .. "?limit=1&continue=" .. p1.metadata.continue)
+      assert.same({ "vm2" }, names(p2))
+      assert.same(volumes, p2.items[1].spec.template.spec.volumes)
     end)
 
     it("omit remainingItemCount when a selector filters", function()
