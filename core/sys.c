@@ -155,7 +155,7 @@ static int sys_builtin_migrations(lua_State *L) {
     lua_setfield(L, -2, "name");
     lua_pushstring(L, e->path);
     lua_setfield(L, -2, "path");
-    lua_pushlstring(L, (const char *)e->data, e->size);
+    lua_pushlstring(L, (const char *)e->source, e->source_size);
     lua_setfield(L, -2, "source");
     lua_rawseti(L, -2, i + 1);
   }
