@@ -11,9 +11,11 @@ struct cozy_embedded {
   ** information kept; NULL for migrations */
   const unsigned char *chunk;
   size_t chunk_size;
-  /* migrations: the source text; NULL for runtime modules */
+  /* migrations: the source text and its sha256 (hex), computed at build
+  ** time; NULL for runtime modules */
   const unsigned char *source;
   size_t source_size;
+  const char *sha256;
 };
 
 extern const struct cozy_embedded cozy_embedded_scripts[];

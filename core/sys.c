@@ -144,19 +144,22 @@ static int sys_realpath(lua_State *L) {
   return 1;
 }
 
-/* The migrations compiled into this build: { {name=, path=, source=}, ... }. */
+/* The migrations compiled into this build: { {name=, path=, source=, sha256=}, ... };
+** sha256 is the source's, computed at build time. */
 static int sys_builtin_migrations(lua_State *L) {
   int i;
   lua_newtable(L);
   for (i = 0; cozy_embedded_migrations[i].name != NULL; i++) {
     const struct cozy_embedded *e = &cozy_embedded_migrations[i];
-    lua_createtable(L, 0, 3);
+    lua_createtable(L, 0, 4);
     lua_pushstring(L, e->name);
     lua_setfield(L, -2, "name");
     lua_pushstring(L, e->path);
     lua_setfield(L, -2, "path");
     lua_pushlstring(L, (const char *)e->source, e->source_size);
     lua_setfield(L, -2, "source");
+    lua_pushstring(L, e->sha256);
+    lua_setfield(L, -2, "sha256");
     lua_rawseti(L, -2, i + 1);
   }
   return 1;

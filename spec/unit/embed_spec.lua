@@ -80,6 +80,19 @@ describe("the compiled-in runtime", function()
   end)
 end)
 
+describe("the built-in migrations", function()
+  it("carry their text and its sha256, computed at build time: the file's, as OpenSSL computes it", function()
+    local sys = require "cozy.sys"
+    local builtin = sys.builtin_migrations()
+    assert.is_true(#builtin > 0)
+    for _, b in ipairs(builtin) do
+      assert.equal(assert(files.read(b.path)), b.source, b.path)
+      assert.equal(sys.sha256(b.source), b.sha256, b.path)
+      assert.equal(files.capture("sha256sum " .. q(b.path)):match("^%x+"), b.sha256, b.path)
+    end
+  end)
+end)
+
 describe("a migrations directory", function()
   it("holds text only: a migration file in bytecode form is refused (exit 2, naming it)", function()
     local dumped = string.dump(assert(load([[return { description = "d", run = function() end }]])))
