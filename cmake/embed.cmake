@@ -5,11 +5,11 @@
 # KIND=module names each entry by its Lua module name (scripts/cozy/kube.lua -> cozy.kube,
 # scripts/cozy/x/init.lua -> cozy.x); KIND=file names it by its file name.
 #
-# KIND=module (the runtime) holds the binary chunk cmake/luac.c compiled from
-# each file (CHUNKS/<path in the tree, .luac for .lua>), which is what the
-# engine loads: no parsing at start-up. It needs no text: the
+# Each entry holds the binary chunk cmake/luac.c compiled from the file
+# (CHUNKS/<path in the tree, .luac for .lua>), which is what the engine loads:
+# no parsing at start-up. KIND=module (the runtime) needs no text: the
 # COZY_MIGRATE_SCRIPTS switch reads the tree's files instead. KIND=file
-# (migrations) holds the source text and its sha256, computed here: the
+# (migrations) also holds the source text and its sha256, computed here: the
 # checksum `list` prints and the stamp's history records is the text's, and
 # hashing it at build time spares a start OpenSSL's first digest (loading its
 # configuration and providers: 5 M instructions, a third of `list`).
@@ -44,20 +44,20 @@ get_filename_component(dirname "${ROOT}" NAME)
 set(n 0)
 foreach(f IN LISTS files)
   file(RELATIVE_PATH rel "${ROOT}" "${f}")
+  string(REGEX REPLACE "\\.lua$" ".luac" chunk_rel "${rel}")
+  embed_bytes(chunk_${n} "${CHUNKS}/${dirname}/${chunk_rel}" chunk_size)
   if(KIND STREQUAL "module")
     string(REGEX REPLACE "\\.lua$" "" name "${rel}")
     string(REGEX REPLACE "/init$" "" name "${name}")
     string(REPLACE "/" "." name "${name}")
-    string(REGEX REPLACE "\\.lua$" ".luac" chunk_rel "${rel}")
-    embed_bytes(chunk_${n} "${CHUNKS}/${dirname}/${chunk_rel}" chunk_size)
-    set(data "chunk_${n}, ${chunk_size}, 0, 0, 0")
+    set(source "0, 0, 0")
   else()
     get_filename_component(name "${f}" NAME)
     embed_bytes(source_${n} "${f}" source_size)
     file(SHA256 "${f}" sha256)
-    set(data "0, 0, source_${n}, ${source_size}, \"${sha256}\"")
+    set(source "source_${n}, ${source_size}, \"${sha256}\"")
   endif()
-  string(APPEND table "  {\"${name}\", \"${dirname}/${rel}\", ${data}},\n")
+  string(APPEND table "  {\"${name}\", \"${dirname}/${rel}\", chunk_${n}, ${chunk_size}, ${source}},\n")
   math(EXPR n "${n} + 1")
 endforeach()
 string(APPEND table "  {0, 0, 0, 0, 0, 0, 0}\n};\n")

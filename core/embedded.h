@@ -7,8 +7,7 @@
 struct cozy_embedded {
   const char *name; /* module name (scripts) or file name (migrations) */
   const char *path; /* path in the source tree, as chunk names give it */
-  /* runtime modules: the binary chunk cmake/luac.c compiled, debug
-  ** information kept; NULL for migrations */
+  /* the binary chunk cmake/luac.c compiled from the file, debug information kept */
   const unsigned char *chunk;
   size_t chunk_size;
   /* migrations: the source text and its sha256 (hex), computed at build

@@ -91,6 +91,43 @@ describe("the built-in migrations", function()
       assert.equal(files.capture("sha256sum " .. q(b.path)):match("^%x+"), b.sha256, b.path)
     end
   end)
+
+  it("load as the chunk their text compiles to, in the environment given", function()
+    for _, b in ipairs(require("cozy.sys").builtin_migrations()) do
+      local env = {}
+      local chunk = assert(b.load(env))
+      local from_text = assert(load(b.source, "@" .. b.path, "t", env))
+      -- same compiler, same chunk name, debug information kept: the same bytes
+      assert.equal(string.dump(from_text), string.dump(chunk), b.path)
+      local name, value = debug.getupvalue(chunk, 1)
+      assert.equal("_ENV", name)
+      assert.equal(env, value)
+      assert.are_not.equal(b.load(env), chunk) -- a fresh function each time
+    end
+  end)
+
+  it("run in the sandbox as their text would: file and line in what they raise", function()
+    local sandbox = require "cozy.sandbox"
+    for _, b in ipairs(require("cozy.sys").builtin_migrations()) do
+      local def = assert(sandbox.load(b.source, b.path, nil, b.load))
+      local info = debug.getinfo(def.run, "S")
+      assert.equal("@" .. b.path, info.source)
+      assert.matches("function", source_lines(b.path)[info.linedefined], 1, true, b.path)
+      -- the sandbox's environment, not the engine's
+      local env
+      for i = 1, math.huge do
+        local name, value = debug.getupvalue(def.run, i)
+        if name == nil or name == "_ENV" then env = value; break end
+      end
+      assert.is_table(env, b.path)
+      assert.is_nil(env.io)
+      assert.is_nil(env.os.execute)
+      -- what a migration raises names its file and line (run without a ctx fails at once)
+      local ok, err = pcall(def.run, nil)
+      assert.is_false(ok)
+      assert.matches("^" .. b.path:gsub("%p", "%%%0") .. ":%d+: ", err, nil, b.path)
+    end
+  end)
 end)
 
 describe("a migrations directory", function()

@@ -106,7 +106,7 @@ end
 
 -- Loads a Lua migration's source into the sandbox and validates it.
 local function load_lua(m)
-  local def, err, stopped = sandbox.load(m.source, m.file)
+  local def, err, stopped = sandbox.load(m.source, m.file, nil, m.compiled)
   if stopped == "signal" then errors.raise("interrupted", m.file .. ": " .. err, { file = m.file }) end
   if stopped then errors.raise("invalid", m.file .. ": " .. err, { file = m.file }) end
   if def == nil then
@@ -192,6 +192,7 @@ function discovery.discover(opts)
       if number and kind == "lua" then
         local m = entry(b.name, number, kind, b.path, b.source, nil, b.sha256)
         m.builtin = true
+        m.compiled = b.load -- its chunk compiled at build time (sandbox.load)
         found[#found + 1] = m
         builtin_by_number[number] = m
         builtin_by_name[b.name] = m
