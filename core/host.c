@@ -33,8 +33,12 @@ static int load_embedded(lua_State *L) {
     const char *file = lua_pushfstring(L, "%s%s", dir, rel ? rel : e->path);
     status = luaL_loadfilex(L, file, "t");
   } else {
+    /* A binary chunk compiled at build time from the tree's file (cmake/luac.c,
+    ** debug information kept, so messages still name scripts/...:LINE): "b",
+    ** and only here, for bytes that are part of this binary. Everything read
+    ** at run time is loaded as text. */
     const char *chunkname = lua_pushfstring(L, "@%s", e->path);
-    status = luaL_loadbufferx(L, (const char *)e->data, e->size, chunkname, "t");
+    status = luaL_loadbufferx(L, (const char *)e->chunk, e->chunk_size, chunkname, "b");
   }
   if (status != LUA_OK) return luaL_error(L, "error loading module '%s': %s", e->name, lua_tostring(L, -1));
   lua_pushstring(L, e->name);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Lint, as CI runs it (hack/test.sh): luacheck over the Lua runtime, the
 # migrations and the specs (.luacheckrc); cppcheck over core/ with the
-# checks below; clang-format (.clang-format) over core/, checked, not applied.
+# checks below; clang-format (.clang-format) over core/, fuzz/ and cmake/luac.c,
+# checked, not applied.
 # Exit 1 on any finding. `hack/lint.sh --fix` applies clang-format instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,10 +18,10 @@ luacheck --no-color -q scripts migrations spec bench deploy || status=1
 echo "--- cppcheck"
 cppcheck --quiet --enable=warning,portability,performance --std=c99 --error-exitcode=1 --inline-suppr \
   -I core -DCOZY_MIGRATE_VERSION='"lint"' --suppress=missingIncludeSystem --suppress=missingInclude \
-  core/ fuzz/ || status=1
+  core/ fuzz/ cmake/ || status=1
 
 echo "--- clang-format"
-sources=(core/*.c core/*.h fuzz/*.c)
+sources=(core/*.c core/*.h fuzz/*.c cmake/*.c)
 if [ "${1:-}" = "--fix" ]; then
   clang-format -i "${sources[@]}"
 else

@@ -17,17 +17,25 @@
 -- records writes instead of sending them, and takes no lock. What a run
 -- shows on stdout is the command's business: the runner hands each event
 -- to `report` (cmd/plan.lua prints them).
-local context = require "cozy.runner.context"
 local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
-local lease = require "cozy.runner.lease"
-local legacy = require "cozy.runner.legacy"
 local log_module = require "cozy.log"
 local proc = require "cozy.proc"
-local stamp = require "cozy.runner.stamp"
-local step = require "cozy.runner.step"
-local steps = require "cozy.runner.steps"
 local sys = require "cozy.sys"
+
+-- What only the steps of a run or a plan need is required on first use, so
+-- that `list`, which only discovers, starts without loading it (a tenth of
+-- its instructions). Each field is read from the module at every use (no
+-- copy), so a spec that replaces a module's function still reaches it.
+local function lazy(name)
+  return setmetatable({}, { __index = function(_, k) return require(name)[k] end })
+end
+local context = lazy "cozy.runner.context"
+local lease = lazy "cozy.runner.lease"
+local legacy = lazy "cozy.runner.legacy"
+local stamp = lazy "cozy.runner.stamp"
+local step = lazy "cozy.runner.step"
+local steps = lazy "cozy.runner.steps"
 
 local runner = {}
 
@@ -37,8 +45,8 @@ function runner.logger(opts)
   return log_module.new{ format = opts.log_format or "text", verbosity = opts.v or 0 }
 end
 
-runner.namespace = steps.namespace
-runner.target = steps.target
+function runner.namespace(...) return steps.namespace(...) end
+function runner.target(...) return steps.target(...) end
 
 -- Runs fn(log) and turns what it raises into one logged event and an exit
 -- status (1 failed, 2 usage/config/invalid set, 3 locked). An engine error

@@ -147,9 +147,18 @@ sandbox.LOAD_TIMEOUT = 5
 -- signal or after `timeout` seconds (default sandbox.LOAD_TIMEOUT). Returns
 -- what the chunk returns, or nil, a message ("name:line: ..." for syntax
 -- errors) and, when a watch stopped it, "signal" or "deadline".
-function sandbox.load(source, chunkname, timeout)
+-- `compiled`, for a built-in migration only, is its load(env) from
+-- sys.builtin_migrations(): the same text compiled when the binary was
+-- built, which spares parsing it at every start. Anything else is loaded
+-- from `source`, as text only.
+function sandbox.load(source, chunkname, timeout, compiled)
   local env = sandbox.env()
-  local chunk, err = load(source, "@" .. chunkname, "t", env)
+  local chunk, err
+  if compiled then
+    chunk, err = compiled(env)
+  else
+    chunk, err = load(source, "@" .. chunkname, "t", env)
+  end
   if chunk == nil then return nil, err end
   timeout = timeout or sandbox.LOAD_TIMEOUT
   local stopped

@@ -77,6 +77,35 @@ describe("the binary", function()
   end)
 end)
 
+describe("start-up", function()
+  -- what only a run's steps or the API server need: required on first use
+  -- (scripts/cozy/runner.lua), so `list` does not pay for loading them
+  local run_only = { "cozy.runner.context", "cozy.runner.lease", "cozy.runner.legacy", "cozy.runner.stamp",
+    "cozy.runner.step", "cozy.runner.steps", "cozy.kube", "cozy.transport", "cozy.worker" }
+
+  it("list loads what discovery needs, not the run's modules", function()
+    local code, _, err = run([[lua -e 'require("cozy.cli").main({ [0] = "cozy-migrate", "list" })
+      local names = {}
+      for name in pairs(package.loaded) do names[#names + 1] = name end
+      io.stderr:write(" ", table.concat(names, " "), " ")']])
+    assert.equal(0, code, err)
+    assert.matches(" cozy.runner.discovery ", err, 1, true)
+    for _, name in ipairs(run_only) do assert.not_matches(" " .. name .. " ", err, 1, true) end
+  end)
+
+  it("the run's modules are still reached through the runner, and what replaces their functions", function()
+    local runner = require "cozy.runner"
+    local steps = require "cozy.runner.steps"
+    local original = steps.namespace
+    steps.namespace = function() return "replaced" end
+    local ok, ns = pcall(runner.namespace, {})
+    steps.namespace = original
+    assert.is_true(ok, ns)
+    assert.equal("replaced", ns)
+    assert.equal("given", runner.namespace({ namespace = "given" }))
+  end)
+end)
+
 describe("cozy-migrate lua", function()
   it("runs -e code with the engine's modules", function()
     local code, out = run([[lua -e 'print(type(require("cozy.json").decode))']])

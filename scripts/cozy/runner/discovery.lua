@@ -106,7 +106,7 @@ end
 
 -- Loads a Lua migration's source into the sandbox and validates it.
 local function load_lua(m)
-  local def, err, stopped = sandbox.load(m.source, m.file)
+  local def, err, stopped = sandbox.load(m.source, m.file, nil, m.compiled)
   if stopped == "signal" then errors.raise("interrupted", m.file .. ": " .. err, { file = m.file }) end
   if stopped then errors.raise("invalid", m.file .. ": " .. err, { file = m.file }) end
   if def == nil then
@@ -120,7 +120,9 @@ local function load_lua(m)
   m.description = def.description
 end
 
-local function entry(filename, number, kind, file, source, path)
+-- sha256: the source's, when known already (a built-in migration's is
+-- computed at build time; hashing here would cost a start OpenSSL's setup).
+local function entry(filename, number, kind, file, source, path, sha256)
   return {
     number = number,
     name = (filename:gsub("%.lua$", "")),
@@ -129,7 +131,7 @@ local function entry(filename, number, kind, file, source, path)
     file = file,        -- as shown to people: migrations/59-x.lua or DIR/59-x.lua
     path = path,        -- on disk (legacy scripts are executed from it); nil when built in
     source = source,
-    sha256 = sys.sha256(source),
+    sha256 = sha256 or sys.sha256(source),
   }
 end
 
@@ -188,8 +190,9 @@ function discovery.discover(opts)
     for _, b in ipairs(sys.builtin_migrations()) do
       local number, kind = discovery.classify(b.name)
       if number and kind == "lua" then
-        local m = entry(b.name, number, kind, b.path, b.source, nil)
+        local m = entry(b.name, number, kind, b.path, b.source, nil, b.sha256)
         m.builtin = true
+        m.compiled = b.load -- its chunk compiled at build time (sandbox.load)
         found[#found + 1] = m
         builtin_by_number[number] = m
         builtin_by_name[b.name] = m
