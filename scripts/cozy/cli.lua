@@ -251,8 +251,8 @@ function cli.main(argv)
   end
   -- a collector cycle starts once the heap has grown a fifth past what the
   -- last one kept (Lua's default waits until it doubles): a Job's memory limit
-  -- is sized for what a migration holds, and at 5,000 VMs this takes migration
-  -- 59's peak from 37 to 30 MiB for no measurable CPU (bench/README.md)
+  -- is sized for what a migration holds, and at 20,000 VMs this takes migration
+  -- 59's peak RSS from 61 to 44 MiB for no measurable CPU (bench/README.md)
   collectgarbage("incremental", 120)
   local found, impl = pcall(require, "cozy.cmd." .. command)
   if not found then
