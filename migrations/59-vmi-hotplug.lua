@@ -81,7 +81,7 @@ end
 
 -- Reading the fleet and deciding, one pass over each list (run and check share it)
 
-local function left_alone(seen, vmi, why, odd) seen.left_alone[#seen.left_alone + 1] = { vmi = vmi, why = why, odd = odd } end
+local function left_alone(seen, vmi, why, odd) seen.left_alone[#seen.left_alone + 1] = { vmi = obj.identity(vmi), why = why, odd = odd } end
 
 -- All the rule reads of a VMI: its metadata, phase, hotplug volumes and their disks; nil without any.
 local function hotplug_part(vmi)
@@ -104,7 +104,7 @@ local function judge(fleet, vm, vmi)
     left_alone(seen, vmi, "it is not Running (phase " .. tostring(phase or "none") .. "): its next start is built from the VM spec")
     -- not reconciled now, but unplugged if it comes back Running
     local volumes = phase == "Unknown" and missing_from_vm(vm, vmi) or {}
-    if #volumes > 0 then seen.unknown[#seen.unknown + 1] = { vmi = vmi, volumes = volumes } end
+    if #volumes > 0 then seen.unknown[#seen.unknown + 1] = { vmi = obj.identity(vmi), volumes = obj.names(volumes) } end
     return
   end
   local volumes, disks, differ = missing_from_vm(vm, vmi)
@@ -125,8 +125,7 @@ local function read_fleet(ctx, each_vm)
     return nil, "CRD virtualmachineinstances.kubevirt.io is absent although virtualmachines.kubevirt.io"
         .. " is present: no VMI can be running, nothing to copy"
   end
-  local fleet, claims = { vms = 0, vmis = 0, copies = {},
-    seen = { left_alone = {}, unknown = {}, differs = {}, refused = {}, complete = 0 } }, {}
+  local fleet, claims = { vms = 0, vmis = 0, copies = {}, seen = { left_alone = {}, unknown = {}, differs = {}, refused = {}, complete = 0 } }, {}
   for vmi in ctx.kube:resource(KUBEVIRT, "virtualmachineinstances"):list{ project = VMI_READS } do
     local part = hotplug_part(vmi)
     local ref = part and obj.controller_of(part, "VirtualMachine", "kubevirt.io")
@@ -141,8 +140,11 @@ local function read_fleet(ctx, each_vm)
     claims[obj.key(vm)] = nil
     if each_vm then each_vm(vm) end
   end
-  for key, texts in pairs(claims) do -- claimed by no VM listed (in no particular order: debug lines only)
-    for _, text in ipairs(texts) do left_alone(fleet.seen, json.decode(text), "its VM " .. key:match("/(.*)") .. " is gone") end
+  local gone = {} -- claimed by no VM listed
+  for key in pairs(claims) do gone[#gone + 1] = key end
+  table.sort(gone)
+  for _, key in ipairs(gone) do
+    for _, text in ipairs(claims[key]) do left_alone(fleet.seen, json.decode(text), "its VM " .. key:match("/(.*)") .. " is gone") end
   end
   return fleet
 end
@@ -151,7 +153,6 @@ local function run(ctx)
   local fleet, absent = read_fleet(ctx)
   if fleet == nil then return ctx.log:info(absent) end
   local copies, seen = fleet.copies, fleet.seen
-
   -- refuse before the first write rather than halfway through the fleet
   if #seen.refused > 0 then
     local refused = {}
@@ -227,7 +228,7 @@ local function check(ctx)
   end
   for _, u in ipairs(seen.unknown) do
     ctx.finding("warn", ("VMI %s is in phase Unknown and holds hotplugged volumes %s missing from its VM spec:"
-      .. " they are not copied, and are unplugged if it comes back Running"):format(obj.key(u.vmi), obj.names(u.volumes)), { vmi = u.vmi })
+      .. " they are not copied, and are unplugged if it comes back Running"):format(obj.key(u.vmi), u.volumes), { vmi = u.vmi })
   end
   for _, left in ipairs(seen.left_alone) do
     if left.odd then ctx.finding("info", ("VMI %s is left alone: %s"):format(obj.key(left.vmi), left.why), { vmi = left.vmi }) end

@@ -240,6 +240,42 @@ describe("update_each", function()
     end)
   end
 
+  for _, n in ipairs({ 1, 4 }) do
+    it(("takes a list as it is read, page by page (concurrency %d)"):format(n), function()
+      srv:reset(fixture(12))
+      srv:clear_requests()
+      local ok, res = run(srv, ([[
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local counts = cms:update_each(cms:list{ namespace = "cozy-system", limit = 5, project = { "data" } }, function(cm)
+      if cm.metadata.name:find("^cm%%-") then cm.data.done = "yes" end
+    end, { concurrency = %d, project = { "data" } })
+    ctx.outcome(counts)
+]]):format(n))
+      assert.is_true(ok, tostring(res))
+      -- 12 of ours and the version ConfigMap, 5 a page
+      assert.same({ total = 13, changed = 12, unchanged = 1, absent = 0 }, res.outcome.counts)
+      assert.equal(3, #srv:requests { method = "GET", path = "^/api/v1/namespaces/cozy%-system/configmaps$" })
+      for i = 1, 12 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+    end)
+
+    it(("refuses items that are not objects naming themselves, and a table that is not an array (concurrency %d)")
+        :format(n), function()
+      local ok, res = run(srv, ([[
+    local cms = ctx.kube:resource("v1", "configmaps")
+    cms:update_each({ "cm-1", "cm-2" }, function(cm) cm.data.done = "yes" end, { concurrency = %d })
+]]):format(n))
+      assert.is_false(ok)
+      assert.matches("an item is not an object whose metadata names it %(got string%)", tostring(res.message or res))
+      ok, res = run(srv, ([[
+    local cms = ctx.kube:resource("v1", "configmaps")
+    cms:update_each({ a = 1 }, function(cm) cm.data.done = "yes" end, { concurrency = %d })
+]]):format(n))
+      assert.is_false(ok)
+      assert.matches("items must be an array, a list or a function", tostring(res.message or res))
+      assert.same({}, support.writes(srv))
+    end)
+  end
+
   it("changes each object of a list read in several pages once", function()
     srv:reset(fixture(23))
     srv:clear_requests()

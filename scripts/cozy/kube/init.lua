@@ -687,10 +687,11 @@ update_in_parallel = function(self, pull, edit, opts, counts, concurrency, lean)
   return counts
 end
 
--- A batch of independent changes: change(item, edit) for each item, in no
--- promised order (the items must not depend on each other). items is an
--- array, or a function returning the next item (nil: no more), called only
--- as the batch has room: items made one at a time need not all be held. opts:
+-- A batch of independent changes: change(item, edit) for each item (an
+-- object), in no promised order (the items must not depend on each other).
+-- items is an array; a list (a pager: its objects as they are read); or a
+-- function returning the next item (nil: no more). The last two are pulled
+-- only as the batch has room, so not all items need be held at once. opts:
 --   absent = "skip"      an object deleted since the list is counted and
 --                        skipped (on_absent(item) is told); else it raises
 --   on_change(item, info, obj)  after each change that landed (or, in a
@@ -703,8 +704,15 @@ end
 -- error stops the batch and is raised.
 function Resource:update_each(items, edit, opts)
   opts = opts or {}
-  if type(items) ~= "table" and type(items) ~= "function" then
-    error("update_each(items, edit, opts): items must be an array or a function returning the next item", 2)
+  local array = type(items) == "table" and (items[1] ~= nil or next(items) == nil)
+  local pull = items
+  if array then
+    local i = 0
+    pull = function() i = i + 1 return items[i] end
+  elseif type(items) == "table" and type(items.next) == "function" then
+    pull = function() return items:next() end -- a list's pager, read as the batch goes
+  elseif type(items) ~= "function" then
+    error("update_each(items, edit, opts): items must be an array, a list or a function returning the next item", 2)
   end
   if type(edit) ~= "function" then error("update_each: edit must be a function", 2) end
   if opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail" then
@@ -714,25 +722,27 @@ function Resource:update_each(items, edit, opts)
     error("update_each: opts.project must be an array of dotted paths", 2)
   end
   local lean = opts.project and kube.projection(opts.project)
-  local counts = { total = 0, changed = 0, unchanged = 0, absent = 0 }
-  local pull = items
-  if type(items) == "table" then
-    local i = 0
-    pull = function() i = i + 1 return items[i] end
+  -- the next item, which must be an object that names itself (nil: no more)
+  local function next_object()
+    local item = pull()
+    if item == nil then return nil end
+    local md = type(item) == "table" and item.metadata
+    if type(md) ~= "table" or type(md.name) ~= "string" or (self.namespaced and type(md.namespace) ~= "string") then
+      error(("update_each: an item is not an object whose metadata names it (got %s)"):format(type(item)), 0)
+    end
+    return item
   end
+  local counts = { total = 0, changed = 0, unchanged = 0, absent = 0 }
   local concurrency = math.tointeger(opts.concurrency) or self.client.concurrency
   -- a client dry run sends nothing: its changes are computed one by one
-  if concurrency > 1 and (type(items) == "function" or #items > 1) and self.client.dry_run ~= "client" then
-    return update_in_parallel(self, pull, edit, opts, counts, concurrency, lean)
+  if concurrency > 1 and (not array or #items > 1) and self.client.dry_run ~= "client" then
+    return update_in_parallel(self, next_object, edit, opts, counts, concurrency, lean)
   end
-  local i = 0
-  for item in pull do
-    i = i + 1
-    counts.total = i
-    local ok, obj, changed, info = pcall(function()
-      local _, ns, name = subject(self, 3, "change", item, edit)
-      return self:_change(item, ns, name, function(copy) return edit(copy, item) end, lean)
-    end)
+  for item in next_object do
+    counts.total = counts.total + 1
+    local md = item.metadata
+    local ok, obj, changed, info = pcall(self._change, self, item, md.namespace, md.name,
+      function(copy) return edit(copy, item) end, lean)
     if not ok then
       if not (opts.absent == "skip" and errors.is_error(obj) and obj.absent == "object") then error(obj, 0) end
       counts.absent = counts.absent + 1
@@ -743,7 +753,7 @@ function Resource:update_each(items, edit, opts)
     else
       counts.unchanged = counts.unchanged + 1
     end
-    if opts.progress then opts.progress:step(i) end
+    if opts.progress then opts.progress:step(counts.total) end
   end
   return counts
 end

@@ -112,8 +112,8 @@ local function resource_facade(res, logger)
     opts = opts or {}
     local label = errors.safe_text(opts.label or res.plural)
     local name_of = opts.describe or function(item) return describe(res, item) end
-    -- items made one at a time (a function) say how many there will be in opts.total
-    local total = type(items) == "table" and #items or math.tointeger(opts.total)
+    -- items read or made one at a time (a list, a function) say how many there will be in opts.total
+    local total = math.tointeger(opts.total) or type(items) == "table" and #items or nil
     local progress = total and total > 0 and logger:progress(label, total) or nil
     local counts = res:update_each(items, edit, {
       absent = opts.absent,
