@@ -22,6 +22,18 @@
 
 extern const luaL_Reg cozy_c_modules[];
 
+/* Pushes the function of an embedded entry's binary chunk, compiled at build
+** time from the tree's file (cmake/luac.c, debug information kept, so messages
+** still name path:LINE), or an error message; returns the load status. Mode
+** "b", and only here, for bytes that are part of this binary: everything read
+** at run time is loaded as text. */
+int cozy_load_embedded_chunk(lua_State *L, const struct cozy_embedded *e) {
+  const char *chunkname = lua_pushfstring(L, "@%s", e->path);
+  int status = luaL_loadbufferx(L, (const char *)e->chunk, e->chunk_size, chunkname, "b");
+  lua_remove(L, -2); /* the chunk name */
+  return status;
+}
+
 /* Loader for one embedded runtime module; upvalue 1 is its index. */
 static int load_embedded(lua_State *L) {
   const struct cozy_embedded *e = &cozy_embedded_scripts[lua_tointeger(L, lua_upvalueindex(1))];
@@ -33,12 +45,7 @@ static int load_embedded(lua_State *L) {
     const char *file = lua_pushfstring(L, "%s%s", dir, rel ? rel : e->path);
     status = luaL_loadfilex(L, file, "t");
   } else {
-    /* A binary chunk compiled at build time from the tree's file (cmake/luac.c,
-    ** debug information kept, so messages still name scripts/...:LINE): "b",
-    ** and only here, for bytes that are part of this binary. Everything read
-    ** at run time is loaded as text. */
-    const char *chunkname = lua_pushfstring(L, "@%s", e->path);
-    status = luaL_loadbufferx(L, (const char *)e->chunk, e->chunk_size, chunkname, "b");
+    status = cozy_load_embedded_chunk(L, e);
   }
   if (status != LUA_OK) return luaL_error(L, "error loading module '%s': %s", e->name, lua_tostring(L, -1));
   lua_pushstring(L, e->name);

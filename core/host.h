@@ -9,6 +9,10 @@
 
 void cozy_host_open(lua_State *L);
 
+struct cozy_embedded;
+/* The one loader of binary chunks: an embedded entry's, built into this binary. */
+int cozy_load_embedded_chunk(lua_State *L, const struct cozy_embedded *e);
+
 /* C modules of the engine (core/modules.c). */
 int luaopen_cozy_json(lua_State *L);
 int luaopen_cozy_sys(lua_State *L);

@@ -17,6 +17,7 @@
 #include "lauxlib.h"
 
 #include "embedded.h"
+#include "host.h"
 #include "watch.h"
 
 #ifndef COZY_MIGRATE_VERSION
@@ -166,11 +167,9 @@ static int sys_compare(lua_State *L) {
 ** migration's index. */
 static int builtin_load(lua_State *L) {
   const struct cozy_embedded *e = &cozy_embedded_migrations[lua_tointeger(L, lua_upvalueindex(1))];
-  const char *chunkname;
   luaL_checkany(L, 1);
   lua_settop(L, 1);
-  chunkname = lua_pushfstring(L, "@%s", e->path);
-  if (luaL_loadbufferx(L, (const char *)e->chunk, e->chunk_size, chunkname, "b") != LUA_OK) {
+  if (cozy_load_embedded_chunk(L, e) != LUA_OK) {
     lua_pushnil(L);
     lua_insert(L, -2);
     return 2;
