@@ -540,17 +540,23 @@ local function conflict_loop(self, ns, name, obj, compute, lean)
   error(last_err, 0)
 end
 
+-- Does o name itself as an object of this resource: metadata.name, and
+-- metadata.namespace when the resource is namespaced?
+local function names_itself(self, o)
+  local md = type(o) == "table" and o.metadata
+  return type(md) == "table" and type(md.name) == "string" and (not self.namespaced or type(md.namespace) == "string")
+end
+
 -- (obj, fn) or (ns, name, fn) / (name, fn): the object to start from, its
 -- namespace and name, and the function.
 local function subject(self, level, what, a, ...)
   local obj, ns, name, fn
   if type(a) == "table" then
     obj, fn = a, ...
-    local md = obj.metadata or {}
-    ns, name = md.namespace, md.name
-    if type(name) ~= "string" or (self.namespaced and type(ns) ~= "string") then
+    if not names_itself(self, obj) then
       error(("%s(obj, fn): obj.metadata must name the object"):format(what), level + 1)
     end
+    ns, name = obj.metadata.namespace, obj.metadata.name
   else
     ns, name, fn = target(self, level + 1, a, ...)
   end
@@ -726,8 +732,7 @@ function Resource:update_each(items, edit, opts)
   local function next_object()
     local item = pull()
     if item == nil then return nil end
-    local md = type(item) == "table" and item.metadata
-    if type(md) ~= "table" or type(md.name) ~= "string" or (self.namespaced and type(md.namespace) ~= "string") then
+    if not names_itself(self, item) then
       error(("update_each: an item is not an object whose metadata names it (got %s)"):format(type(item)), 0)
     end
     return item
