@@ -19,6 +19,7 @@
 
 #include "embedded.h"
 #include "host.h"
+#include "watch.h"
 
 extern const luaL_Reg cozy_c_modules[];
 
@@ -57,6 +58,7 @@ void cozy_host_open(lua_State *L) {
   const luaL_Reg *m;
   int i;
   luaL_openlibs(L);
+  cozy_watch_cover_coroutines(L);
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   for (m = cozy_c_modules; m->name != NULL; m++) {
     lua_pushcfunction(L, m->func);

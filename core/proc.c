@@ -31,7 +31,10 @@
 static volatile sig_atomic_t caught_signal = 0;
 
 static void on_signal(int sig) {
+  int saved = errno;
   caught_signal = sig;
+  cozy_watch_alarm(sig);
+  errno = saved;
 }
 
 /* For the watches (core/watch.c): what stops Lua code and the transport. */
@@ -221,6 +224,7 @@ static int proc_spawn(lua_State *L) {
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
+    signal(SIGALRM, SIG_DFL);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     dup2(out[1], 1);

@@ -5,15 +5,28 @@
 **   local w <close> = proc.watch{ deadline = sys.monotime() + 300,
 **                                 on_stop = function(reason, detail, where) error(...) end }
 **
-** Arming sets a count hook (every WATCH_COUNT instructions) on the calling
-** thread; threads created from it afterwards inherit it (lua_newthread copies
-** the hook), and w:attach(co) covers a coroutine created earlier. The hook
-** costs one clock read per WATCH_COUNT instructions. When a SIGTERM/SIGINT has
-** been caught (after proc.trap()) or the deadline has passed, the hook calls
-** on_stop(reason, detail, where) and raises what it raises; on_stop should
-** raise (if it returns, a string error is raised). As long as the condition
-** holds and the watch is armed, the hook keeps firing, so a pcall cannot
-** swallow the stop for good; w:close() (or leaving the <close> scope) disarms.
+** Lua 5.4 traps every VM instruction of a thread that has a count hook,
+** whatever the count (luaG_traceexec), so the thread that arms a watch, the
+** state's main thread, gets no hook until a stop is due, as in lua.c: the
+** SIGTERM/SIGINT handler (after proc.trap()) and a timer set for the
+** earliest deadline (SIGALRM) set a count hook on it then (lua_sethook may
+** be called from a signal handler). Once set, the hook checks every
+** WATCH_COUNT instructions; when the stop holds it calls on_stop(reason,
+** detail, where) and raises what it raises (if on_stop returns, a string
+** error is raised); when nothing says stop any more it removes itself. As
+** long as the condition holds and the watch is armed, the hook keeps firing,
+** so a pcall cannot swallow the stop for good; w:close() (or leaving the
+** <close> scope) disarms.
+**
+** A coroutine cannot be reached that way (a signal handler cannot know which
+** thread runs), so threads other than the main one keep a count hook for as
+** long as they may run under the watch: coroutines created while a watch is
+** armed (coroutine.create and coroutine.wrap, as covered by
+** cozy_watch_cover_coroutines, set it), one created earlier with
+** w:attach(co), and a coroutine that arms a watch itself. The same holds
+** when the timer cannot be made, or when another Lua state of the process
+** already owns it (the signal handler hooks one thread): then the arming
+** thread too gets its hook at once, as before this was done on demand.
 **
 ** Watches nest: the earliest deadline of the armed ones applies, and the
 ** watch owning it (or, for a signal, the innermost) has its on_stop called.
@@ -25,10 +38,14 @@
 ** metamethod (Lua runs finalizers with hooks off).
 */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
 #include <time.h>
 
 #include "lua.h"
 #include "lauxlib.h"
+#include "lualib.h"
 
 #include "watch.h"
 
@@ -42,6 +59,16 @@ struct cozy_watch {
   double deadline; /* 0 = none */
   int armed;
 };
+
+/* What the signal handlers touch, as lua.c's laction touches its one
+** lua_State: the thread a due stop hooks (the main thread of the state whose
+** watches are armed on demand, or NULL), the POSIX thread that runs it, and
+** the deadline timer. Set and cleared with the arming and closing of watches,
+** and when that state closes. */
+static lua_State *volatile alarm_target = NULL;
+static pthread_t alarm_thread;
+static timer_t deadline_timer;
+static int timer_made = 0; /* 1 made, -1 cannot be made (watches hook at once) */
 
 /* registry[&registry_key] = the state's struct cozy_watches (a userdata whose
 ** user value is a table lightuserdata(watch) -> handle: it keeps armed
@@ -143,6 +170,7 @@ int cozy_watch_raise(lua_State *L, int reason, double detail, int level) {
   return lua_error(L);
 }
 
+/* The hook of a thread that may run under a watch (a coroutine). */
 static void watch_hook(lua_State *L, lua_Debug *ar) {
   struct cozy_watches *ws;
   double detail = 0;
@@ -157,6 +185,127 @@ static void set_hook(lua_State *co) {
   lua_sethook(co, watch_hook, LUA_MASKCOUNT, WATCH_COUNT);
 }
 
+/* The hook a due stop sets on the main thread: it raises while the stop
+** holds, and removes itself once nothing says stop (the watch closed). A
+** handler may set it again between the two polls; the second one sees it. */
+static void alarm_hook(lua_State *L, lua_Debug *ar) {
+  struct cozy_watches *ws;
+  double detail = 0;
+  int r;
+  (void)ar;
+  ws = cozy_watches(L);
+  r = cozy_watch_poll(ws, monotonic(), &detail);
+  if (r == COZY_GO) {
+    lua_sethook(L, NULL, 0, 0);
+    r = cozy_watch_poll(ws, monotonic(), &detail);
+    if (r == COZY_GO) return;
+    lua_sethook(L, alarm_hook, LUA_MASKCOUNT, WATCH_COUNT);
+  }
+  cozy_watch_raise(L, r, detail, 0);
+}
+
+static void set_alarm_hook(lua_State *L) {
+  lua_sethook(L, alarm_hook, LUA_MASKCOUNT, WATCH_COUNT);
+}
+
+/* Async-signal-safe. A signal that lands in another thread (a resolver
+** thread libcurl started) is sent on to the target's own: a hook is only
+** set from the thread that runs it. */
+void cozy_watch_alarm(int sig) {
+  lua_State *target = alarm_target;
+  if (target == NULL) return;
+  if (!pthread_equal(pthread_self(), alarm_thread)) {
+    pthread_kill(alarm_thread, sig);
+    return;
+  }
+  set_alarm_hook(target);
+}
+
+static void on_alarm(int sig) {
+  int saved = errno;
+  cozy_watch_alarm(sig);
+  errno = saved;
+}
+
+/* The deadline timer: CLOCK_MONOTONIC (sys.monotime's clock), SIGALRM. */
+static int make_timer(void) {
+  struct sigaction sa;
+  struct sigevent sev;
+  if (timer_made != 0) return timer_made > 0;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  memset(&sev, 0, sizeof sev);
+  sev.sigev_notify = SIGEV_SIGNAL;
+  sev.sigev_signo = SIGALRM;
+  if (sigaction(SIGALRM, &sa, NULL) != 0 || timer_create(CLOCK_MONOTONIC, &sev, &deadline_timer) != 0) {
+    timer_made = -1;
+    return 0;
+  }
+  timer_made = 1;
+  return 1;
+}
+
+/* Sets the timer to fire once at `deadline` (0: never); 0 on failure. It is
+** set a microsecond late, rounded up, so that the hook the alarm sets finds
+** the deadline passed. */
+static int arm_timer(double deadline) {
+  struct itimerspec its;
+  memset(&its, 0, sizeof its);
+  if (deadline > 0) {
+    double at = deadline + 1e-6;
+    its.it_value.tv_sec = (time_t)at;
+    its.it_value.tv_nsec = (long)((at - (double)its.it_value.tv_sec) * 1e9) + 1;
+    if (its.it_value.tv_nsec >= 1000000000L) {
+      its.it_value.tv_sec++;
+      its.it_value.tv_nsec -= 1000000000L;
+    }
+  }
+  return timer_settime(deadline_timer, TIMER_ABSTIME, &its, NULL) == 0;
+}
+
+/* Whether L's stops can be left to the handlers: L is its state's main
+** thread, and the timer and the handlers' one target are (or now become)
+** this state's. */
+static int take_alarm(lua_State *L, struct cozy_watches *ws) {
+  int is_main;
+  if (ws->on_demand == L) return 1;
+  is_main = lua_pushthread(L);
+  lua_pop(L, 1);
+  if (!is_main || ws->on_demand != NULL || alarm_target != NULL || !make_timer()) return 0;
+  ws->on_demand = L;
+  alarm_thread = pthread_self();
+  alarm_target = L; /* last: the handlers read it first */
+  return 1;
+}
+
+static void release_alarm(struct cozy_watches *ws) {
+  if (ws->on_demand == NULL) return;
+  alarm_target = NULL;
+  ws->on_demand = NULL;
+  arm_timer(0);
+}
+
+/* After the armed set changed: the timer follows the earliest deadline; if
+** it cannot, the main thread is hooked now, as without a timer. */
+static void follow_deadline(struct cozy_watches *ws) {
+  if (ws->on_demand == NULL) return;
+  if (ws->top == NULL) release_alarm(ws);
+  else if (!arm_timer(ws->deadline)) set_hook(ws->on_demand);
+}
+
+/* The state's watches closing with it: nothing may point at it any more. */
+static int watches_gc(lua_State *L) {
+  struct cozy_watches *ws = (struct cozy_watches *)lua_touserdata(L, 1);
+  if (ws->on_demand != NULL) {
+    release_alarm(ws);
+    timer_delete(deadline_timer);
+    timer_made = 0;
+  }
+  return 0;
+}
+
 /* The state's watches, created on first use (left on the stack: no). */
 static struct cozy_watches *watches_for(lua_State *L) {
   struct cozy_watches *ws = cozy_watches(L);
@@ -164,8 +313,13 @@ static struct cozy_watches *watches_for(lua_State *L) {
   ws = (struct cozy_watches *)lua_newuserdatauv(L, sizeof *ws, 1);
   ws->top = NULL;
   ws->deadline = 0;
+  ws->on_demand = NULL;
   lua_newtable(L);
   lua_setiuservalue(L, -2, 1);
+  lua_newtable(L);
+  lua_pushcfunction(L, watches_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &registry_key);
   return ws;
 }
@@ -218,7 +372,14 @@ int cozy_proc_watch(lua_State *L) {
   lua_pop(L, 2);
   ws->top = w;
   recompute(ws);
-  set_hook(L);
+  if (take_alarm(L, ws)) {
+    double detail;
+    follow_deadline(ws);
+    /* a signal caught before, or a deadline already passed */
+    if (cozy_watch_poll(ws, monotonic(), &detail) != COZY_GO) set_alarm_hook(L);
+  } else {
+    set_hook(L);
+  }
   return 1;
 }
 
@@ -235,13 +396,15 @@ static int watch_close(lua_State *L) {
     }
   }
   recompute(ws);
+  follow_deadline(ws);
   lua_rawgetp(L, LUA_REGISTRYINDEX, &registry_key);
   lua_getiuservalue(L, -1, 1);
   lua_pushnil(L);
   lua_rawsetp(L, -2, w);
   lua_pop(L, 2);
-  /* threads that inherited the hook keep it; with nothing armed it does nothing */
-  if (ws->top == NULL && lua_gethook(L) == watch_hook) lua_sethook(L, NULL, 0, 0);
+  /* coroutines keep their hook; with nothing armed it does nothing */
+  if (ws->top == NULL && (lua_gethook(L) == watch_hook || lua_gethook(L) == alarm_hook))
+    lua_sethook(L, NULL, 0, 0);
   return 0;
 }
 
@@ -274,6 +437,40 @@ int cozy_proc_pending_stop(lua_State *L) {
   if (r == COZY_STOP_SIGNAL) lua_pushinteger(L, (lua_Integer)detail);
   else lua_pushnumber(L, detail);
   return 2;
+}
+
+/* coroutine.create and coroutine.wrap (upvalue 1: Lua's own): the same, and
+** a coroutine created while a watch is armed gets the count hook. */
+static int covered_start(lua_State *L) {
+  const struct cozy_watches *ws;
+  lua_State *co;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, 1, 1);
+  ws = cozy_watches(L);
+  if (ws == NULL || ws->top == NULL) return 1;
+  co = lua_tothread(L, -1);
+  if (co == NULL && lua_getupvalue(L, -1, 1) != NULL) { /* wrap's function holds its coroutine */
+    co = lua_tothread(L, -1);
+    lua_pop(L, 1);
+  }
+  if (co != NULL) set_hook(co);
+  return 1;
+}
+
+void cozy_watch_cover_coroutines(lua_State *L) {
+  static const char *const starts[] = {"create", "wrap"};
+  size_t i;
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(L, -1, LUA_COLIBNAME);
+  for (i = 0; i < sizeof starts / sizeof starts[0]; i++) {
+    lua_getfield(L, -1, starts[i]);
+    lua_pushcclosure(L, covered_start, 1);
+    lua_setfield(L, -2, starts[i]);
+  }
+  lua_pop(L, 2);
 }
 
 static const luaL_Reg watch_methods[] = {

@@ -1,8 +1,10 @@
 /* Watches: what stops a run wherever it is (core/watch.c). A watch, armed by
 ** proc.watch{} in one Lua state, says "stop on SIGTERM/SIGINT, or once this
-** monotonic deadline has passed". Lua code is stopped by a count hook; C code
+** monotonic deadline has passed". Lua code is stopped by a count hook, set on
+** the main thread only once a stop is due (by the signal handlers); C code
 ** that waits (the transport, sys.sleep) asks cozy_watch_poll and sleeps with
-** cozy_watch_sleep. Nothing here is process-wide but the signal flag. */
+** cozy_watch_sleep. Process-wide: the signal flag, and what the handlers
+** need to reach the one state whose main thread is watched on demand. */
 #ifndef COZY_WATCH_H
 #define COZY_WATCH_H
 
@@ -21,6 +23,7 @@ struct cozy_watch;
 struct cozy_watches {
   struct cozy_watch *top;
   double deadline; /* CLOCK_MONOTONIC seconds; 0 = none */
+  lua_State *on_demand; /* the main thread, hooked only once a stop is due; or NULL */
 };
 
 /* The state's watches, or NULL when proc.watch was never called in it. */
@@ -35,6 +38,14 @@ int cozy_watch_sleep(const struct cozy_watches *ws, double seconds, double *deta
 ** stack level whose position is `where` (1 from a C function). Never returns. */
 int cozy_watch_raise(lua_State *L, int reason, double detail, int level);
 const char *cozy_stop_name(int reason); /* "signal", "deadline" */
+
+/* From a signal handler (async-signal-safe): a stop may be due, hook the
+** watched main thread. SIGALRM (the deadline timer) is handled in watch.c;
+** core/proc.c calls it for SIGTERM/SIGINT. */
+void cozy_watch_alarm(int sig);
+/* Replaces coroutine.create and coroutine.wrap of a fresh state with
+** versions that give a coroutine created under an armed watch its hook. */
+void cozy_watch_cover_coroutines(lua_State *L);
 
 /* cozy.proc functions (core/watch.c) */
 int cozy_proc_watch(lua_State *L);

@@ -281,6 +281,30 @@ describe("proc.watch deadlines stop Lua code", function()
     assert.equal(100000, n)
   end)
 
+  it("costs the main thread nothing until a stop is due: no hook, then one that removes itself", function()
+    local w = proc.watch { deadline = sys.monotime() + 0.2 }
+    local before = debug.gethook()
+    local co = coroutine.create(function() end)
+    local wrapped = coroutine.wrap(function() return debug.gethook() end)
+    local co_hook = table.pack(debug.gethook(co))
+    local wrapped_hook = table.pack(wrapped())
+    local ok, err = pcall(function() while true do end end)
+    local after = table.pack(debug.gethook())
+    w:close()
+    local n = 0
+    for _ = 1, 10000 do n = n + 1 end
+    assert.is_nil(before)
+    -- a coroutine is hooked from its start: a signal cannot tell which thread runs
+    assert.same({ "external hook", "", 1000 }, { co_hook[1], co_hook[2], co_hook[3] })
+    assert.same({ "external hook", "", 1000 }, { wrapped_hook[1], wrapped_hook[2], wrapped_hook[3] })
+    assert.is_false(ok)
+    assert.matches("deadline exceeded", err)
+    assert.same({ "external hook", "", 1000 }, { after[1], after[2], after[3] })
+    assert.equal(10000, n)
+    assert.is_nil(debug.gethook(), "the hook did not remove itself once the watch was closed")
+    assert.is_nil(debug.gethook(coroutine.create(function() end)), "a coroutine created after close is hooked")
+  end)
+
   it("reaches coroutines created under the watch", function()
     local ok, err = watched({ deadline = sys.monotime() + 0.1 }, function()
       local co = coroutine.create(function() while true do end end)
@@ -414,6 +438,17 @@ describe("SIGTERM under an armed proc.watch (a child cozy-migrate)", function()
       assert.matches("interrupt_child.lua:%d+$", out.where)
     end)
   end
+
+  it("stops a busy loop armed after the signal was caught: the stop is already due", function()
+    local p = child("loop-after-signal")
+    until_true("the child did not start waiting", function()
+      return runner_support.slurp(dir .. "/marker") == "waiting"
+    end)
+    p:kill("TERM")
+    local out = outcome(p)
+    assert.same({ "signal", 15 }, { out.reason, out.detail })
+    assert.matches("interrupt_child.lua:%d+$", out.where)
+  end)
 
   it("stops a busy loop under a watch without on_stop with a plain message", function()
     local p = child("loop-default")
