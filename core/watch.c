@@ -6,11 +6,13 @@
 **                                 on_stop = function(reason, detail, where) error(...) end }
 **
 ** Lua 5.4 traps every VM instruction of a thread that has a count hook,
-** whatever the count (luaG_traceexec), so the thread that arms a watch, the
-** state's main thread, gets no hook until a stop is due, as in lua.c: the
-** SIGTERM/SIGINT handler (after proc.trap()) and a timer set for the
-** earliest deadline (SIGALRM) set a count hook on it then (lua_sethook may
-** be called from a signal handler). Once set, the hook checks every
+** whatever the count (luaG_traceexec), so the main thread of the state that
+** arms a watch on the process's main thread (the one signals reach) gets no
+** hook until a stop is due, as in lua.c: the SIGTERM/SIGINT handler (after
+** proc.trap()) and a timer set for the earliest deadline (SIGALRM, taken
+** for the life of the process) set a count hook on it then (lua_sethook may
+** be called from a signal handler); a due alarm fires again every 0.1 s
+** until the watches move the timer. Once set, the hook checks every
 ** WATCH_COUNT instructions; when the stop holds it calls on_stop(reason,
 ** detail, where) and raises what it raises (if on_stop returns, a string
 ** error is raised); when nothing says stop any more it removes itself. As
@@ -23,10 +25,11 @@
 ** long as they may run under the watch: coroutines created while a watch is
 ** armed (coroutine.create and coroutine.wrap, as covered by
 ** cozy_watch_cover_coroutines, set it), one created earlier with
-** w:attach(co), and a coroutine that arms a watch itself. The same holds
-** when the timer cannot be made, or when another Lua state of the process
-** already owns it (the signal handler hooks one thread): then the arming
-** thread too gets its hook at once, as before this was done on demand.
+** w:attach(co), and a coroutine that arms a watch itself (its deadline moves
+** the timer too). The same holds for a state whose watches the handlers
+** cannot serve: the lease worker's (its thread blocks every signal), a
+** second state, or any state when the timer cannot be made: there the
+** arming thread is hooked at once, as before this was done on demand.
 **
 ** Watches nest: the earliest deadline of the armed ones applies, and the
 ** watch owning it (or, for a signal, the innermost) has its on_stop called.
@@ -40,8 +43,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lua.h"
 #include "lauxlib.h"
@@ -52,6 +58,8 @@
 #define WATCH_MT "cozy.proc.watch"
 #define WATCH_COUNT 1000 /* instructions between checks */
 #define WATCH_SLICE 0.1 /* longest sleep between checks, seconds */
+#define ALARM_REPEAT_NS 100000000L /* a due alarm fires again this often (0.1 s) */
+#define ALARM_HORIZON 1e15 /* deadlines beyond this (math.huge) need no timer */
 
 struct cozy_watch {
   struct cozy_watch *outer;
@@ -64,8 +72,11 @@ struct cozy_watch {
 ** lua_State: the thread a due stop hooks (the main thread of the state whose
 ** watches are armed on demand, or NULL), the POSIX thread that runs it, and
 ** the deadline timer. Set and cleared with the arming and closing of watches,
-** and when that state closes. */
-static lua_State *volatile alarm_target = NULL;
+** and when that state closes. Only the process's main thread takes them
+** (the lease worker's thread blocks every signal), so they are written by
+** one thread only; alarm_target is published after the rest (release) and
+** read first by the handlers (acquire). */
+static _Atomic(lua_State *) alarm_target = NULL;
 static pthread_t alarm_thread;
 static timer_t deadline_timer;
 static int timer_made = 0; /* 1 made, -1 cannot be made (watches hook at once) */
@@ -211,14 +222,22 @@ static void set_alarm_hook(lua_State *L) {
 /* Async-signal-safe. A signal that lands in another thread (a resolver
 ** thread libcurl started) is sent on to the target's own: a hook is only
 ** set from the thread that runs it. */
+/* The hook may also be lost to a race inside Lua (luaG_traceexec clears a
+** frame's trap after reading the hook mask: a hook set in between is not
+** seen by that frame), so a due alarm fires again every 0.1 s until the
+** watches move the timer. */
 void cozy_watch_alarm(int sig) {
-  lua_State *target = alarm_target;
+  lua_State *target = atomic_load_explicit(&alarm_target, memory_order_acquire);
+  struct itimerspec again;
   if (target == NULL) return;
   if (!pthread_equal(pthread_self(), alarm_thread)) {
     pthread_kill(alarm_thread, sig);
     return;
   }
   set_alarm_hook(target);
+  memset(&again, 0, sizeof again);
+  again.it_value.tv_nsec = again.it_interval.tv_nsec = ALARM_REPEAT_NS;
+  timer_settime(deadline_timer, 0, &again, NULL);
 }
 
 static void on_alarm(int sig) {
@@ -247,13 +266,14 @@ static int make_timer(void) {
   return 1;
 }
 
-/* Sets the timer to fire once at `deadline` (0: never); 0 on failure. It is
-** set a microsecond late, rounded up, so that the hook the alarm sets finds
-** the deadline passed. */
+/* Sets the timer to fire at `deadline` (0: never), then every 0.1 s; 0 on
+** failure. It is set a microsecond late, rounded up, so that the hook the
+** alarm sets finds the deadline passed. */
 static int arm_timer(double deadline) {
   struct itimerspec its;
   memset(&its, 0, sizeof its);
-  if (deadline > 0) {
+  if (deadline > 0 && deadline < ALARM_HORIZON) {
+    its.it_interval.tv_nsec = ALARM_REPEAT_NS;
     double at = deadline + 1e-6;
     its.it_value.tv_sec = (time_t)at;
     its.it_value.tv_nsec = (long)((at - (double)its.it_value.tv_sec) * 1e9) + 1;
@@ -266,23 +286,26 @@ static int arm_timer(double deadline) {
 }
 
 /* Whether L's stops can be left to the handlers: L is its state's main
-** thread, and the timer and the handlers' one target are (or now become)
-** this state's. */
+** thread, running on the process's main thread (the one signals reach), the
+** state is not closing, and the timer and the handlers' one target are (or
+** now become) this state's. */
 static int take_alarm(lua_State *L, struct cozy_watches *ws) {
   int is_main;
   if (ws->on_demand == L) return 1;
   is_main = lua_pushthread(L);
   lua_pop(L, 1);
-  if (!is_main || ws->on_demand != NULL || alarm_target != NULL || !make_timer()) return 0;
+  if (!is_main || ws->closing || ws->on_demand != NULL || syscall(SYS_gettid) != getpid() ||
+      atomic_load(&alarm_target) != NULL || !make_timer())
+    return 0;
   ws->on_demand = L;
   alarm_thread = pthread_self();
-  alarm_target = L; /* last: the handlers read it first */
+  atomic_store_explicit(&alarm_target, L, memory_order_release);
   return 1;
 }
 
 static void release_alarm(struct cozy_watches *ws) {
   if (ws->on_demand == NULL) return;
-  alarm_target = NULL;
+  atomic_store(&alarm_target, NULL);
   ws->on_demand = NULL;
   arm_timer(0);
 }
@@ -298,6 +321,7 @@ static void follow_deadline(struct cozy_watches *ws) {
 /* The state's watches closing with it: nothing may point at it any more. */
 static int watches_gc(lua_State *L) {
   struct cozy_watches *ws = (struct cozy_watches *)lua_touserdata(L, 1);
+  ws->closing = 1; /* a later finalizer's proc.watch must not take the alarm */
   if (ws->on_demand != NULL) {
     release_alarm(ws);
     timer_delete(deadline_timer);
@@ -314,6 +338,7 @@ static struct cozy_watches *watches_for(lua_State *L) {
   ws->top = NULL;
   ws->deadline = 0;
   ws->on_demand = NULL;
+  ws->closing = 0;
   lua_newtable(L);
   lua_setiuservalue(L, -2, 1);
   lua_newtable(L);
@@ -379,6 +404,7 @@ int cozy_proc_watch(lua_State *L) {
     if (cozy_watch_poll(ws, monotonic(), &detail) != COZY_GO) set_alarm_hook(L);
   } else {
     set_hook(L);
+    follow_deadline(ws); /* armed in a coroutine: its deadline may be the earliest */
   }
   return 1;
 }

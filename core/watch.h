@@ -1,10 +1,12 @@
 /* Watches: what stops a run wherever it is (core/watch.c). A watch, armed by
 ** proc.watch{} in one Lua state, says "stop on SIGTERM/SIGINT, or once this
-** monotonic deadline has passed". Lua code is stopped by a count hook, set on
-** the main thread only once a stop is due (by the signal handlers); C code
-** that waits (the transport, sys.sleep) asks cozy_watch_poll and sleeps with
-** cozy_watch_sleep. Process-wide: the signal flag, and what the handlers
-** need to reach the one state whose main thread is watched on demand. */
+** monotonic deadline has passed". Lua code is stopped by a count hook: on
+** the main thread of the process's primary state it is set only once a stop
+** is due (by the signal handlers); coroutines under a watch, and any other
+** state or thread, have it from the start. C code that waits (the transport,
+** sys.sleep) asks cozy_watch_poll and sleeps with cozy_watch_sleep.
+** Process-wide: the signal flag, SIGALRM, and what the handlers need to reach
+** the one state whose main thread is watched on demand. */
 #ifndef COZY_WATCH_H
 #define COZY_WATCH_H
 
@@ -24,6 +26,7 @@ struct cozy_watches {
   struct cozy_watch *top;
   double deadline; /* CLOCK_MONOTONIC seconds; 0 = none */
   lua_State *on_demand; /* the main thread, hooked only once a stop is due; or NULL */
+  int closing; /* the state is closing: no more alarms */
 };
 
 /* The state's watches, or NULL when proc.watch was never called in it. */

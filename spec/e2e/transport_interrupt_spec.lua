@@ -305,6 +305,48 @@ describe("proc.watch deadlines stop Lua code", function()
     assert.is_nil(debug.gethook(coroutine.create(function() end)), "a coroutine created after close is hooked")
   end)
 
+  it("removes the hook a stop set once nothing says stop, an outer watch still armed", function()
+    local outer = proc.watch { deadline = sys.monotime() + 3600 }
+    local inner = proc.watch { deadline = sys.monotime() + 0.1 }
+    local ok, err = pcall(function() while true do end end)
+    local during = debug.gethook()
+    inner:close()
+    local n = 0
+    for _ = 1, 10000 do n = n + 1 end
+    local after = debug.gethook()
+    outer:close()
+    assert.is_false(ok)
+    assert.matches("deadline exceeded", err)
+    assert.equal("external hook", during)
+    assert.equal(10000, n)
+    assert.is_nil(after, "the hook stayed after the stop had passed")
+  end)
+
+  it("applies a nearer deadline armed in a coroutine to the main thread", function()
+    local stop = {}
+    local outer = proc.watch { deadline = sys.monotime() + 30, on_stop = function(reason, detail)
+      stop.reason, stop.detail = reason, detail
+      error("outer", 0)
+    end }
+    local co = coroutine.create(function()
+      -- armed in the coroutine and left open while the main thread runs on
+      local _w <close> = proc.watch { deadline = sys.monotime() + 0.2, on_stop = function(reason, detail)
+        stop.reason, stop.detail = reason, detail
+        error("inner", 0)
+      end }
+      coroutine.yield()
+    end)
+    assert(coroutine.resume(co))
+    local ok, err = pcall(function() while true do end end)
+    coroutine.close(co)
+    outer:close()
+    assert.is_false(ok)
+    assert.equal("inner", err)
+    assert.equal("deadline", stop.reason)
+    -- stopped at the inner deadline, not at the outer one 29.8 s later
+    assert.is_true(stop.detail < 5, "stopped " .. tostring(stop.detail) .. " s after the inner deadline")
+  end)
+
   it("reaches coroutines created under the watch", function()
     local ok, err = watched({ deadline = sys.monotime() + 0.1 }, function()
       local co = coroutine.create(function() while true do end end)

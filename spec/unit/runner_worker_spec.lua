@@ -28,6 +28,15 @@ describe("cozy.worker", function()
     assert.matches("probe failed on purpose", err)
   end)
 
+  it("stops a loop under a watch armed in the worker's state at its deadline", function()
+    -- the worker's thread blocks every signal: its watch cannot be one the
+    -- signal handlers serve, and keeps its hook from the start
+    local w = worker.start("spec.fixtures.runner.worker_probe", "watched_loop", "")
+    local lost = support.poll(10, function() return w:lost() end)
+    assert.is_true(w:stop())
+    assert.matches("^stopped=true .*deadline exceeded$", lost)
+  end)
+
   it("joins the thread when closed or collected", function()
     -- the process's threads, as the kernel counts them: a worker that was
     -- neither joined nor detached-and-finished would still be listed
