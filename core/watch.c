@@ -181,7 +181,11 @@ int cozy_watch_raise(lua_State *L, int reason, double detail, int level) {
   return lua_error(L);
 }
 
-/* The hook of a thread that may run under a watch (a coroutine). */
+/* The hook of a thread under a watch. Set on demand on the main thread (by
+** a due stop), it removes itself once nothing says stop; a handler may set
+** it again between the two polls, and the second one sees it. Anywhere else
+** (a coroutine, a state the handlers cannot serve) it stays while a watch is
+** armed. */
 static void watch_hook(lua_State *L, lua_Debug *ar) {
   struct cozy_watches *ws;
   double detail = 0;
@@ -189,34 +193,17 @@ static void watch_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   ws = cozy_watches(L);
   r = cozy_watch_poll(ws, monotonic(), &detail);
+  if (r == COZY_GO && (ws == NULL || ws->top == NULL || ws->on_demand == L)) {
+    lua_sethook(L, NULL, 0, 0);
+    r = cozy_watch_poll(ws, monotonic(), &detail);
+    if (r == COZY_GO) return;
+    lua_sethook(L, watch_hook, LUA_MASKCOUNT, WATCH_COUNT);
+  }
   if (r != COZY_GO) cozy_watch_raise(L, r, detail, 0); /* level 0: the function running */
 }
 
 static void set_hook(lua_State *co) {
   lua_sethook(co, watch_hook, LUA_MASKCOUNT, WATCH_COUNT);
-}
-
-/* The hook a due stop sets on the main thread: it raises while the stop
-** holds, and removes itself once nothing says stop (the watch closed). A
-** handler may set it again between the two polls; the second one sees it. */
-static void alarm_hook(lua_State *L, lua_Debug *ar) {
-  struct cozy_watches *ws;
-  double detail = 0;
-  int r;
-  (void)ar;
-  ws = cozy_watches(L);
-  r = cozy_watch_poll(ws, monotonic(), &detail);
-  if (r == COZY_GO) {
-    lua_sethook(L, NULL, 0, 0);
-    r = cozy_watch_poll(ws, monotonic(), &detail);
-    if (r == COZY_GO) return;
-    lua_sethook(L, alarm_hook, LUA_MASKCOUNT, WATCH_COUNT);
-  }
-  cozy_watch_raise(L, r, detail, 0);
-}
-
-static void set_alarm_hook(lua_State *L) {
-  lua_sethook(L, alarm_hook, LUA_MASKCOUNT, WATCH_COUNT);
 }
 
 /* Async-signal-safe. A signal that lands in another thread (a resolver
@@ -234,7 +221,7 @@ void cozy_watch_alarm(int sig) {
     pthread_kill(alarm_thread, sig);
     return;
   }
-  set_alarm_hook(target);
+  set_hook(target);
   memset(&again, 0, sizeof again);
   again.it_value.tv_nsec = again.it_interval.tv_nsec = ALARM_REPEAT_NS;
   timer_settime(deadline_timer, 0, &again, NULL);
@@ -401,7 +388,7 @@ int cozy_proc_watch(lua_State *L) {
     double detail;
     follow_deadline(ws);
     /* a signal caught before, or a deadline already passed */
-    if (cozy_watch_poll(ws, monotonic(), &detail) != COZY_GO) set_alarm_hook(L);
+    if (cozy_watch_poll(ws, monotonic(), &detail) != COZY_GO) set_hook(L);
   } else {
     set_hook(L);
     follow_deadline(ws); /* armed in a coroutine: its deadline may be the earliest */
@@ -429,8 +416,7 @@ static int watch_close(lua_State *L) {
   lua_rawsetp(L, -2, w);
   lua_pop(L, 2);
   /* coroutines keep their hook; with nothing armed it does nothing */
-  if (ws->top == NULL && (lua_gethook(L) == watch_hook || lua_gethook(L) == alarm_hook))
-    lua_sethook(L, NULL, 0, 0);
+  if (ws->top == NULL && lua_gethook(L) == watch_hook) lua_sethook(L, NULL, 0, 0);
   return 0;
 }
 
