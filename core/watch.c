@@ -260,8 +260,8 @@ static int arm_timer(double deadline) {
   struct itimerspec its;
   memset(&its, 0, sizeof its);
   if (deadline > 0 && deadline < ALARM_HORIZON) {
-    its.it_interval.tv_nsec = ALARM_REPEAT_NS;
     double at = deadline + 1e-6;
+    its.it_interval.tv_nsec = ALARM_REPEAT_NS;
     its.it_value.tv_sec = (time_t)at;
     its.it_value.tv_nsec = (long)((at - (double)its.it_value.tv_sec) * 1e9) + 1;
     if (its.it_value.tv_nsec >= 1000000000L) {
@@ -300,9 +300,15 @@ static void release_alarm(struct cozy_watches *ws) {
 /* After the armed set changed: the timer follows the earliest deadline; if
 ** it cannot, the main thread is hooked now, as without a timer. */
 static void follow_deadline(struct cozy_watches *ws) {
-  if (ws->on_demand == NULL) return;
-  if (ws->top == NULL) release_alarm(ws);
-  else if (!arm_timer(ws->deadline)) set_hook(ws->on_demand);
+  lua_State *main_thread = ws->on_demand;
+  if (main_thread == NULL) return;
+  if (ws->top == NULL) {
+    release_alarm(ws);
+  } else if (!arm_timer(ws->deadline)) {
+    /* no longer on demand, so that the hook does not remove itself */
+    release_alarm(ws);
+    set_hook(main_thread);
+  }
 }
 
 /* The state's watches closing with it: nothing may point at it any more. */
@@ -348,7 +354,8 @@ static void recompute(struct cozy_watches *ws) {
 int cozy_proc_watch(lua_State *L) {
   struct cozy_watches *ws;
   struct cozy_watch *w;
-  double deadline = 0;
+  double deadline = 0, detail = 0;
+  int on_demand;
   if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
   if (lua_istable(L, 1)) {
@@ -384,15 +391,11 @@ int cozy_proc_watch(lua_State *L) {
   lua_pop(L, 2);
   ws->top = w;
   recompute(ws);
-  if (take_alarm(L, ws)) {
-    double detail;
-    follow_deadline(ws);
-    /* a signal caught before, or a deadline already passed */
-    if (cozy_watch_poll(ws, monotonic(), &detail) != COZY_GO) set_hook(L);
-  } else {
-    set_hook(L);
-    follow_deadline(ws); /* armed in a coroutine: its deadline may be the earliest */
-  }
+  on_demand = take_alarm(L, ws);
+  if (!on_demand) set_hook(L);
+  follow_deadline(ws); /* also when armed in a coroutine: its deadline may be the earliest */
+  /* a signal caught before, or a deadline already passed */
+  if (on_demand && cozy_watch_poll(ws, monotonic(), &detail) != COZY_GO) set_hook(L);
   return 1;
 }
 
