@@ -739,27 +739,29 @@ static const char *check_projection(lua_State *L, int idx, int depth, ProjSpace 
   return NULL;
 }
 
-static int json_decode(lua_State *L) {
-  size_t len;
-  const char *s = luaL_checklstring(L, 1, &len);
+/* Decodes s[0..len) (s[len] must be the '\0' every Lua string ends with)
+** with the projection argument at proj_idx (none, nil, true or a table);
+** pushes the value. */
+static int decode_text(lua_State *L, const char *s, size_t len, int proj_idx) {
   Decoder d;
   const char *p;
   const Proj *proj = NULL;
-  if (!lua_isnoneornil(L, 2)) {
-    int t = lua_type(L, 2);
+  if (!lua_isnoneornil(L, proj_idx)) {
+    int t = lua_type(L, proj_idx);
     if (t == LUA_TTABLE) {
       ProjSpace space = {0, 0, NULL, NULL};
-      lua_settop(L, 2);
-      const char *fault = check_projection(L, 2, 1, &space);
+      lua_settop(L, proj_idx);
+      const char *fault = check_projection(L, proj_idx, 1, &space);
       if (fault)
-        return luaL_argerror(L, 2, lua_pushfstring(L, "projection: %s is %s", lua_tostring(L, -1), fault));
-      /* 3: the compiled projection, until decode returns; Proj and ProjKey
-      ** hold pointers and sizes, so the keys after the nodes are aligned */
+        return luaL_argerror(L, proj_idx,
+                             lua_pushfstring(L, "projection: %s is %s", lua_tostring(L, -1), fault));
+      /* above it: the compiled projection, until decode returns; Proj and
+      ** ProjKey hold pointers and sizes, so the keys after the nodes are aligned */
       space.node = lua_newuserdatauv(L, space.nodes * sizeof(Proj) + space.keys * sizeof(ProjKey), 0);
       space.key = (ProjKey *)(space.node + space.nodes);
-      proj = compile_projection(L, 2, &space);
-    } else if (!(t == LUA_TBOOLEAN && lua_toboolean(L, 2))) {
-      return luaL_typeerror(L, 2, "projection table or true");
+      proj = compile_projection(L, proj_idx, &space);
+    } else if (!(t == LUA_TBOOLEAN && lua_toboolean(L, proj_idx))) {
+      return luaL_typeerror(L, proj_idx, "projection table or true");
     }
   }
   d.L = L;
@@ -772,6 +774,33 @@ static int json_decode(lua_State *L) {
   p = skip_space(p);
   if (p != d.e) unexpected(&d, p, "the end of input");
   return 1;
+}
+
+static int json_decode(lua_State *L) {
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  return decode_text(L, s, len, 2);
+}
+
+/* decode_buffer(pointer, length, projection): json.decode of bytes the
+** transport holds, without copying them into a Lua string first (a list page
+** is megabytes). Kept in the registry, out of reach of Lua code, since it
+** reads wherever the pointer points. */
+static int json_decode_buffer(lua_State *L) {
+  const char *s = (const char *)lua_touserdata(L, 1);
+  lua_Integer len = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, lua_islightuserdata(L, 1) && s != NULL && len >= 0 && s[len] == '\0', 1,
+                "a NUL-terminated buffer");
+  return decode_text(L, s, (size_t)len, 3);
+}
+
+void cozy_json_push_buffer_decoder(lua_State *L) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, COZY_JSON_BUFFER_DECODER) != LUA_TFUNCTION) {
+    lua_pop(L, 1);
+    luaL_requiref(L, "cozy.json", luaopen_cozy_json, 0);
+    lua_pop(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, COZY_JSON_BUFFER_DECODER);
+  }
 }
 
 /* Marks t (or a new table) with the metatable at index `mt`; a table that
@@ -831,6 +860,12 @@ int luaopen_cozy_json(lua_State *L) {
   lua_getfield(L, -1, "decode");
   lua_getfield(L, -2, "encode");
   lua_remove(L, -3);
+  lua_pushvalue(L, -4); /* the upvalues again, for the buffer decoder */
+  lua_pushvalue(L, -4);
+  lua_pushvalue(L, -4);
+  lua_pushvalue(L, -4);
+  lua_pushcclosure(L, json_decode_buffer, 4);
+  lua_setfield(L, LUA_REGISTRYINDEX, COZY_JSON_BUFFER_DECODER);
   luaL_setfuncs(L, json_funcs, 4);
   lua_pushlightuserdata(L, NULL); /* the same value as cjson.null */
   lua_setfield(L, -2, "null");

@@ -46,6 +46,13 @@ static inline size_t cozy_json_utf8_len(const unsigned char *p) {
 extern const unsigned char cozy_json_string_stop[256];
 
 int cozy_json_encode(lua_State *L);
+
+/* Pushes decode_buffer(pointer, length, projection), json.decode of bytes
+** in C memory that end in a '\0' (the transport's answers), opening
+** cozy.json if it is not yet. */
+#define COZY_JSON_BUFFER_DECODER "cozy.json.decode_buffer"
+void cozy_json_push_buffer_decoder(lua_State *L);
+int luaopen_cozy_json(lua_State *L);
 void cozy_json_open_encoder(lua_State *L);
 
 #endif

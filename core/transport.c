@@ -10,9 +10,15 @@
 **                    insecure=, auth=, token_file= }  (no secret in it)
 **   t:request(method, path, { query=, body=, content_type=, retry_safe=,
 **                              timeout=, on_retry=function(attempt) end,
-**                              before_attempt=function(info) end })
+**                              before_attempt=function(info) end,
+**                              decode=true or a projection })
 **     --> status (0: transport failure), body (string or nil), attempts,
-**         warnings (the answer's Warning headers, '\n'-separated, or nil)
+**         warnings (the answer's Warning headers, '\n'-separated, or nil),
+**         decode_error
+**   With `decode`, a 2xx body comes back decoded (json.decode with that
+**   projection, read straight from the transfer's buffer: a list page is
+**   never copied into a Lua string), nil when empty; when it is not JSON,
+**   body is the text and decode_error the decoder's message.
 **   before_attempt({ attempt=n, deadline=, method=, path= }) runs before
 **   every attempt: nil/true sends it, a number waits that many seconds and
 **   asks again, an error ends the request with that error.
@@ -39,6 +45,7 @@
 #include "lauxlib.h"
 
 #include "host.h"
+#include "json.h"
 #include "transport.h"
 
 #define TRANSPORT_MT "cozy.transport"
@@ -93,6 +100,40 @@ int cozy_bad_http_text(const char *s, size_t len, int no_space) {
     if (c < 0x20 || c == 0x7f || (no_space && c == ' ')) return 1;
   }
   return 0;
+}
+
+/* The `decode` option at idx: 0 when absent, else idx (true or a projection). */
+int cozy_decode_option(lua_State *L, int idx) {
+  int t = lua_type(L, idx);
+  if (t == LUA_TNIL) return 0;
+  if (t == LUA_TTABLE || (t == LUA_TBOOLEAN && lua_toboolean(L, idx))) return idx;
+  return luaL_error(L, "option 'decode' must be true or a projection table");
+}
+
+/* Pushes an answer's body and what decoding it said: the text and nil; or,
+** asked to decode (decode_idx != 0) a 2xx answer, the value (nil for an
+** empty body) and nil, or the text and the decoder's message when it is not
+** JSON. */
+void cozy_push_body(lua_State *L, const struct cozy_response *r, long status, int decode_idx) {
+  const char *body = r->body ? r->body : "";
+  if (decode_idx == 0 || status < 200 || status > 299) {
+    lua_pushlstring(L, body, r->body_len);
+    lua_pushnil(L);
+  } else if (r->body_len == 0) {
+    lua_pushnil(L);
+    lua_pushnil(L);
+  } else {
+    cozy_json_push_buffer_decoder(L);
+    lua_pushlightuserdata(L, r->body);
+    lua_pushinteger(L, (lua_Integer)r->body_len);
+    lua_pushvalue(L, decode_idx);
+    if (lua_pcall(L, 3, 1, 0) == LUA_OK) {
+      lua_pushnil(L);
+    } else {
+      lua_pushlstring(L, body, r->body_len);
+      lua_insert(L, -2);
+    }
+  }
 }
 
 static int t_gc(lua_State *L) {
@@ -260,7 +301,8 @@ static int t_request(lua_State *L) {
   const char *path = luaL_checklstring(L, 3, &path_len);
   const char *query = NULL, *body = NULL, *ctype = NULL;
   size_t body_len = 0;
-  int retry_safe = 0, read, n = 0, did_401 = 0, on_retry = 0, before = 0, attempts_idx, stopped = 0;
+  int retry_safe = 0, read, n = 0, did_401 = 0, on_retry = 0, before = 0, attempts_idx, stopped = 0,
+      decode_idx;
   double timeout, start, elapsed = 0;
   const char *url;
   luaL_Buffer b;
@@ -308,6 +350,8 @@ static int t_request(lua_State *L) {
   lua_getfield(L, 4, "before_attempt"); /* index 11 */
   before = lua_isfunction(L, 11);
   if (!before && !lua_isnil(L, 11)) return luaL_error(L, "option 'before_attempt' must be a function");
+  lua_getfield(L, 4, "decode"); /* index 12 */
+  decode_idx = cozy_decode_option(L, 12);
 
   /* the caller's proc.watch: a signal or its deadline ends the request */
   t->watch = cozy_watches(L);
@@ -399,16 +443,17 @@ static int t_request(lua_State *L) {
   if (stopped || rc != CURLE_OK) {
     lua_pushinteger(L, 0);
     lua_pushnil(L);
+    lua_pushnil(L);
   } else {
     lua_pushinteger(L, status);
-    lua_pushlstring(L, t->resp.body ? t->resp.body : "", t->resp.body_len);
+    cozy_push_body(L, &t->resp, status, decode_idx);
   }
   lua_pushvalue(L, attempts_idx);
-  if (!stopped && rc == CURLE_OK && t->resp.warnings_len > 0) {
+  if (!stopped && rc == CURLE_OK && t->resp.warnings_len > 0)
     lua_pushlstring(L, t->resp.warnings, t->resp.warnings_len - 1); /* without the last '\n' */
-    return 4;
-  }
-  return 3;
+  else lua_pushnil(L);
+  lua_rotate(L, -3, -1); /* status, body, attempts, warnings, decode_error */
+  return 5;
 }
 
 static const luaL_Reg t_methods[] = {{"request", t_request},

@@ -4,7 +4,7 @@
 **
 **   local m = t:multi{ concurrency = 8 }
 **   local id = m:submit(method, path, opts)   -- opts as for t:request
-**   local id, status, body, attempts, warnings = m:wait()  -- nil: none pending
+**   local id, status, body, attempts, warnings, decode_error = m:wait()  -- nil: none pending
 **   m:pending()   m:close()  (also __gc and __close: cancels what is in flight)
 **
 ** Each request follows exactly t:request's rules (transport_retry.c): its own
@@ -31,8 +31,8 @@
 #define MULTI_MAX_CONCURRENCY 64
 #define MULTI_POLL_SLICE 0.1 /* longest wait between looks at the watch, seconds */
 
-/* the anchor of a job: a table { body, before_attempt, on_retry, attempts } */
-enum { A_BODY = 1, A_BEFORE = 2, A_ON_RETRY = 3, A_ATTEMPTS = 4 };
+/* the anchor of a job: a table { body, before_attempt, on_retry, attempts, decode } */
+enum { A_BODY = 1, A_BEFORE = 2, A_ON_RETRY = 3, A_ATTEMPTS = 4, A_DECODE = 5 };
 
 struct job {
   struct job *next;
@@ -513,33 +513,38 @@ static void collect(lua_State *L, int m_idx, struct cozy_multi *m) {
   }
 }
 
-/* Pushes the results of a done job and frees it: id, status, body, attempts, warnings. */
+/* Pushes the results of a done job and frees it: id, status, body,
+** attempts, warnings, decode_error (t:request's). */
 static int hand_over(lua_State *L, int m_idx, struct cozy_multi *m) {
   struct job *j = pop_front(&m->done);
   int failed = j->stopped || j->rc != CURLE_OK;
   lua_pushinteger(L, j->id);
+  push_anchor(L, m_idx, j);
   if (failed) {
     lua_pushinteger(L, 0);
     lua_pushnil(L);
+    lua_pushnil(L);
   } else {
     lua_pushinteger(L, j->status);
-    lua_pushlstring(L, j->resp->body ? j->resp->body : "", j->resp->body_len);
+    lua_rawgeti(L, -2, A_DECODE);
+    cozy_push_body(L, j->resp, j->status, lua_isnil(L, -1) ? 0 : lua_absindex(L, -1));
+    lua_remove(L, -3); /* the decode option */
   }
-  push_anchor(L, m_idx, j);
-  lua_rawgeti(L, -1, A_ATTEMPTS);
-  lua_remove(L, -2);
+  lua_rawgeti(L, -4, A_ATTEMPTS);
   if (!failed && j->resp->warnings_len > 0) lua_pushlstring(L, j->resp->warnings, j->resp->warnings_len - 1);
   else lua_pushnil(L);
+  lua_rotate(L, -3, -1); /* id, anchor, status, body, attempts, warnings, decode_error */
+  lua_remove(L, -6); /* the anchor */
   lua_getiuservalue(L, m_idx, 1);
   lua_pushnil(L);
   lua_rawseti(L, -2, j->id);
   lua_pop(L, 1);
   m->pending--;
   job_free(j);
-  return 5;
+  return 6;
 }
 
-/* m:wait() -> id, status, body, attempts, warnings | nil */
+/* m:wait() -> id, status, body, attempts, warnings, decode_error | nil */
 static int m_wait(lua_State *L) {
   struct cozy_multi *m = check_multi(L);
   struct cozy_transport *t = m->t;
@@ -637,7 +642,7 @@ static int m_submit(lua_State *L) {
   }
   luaL_checktype(L, 4, LUA_TTABLE);
   lua_settop(L, 4);
-  lua_createtable(L, 4, 0); /* 5: the anchor */
+  lua_createtable(L, 5, 0); /* 5: the anchor */
   query = opt_str(L, 4, "query", &query_len); /* 6 */
   if (query && cozy_bad_http_text(query, query_len, 1))
     return luaL_argerror(L, 4, "query contains a space or a control character (CR, LF, NUL...)");
@@ -661,6 +666,9 @@ static int m_submit(lua_State *L) {
   else lua_pop(L, 1);
   if (opt_function(L, 4, "on_retry")) lua_rawseti(L, 5, A_ON_RETRY);
   else lua_pop(L, 1);
+  lua_getfield(L, 4, "decode");
+  cozy_decode_option(L, lua_gettop(L));
+  lua_rawseti(L, 5, A_DECODE);
   lua_newtable(L);
   lua_rawseti(L, 5, A_ATTEMPTS);
 

@@ -234,9 +234,10 @@ function Client:prepare(method, path, spec)
   end
   return {
     method = method, path = path, shown = shown, write = write,
-    -- decode only these parts of a successful answer (json.decode's projection)
-    projection = spec.projection,
     options = {
+      -- a successful answer comes back decoded by the transport, straight
+      -- from its buffer; only these parts of it with a projection
+      decode = spec.projection or true,
       query = qs,
       body = body ~= nil and json.encode(body) or nil,
       content_type = ctype,
@@ -251,9 +252,11 @@ function Client:prepare(method, path, spec)
   }
 end
 
--- The answer to a prepared request: counted, its warnings logged once,
--- decoded; raises kube.Error for any non-2xx answer or transport failure.
-function Client:finish(req, status, raw, attempts, warnings)
+-- The answer to a prepared request (the transport's results): counted, its
+-- warnings logged once, decoded; raises kube.Error for any non-2xx answer or
+-- transport failure. A 2xx body arrives decoded (req.options.decode), or as
+-- text with the decoder's message when it is not JSON.
+function Client:finish(req, status, body, attempts, warnings, decode_error)
   -- attempts a watch stopped before they were sent are not requests
   local sent = 0
   for _, a in ipairs(attempts) do
@@ -273,18 +276,19 @@ function Client:finish(req, status, raw, attempts, warnings)
       end
     end
   end
-  local decoded
-  if raw ~= nil and raw ~= "" then
-    local ok, v = pcall(json.decode, raw, status >= 200 and status < 300 and req.projection or nil)
-    if ok then decoded = v elseif status >= 200 and status < 300 then
+  if status >= 200 and status < 300 then
+    if decode_error ~= nil then
       error(errors.new { method = req.method, path = req.shown, code = status, reason = "InvalidResponse",
-        message = "the server's answer is not JSON: " .. tostring(v), attempts = attempts })
+        message = "the server's answer is not JSON: " .. decode_error, attempts = attempts })
     end
+    return body, status, attempts
   end
-  if status < 200 or status >= 300 then
-    error(errors.from_response(req.method, req.shown, status, decoded, raw, attempts))
+  local decoded -- a Status object, when the error body is one
+  if body ~= nil and body ~= "" then
+    local ok, v = pcall(json.decode, body)
+    if ok then decoded = v end
   end
-  return decoded, status, attempts
+  error(errors.from_response(req.method, req.shown, status, decoded, body, attempts))
 end
 
 -- One API call: the one path every request of the engine, the runner and a
@@ -681,11 +685,11 @@ update_in_parallel = function(self, pull, edit, opts, counts, concurrency, lean)
       if not ok then first_err = err end
     end
     if pending == 0 then break end
-    local id, status, body, attempts, warnings = m:wait()
+    local id, status, body, attempts, warnings, decode_error = m:wait()
     if id == nil then break end
     local state = inflight[id]
     inflight[id], pending = nil, pending - 1
-    local ok, res = pcall(c.finish, c, state.req, status, body, attempts, warnings)
+    local ok, res = pcall(c.finish, c, state.req, status, body, attempts, warnings, decode_error)
     local sok, serr = pcall(settle, state, ok, res)
     if not sok then first_err = first_err or serr end
   end
