@@ -52,7 +52,6 @@ int cozy_json_encode(lua_State *L);
 ** cozy.json if it is not yet. */
 #define COZY_JSON_BUFFER_DECODER "cozy.json.decode_buffer"
 void cozy_json_push_buffer_decoder(lua_State *L);
-int luaopen_cozy_json(lua_State *L);
 void cozy_json_open_encoder(lua_State *L);
 
 #endif

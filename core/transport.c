@@ -114,7 +114,7 @@ int cozy_decode_option(lua_State *L, int idx) {
 ** asked to decode (decode_idx != 0) a 2xx answer, the value (nil for an
 ** empty body) and nil, or the text and the decoder's message when it is not
 ** JSON. */
-void cozy_push_body(lua_State *L, const struct cozy_response *r, long status, int decode_idx) {
+static void push_body(lua_State *L, const struct cozy_response *r, long status, int decode_idx) {
   const char *body = r->body ? r->body : "";
   if (decode_idx == 0 || status < 200 || status > 299) {
     lua_pushlstring(L, body, r->body_len);
@@ -134,6 +134,26 @@ void cozy_push_body(lua_State *L, const struct cozy_response *r, long status, in
       lua_insert(L, -2);
     }
   }
+}
+
+/* Pushes what t:request (and m:wait, after the id) returns for a request
+** that has ended: status (0 when it failed or was stopped), body, attempts
+** (the table at attempts_idx), warnings, decode_error. */
+void cozy_push_results(lua_State *L, const struct cozy_response *r, int failed, long status, int decode_idx,
+                       int attempts_idx) {
+  if (failed) {
+    lua_pushinteger(L, 0);
+    lua_pushnil(L);
+    lua_pushnil(L);
+  } else {
+    lua_pushinteger(L, status);
+    push_body(L, r, status, decode_idx);
+  }
+  lua_pushvalue(L, attempts_idx);
+  if (!failed && r->warnings_len > 0)
+    lua_pushlstring(L, r->warnings, r->warnings_len - 1); /* without the last '\n' */
+  else lua_pushnil(L);
+  lua_rotate(L, -3, -1); /* status, body, attempts, warnings, decode_error */
 }
 
 static int t_gc(lua_State *L) {
@@ -440,19 +460,7 @@ static int t_request(lua_State *L) {
       break;
     }
   }
-  if (stopped || rc != CURLE_OK) {
-    lua_pushinteger(L, 0);
-    lua_pushnil(L);
-    lua_pushnil(L);
-  } else {
-    lua_pushinteger(L, status);
-    cozy_push_body(L, &t->resp, status, decode_idx);
-  }
-  lua_pushvalue(L, attempts_idx);
-  if (!stopped && rc == CURLE_OK && t->resp.warnings_len > 0)
-    lua_pushlstring(L, t->resp.warnings, t->resp.warnings_len - 1); /* without the last '\n' */
-  else lua_pushnil(L);
-  lua_rotate(L, -3, -1); /* status, body, attempts, warnings, decode_error */
+  cozy_push_results(L, &t->resp, stopped || rc != CURLE_OK, status, decode_idx, attempts_idx);
   return 5;
 }
 

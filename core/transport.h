@@ -131,7 +131,8 @@ void cozy_push_stop(lua_State *L, int stop, double detail, int sent, double elap
 double cozy_attempt_deadline(const struct cozy_transport *t, double now, double timeout);
 /* An answer's body for Lua, as text or decoded (transport.c) */
 int cozy_decode_option(lua_State *L, int idx);
-void cozy_push_body(lua_State *L, const struct cozy_response *r, long status, int decode_idx);
+void cozy_push_results(lua_State *L, const struct cozy_response *r, int failed, long status, int decode_idx,
+                       int attempts_idx);
 /* The checks on what goes into a request line or a header (transport.c) */
 int cozy_bad_http_text(const char *s, size_t len, int no_space);
 

@@ -517,24 +517,15 @@ static void collect(lua_State *L, int m_idx, struct cozy_multi *m) {
 ** attempts, warnings, decode_error (t:request's). */
 static int hand_over(lua_State *L, int m_idx, struct cozy_multi *m) {
   struct job *j = pop_front(&m->done);
-  int failed = j->stopped || j->rc != CURLE_OK;
+  int failed = j->stopped || j->rc != CURLE_OK, anchor;
   lua_pushinteger(L, j->id);
   push_anchor(L, m_idx, j);
-  if (failed) {
-    lua_pushinteger(L, 0);
-    lua_pushnil(L);
-    lua_pushnil(L);
-  } else {
-    lua_pushinteger(L, j->status);
-    lua_rawgeti(L, -2, A_DECODE);
-    cozy_push_body(L, j->resp, j->status, lua_isnil(L, -1) ? 0 : lua_absindex(L, -1));
-    lua_remove(L, -3); /* the decode option */
-  }
-  lua_rawgeti(L, -4, A_ATTEMPTS);
-  if (!failed && j->resp->warnings_len > 0) lua_pushlstring(L, j->resp->warnings, j->resp->warnings_len - 1);
-  else lua_pushnil(L);
-  lua_rotate(L, -3, -1); /* id, anchor, status, body, attempts, warnings, decode_error */
-  lua_remove(L, -6); /* the anchor */
+  anchor = lua_gettop(L);
+  lua_rawgeti(L, anchor, A_ATTEMPTS);
+  lua_rawgeti(L, anchor, A_DECODE);
+  cozy_push_results(L, j->resp, failed, j->status, lua_isnil(L, -1) ? 0 : anchor + 2, anchor + 1);
+  lua_rotate(L, anchor, -3); /* the anchor, its attempts and decode option on top, */
+  lua_pop(L, 3); /* and gone: the id, then the results */
   lua_getiuservalue(L, m_idx, 1);
   lua_pushnil(L);
   lua_rawseti(L, -2, j->id);
