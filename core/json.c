@@ -52,6 +52,8 @@
 **    encode <what> at spec.volumes[2]".
 **  - json.array([t]) / json.object([t]) mark t (or a new table) and return
 **    it; a table with some other metatable is refused.
+**  - json.copy(v) / json.diff(a, b): the deep copy and the RFC 6902
+**    difference of values; see core/json_value.c.
 */
 #include <float.h>
 #include <stdint.h>
@@ -833,11 +835,9 @@ static int json_object(lua_State *L) {
   return mark(L, COZY_JSON_OBJECT_MT);
 }
 
-static const luaL_Reg json_funcs[] = {{"decode", json_decode},
-                                      {"encode", cozy_json_encode},
-                                      {"array", json_array},
-                                      {"object", json_object},
-                                      {NULL, NULL}};
+static const luaL_Reg json_funcs[] = {
+    {"decode", json_decode},  {"encode", cozy_json_encode}, {"array", json_array}, {"object", json_object},
+    {"copy", cozy_json_copy}, {"diff", cozy_json_diff},     {NULL, NULL}};
 
 static void new_marker(lua_State *L, const char *name) {
   lua_createtable(L, 0, 1);
@@ -847,6 +847,7 @@ static void new_marker(lua_State *L, const char *name) {
 
 int luaopen_cozy_json(lua_State *L) {
   cozy_json_open_encoder(L);
+  cozy_json_open_values(L);
   luaL_newlibtable(L, json_funcs);
   new_marker(L, "cozy.json.array");
   lua_pushvalue(L, -1);

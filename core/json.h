@@ -1,5 +1,6 @@
-/* Internals shared by the halves of cozy.json (core/json.c decodes,
-** core/json_encode.c encodes). Not an API: Lua code sees only the module. */
+/* Internals shared by the parts of cozy.json (core/json.c decodes,
+** core/json_encode.c encodes, core/json_value.c copies and compares).
+** Not an API: Lua code sees only the module. */
 #ifndef COZY_JSON_H
 #define COZY_JSON_H
 
@@ -46,6 +47,8 @@ static inline size_t cozy_json_utf8_len(const unsigned char *p) {
 extern const unsigned char cozy_json_string_stop[256];
 
 int cozy_json_encode(lua_State *L);
+int cozy_json_copy(lua_State *L); /* json_value.c */
+int cozy_json_diff(lua_State *L);
 
 /* Pushes decode_buffer(pointer, length, projection), json.decode of bytes
 ** in C memory that end in a '\0' (the transport's answers), opening
@@ -53,5 +56,6 @@ int cozy_json_encode(lua_State *L);
 #define COZY_JSON_BUFFER_DECODER "cozy.json.decode_buffer"
 void cozy_json_push_buffer_decoder(lua_State *L);
 void cozy_json_open_encoder(lua_State *L);
+void cozy_json_open_values(lua_State *L);
 
 #endif

@@ -17,12 +17,8 @@ local function is_array(t)
 end
 patch.is_array = is_array
 
-local function deepcopy(v)
-  if type(v) ~= "table" then return v end
-  local c = {}
-  for k, x in pairs(v) do c[k] = deepcopy(x) end
-  return setmetatable(c, getmetatable(v))
-end
+-- json.copy: every change copies the whole object, so it is C (core/json_value.c)
+local deepcopy = json.copy
 patch.deepcopy = deepcopy
 
 local function equal(a, b)
@@ -162,65 +158,15 @@ function patch.json_patch(doc, ops)
   return doc
 end
 
-local function escape(token)
-  token = tostring(token)
-  -- most keys have neither: two plain finds cost less than two gsubs
-  if not (token:find("~", 1, true) or token:find("/", 1, true)) then return token end
-  return (token:gsub("~", "~0"):gsub("/", "~1"))
-end
-patch.escape = escape
-
 -- The RFC 6902 ops that turn `a` into `b` (both decoded JSON values), as
 -- narrow as the difference: a key added, removed or changed is one op; an
 -- array that grew keeps its elements and gets `/-` adds, one that shrank
 -- loses its last elements; a changed element is changed where it is. So a
 -- list is never replaced wholesale, and a container `b` has that `a` lacks
--- is one add that creates it. Returns an array of ops (empty: no difference).
-local function by_text(x, y) return tostring(x) < tostring(y) end
-
-local function diff(a, b, path, ops)
-  -- one walk: a subtree is compared only where the walk reaches it (1 and
-  -- 1.0 are the same JSON number, and == says so)
-  if a == b then return ops end
-  local ta, tb = type(a) == "table", type(b) == "table"
-  if ta and tb and next(a) == nil and next(b) == nil then return ops end -- [] and {} alike, as equal has them
-  local array = ta and is_array(a)
-  if not (ta and tb) or array ~= is_array(b) then
-    ops[#ops + 1] = { op = "replace", path = path, value = deepcopy(b) }
-    return ops
-  end
-  if array then
-    local common = math.min(#a, #b)
-    for i = 1, common do diff(a[i], b[i], path .. "/" .. (i - 1), ops) end
-    for i = common + 1, #b do ops[#ops + 1] = { op = "add", path = path .. "/-", value = deepcopy(b[i]) } end
-    for i = #a, common + 1, -1 do ops[#ops + 1] = { op = "remove", path = path .. "/" .. (i - 1) } end
-    return ops
-  end
-  local keys, strings = {}, true
-  for k, x in pairs(a) do
-    if x ~= b[k] then keys[#keys + 1] = k; strings = strings and type(k) == "string" end
-  end
-  for k in pairs(b) do
-    if a[k] == nil then keys[#keys + 1] = k; strings = strings and type(k) == "string" end
-  end
-  -- the same order either way (strings compare as their text); the plain sort is cheaper
-  if strings then table.sort(keys) else table.sort(keys, by_text) end
-  for _, k in ipairs(keys) do
-    local p = path .. "/" .. escape(k)
-    if b[k] == nil then
-      ops[#ops + 1] = { op = "remove", path = p }
-    elseif a[k] == nil then
-      ops[#ops + 1] = { op = "add", path = p, value = deepcopy(b[k]) }
-    else
-      diff(a[k], b[k], p, ops)
-    end
-  end
-  return ops
-end
-
-function patch.diff(a, b)
-  return json.array(diff(a, b, "", {}))
-end
+-- is one add that creates it. Returns an array of ops (empty: no
+-- difference). json.diff (core/json_value.c has the rules): every change
+-- walks the whole object, and in Lua that was a tenth of a fleet run's CPU.
+patch.diff = json.diff
 
 -- RFC 7386 on a copy of target.
 function patch.merge_patch(target, p)
