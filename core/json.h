@@ -5,6 +5,7 @@
 #define COZY_JSON_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "lua.h"
 
@@ -45,6 +46,22 @@ static inline size_t cozy_json_utf8_len(const unsigned char *p) {
 ** control characters (the '\0' after every Lua string among them) and the
 ** bytes of multi-byte UTF-8 sequences. */
 extern const unsigned char cozy_json_string_stop[256];
+
+/* A key of an object being encoded or compared, to sort: its bytes and
+** the stack slot of the key. Encode and diff order keys the same way,
+** bytewise (a prefix first), so they share the comparison. */
+typedef struct CozyJsonKey {
+  const char *s;
+  size_t len;
+  int slot;
+} CozyJsonKey;
+
+static inline int cozy_json_key_cmp(const void *va, const void *vb) {
+  const CozyJsonKey *a = (const CozyJsonKey *)va, *b = (const CozyJsonKey *)vb;
+  int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
+  if (c != 0) return c;
+  return (a->len > b->len) - (a->len < b->len);
+}
 
 int cozy_json_encode(lua_State *L);
 int cozy_json_copy(lua_State *L); /* json_value.c */

@@ -30,12 +30,7 @@
 
 #define SCRATCH_MT "cozy.json.scratch"
 
-/* A key of the object being encoded, to sort; slot is its stack index. */
-typedef struct KeyRef {
-  const char *s;
-  size_t len;
-  int slot;
-} KeyRef;
+typedef CozyJsonKey KeyRef;
 
 /* Memory one encode call owns: the output, and a stack of keys shared by
 ** the nested objects being encoded (each level uses the part above its
@@ -402,24 +397,17 @@ static void encode_value(Encoder *E, int idx, const Path *w) {
   }
 }
 
-static int keyref_cmp(const void *va, const void *vb) {
-  const KeyRef *a = (const KeyRef *)va, *b = (const KeyRef *)vb;
-  int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
-  if (c != 0) return c;
-  return (a->len > b->len) - (a->len < b->len);
-}
-
 /* Kubernetes objects have a handful of keys per level: insertion sort wins
 ** there; qsort takes the big ones (ConfigMap data, labels). */
 static void sort_keys(KeyRef *k, size_t n) {
   size_t i, j;
   if (n > 16) {
-    qsort(k, n, sizeof *k, keyref_cmp);
+    qsort(k, n, sizeof *k, cozy_json_key_cmp);
     return;
   }
   for (i = 1; i < n; i++) {
     KeyRef t = k[i];
-    for (j = i; j > 0 && keyref_cmp(&k[j - 1], &t) > 0; j--) k[j] = k[j - 1];
+    for (j = i; j > 0 && cozy_json_key_cmp(&k[j - 1], &t) > 0; j--) k[j] = k[j - 1];
     k[j] = t;
   }
 }

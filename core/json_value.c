@@ -1,17 +1,19 @@
 /*
-** cozy.json, values half: json.copy(v) and json.diff(a, b), the deep copy
+** cozy.json, values part: json.copy(v) and json.diff(a, b), the deep copy
 ** and the RFC 6902 difference behind every change cozy.kube sends (the
 ** engine edits a copy of the object and sends what differs). Both walk the
-** whole object for every write; in Lua they cost 53 us for a lean VM of
-** migration 59, a tenth of a fleet run's CPU (bench/README.md).
+** whole object for every write, which made them a tenth of a fleet run's
+** CPU in Lua (bench/README.md).
+**
+** Tables are read raw, as the encoder reads them: __index, __pairs and
+** __len are not consulted.
 **
 ** json.copy(v): v itself unless it is a table; else a new table with the
-** same keys (raw, not copied) and copies of the values, marked as the
-** original when it carries json.array_mt or json.object_mt. Any other
-** metatable is left behind: a copy is data, and behaviour such as a __gc
-** or an __index must not be duplicated (the encoder ignores it too, so the
-** copy encodes as the original). A value that appears twice is copied
-** twice.
+** same keys (not copied) and copies of the values, marked as the original
+** when it carries json.array_mt or json.object_mt. Any other metatable is
+** left behind: a copy is data, and behaviour such as a __gc or an __index
+** must not be duplicated (the encoder ignores it too, so the copy encodes
+** as the original). A value that appears twice is copied twice.
 **
 ** json.diff(a, b): the array of ops (json.array_mt; each op a plain table
 ** { op =, path =, value = }) that turns a into b, as narrow as the
@@ -31,8 +33,13 @@
 **  - paths are RFC 6901 pointers: "/" and "~" in keys as "~1" and "~0",
 **    array elements by their 0-based index.
 ** Values in the ops are copies: the ops can be kept while b changes.
-** A nesting deeper than json.max_depth raises (that is also how a cycle
-** ends): "cozy.json: cannot copy|diff a table nested deeper than ...".
+**
+** Limits: nesting deeper than json.max_depth raises (that is also how a
+** cycle ends), counted from the root for diff, the values of its ops
+** included: "cozy.json: cannot copy|diff a table nested deeper than ...".
+** The keys that differ wait on the Lua stack while their object is
+** compared, so about a million of them at once raise "object too large to
+** compare" (a Kubernetes object is at most 1.5 MB).
 */
 #include <limits.h>
 #include <stdio.h>
@@ -46,17 +53,13 @@
 
 #define WALK_MT "cozy.json.walk"
 
-/* A key of the object being compared, to sort: its text and stack slot. */
-typedef struct KeyRef {
-  const char *s;
-  size_t len;
-  int slot;
-} KeyRef;
+/* A key of the object being compared: its text and stack slot. */
+typedef CozyJsonKey KeyRef;
 
-/* Memory one diff call owns: the pointer of the value being compared, and
-** a stack of keys shared by the nested objects (each level uses the part
-** above its parent's). A to-be-closed userdata frees it when an error
-** unwinds the walk. */
+/* Memory one diff call owns: the RFC 6901 pointer of the value being
+** compared, and a stack of keys shared by the nested objects (each level
+** uses the part above its parent's). A to-be-closed userdata frees it when
+** an error unwinds the walk. */
 typedef struct Walk {
   char *path;
   size_t len, cap;
@@ -100,15 +103,16 @@ static void too_deep(lua_State *L, const char *what) {
              what);
 }
 
-/* Pushes a copy of the value at idx (absolute). */
-static void copy_value(lua_State *L, int idx, int depth) {
+/* Pushes a copy of the value at idx (absolute), a table at `depth` (1: the
+** root); `what` names the call in an error. */
+static void copy_value(lua_State *L, int idx, int depth, const char *what) {
   int t;
   lua_Integer n = 0, total = 0;
   if (lua_type(L, idx) != LUA_TTABLE) {
     lua_pushvalue(L, idx);
     return;
   }
-  if (depth > COZY_JSON_MAX_DEPTH) too_deep(L, "copy");
+  if (depth > COZY_JSON_MAX_DEPTH) too_deep(L, what);
   luaL_checkstack(L, 6, "cozy.json: nesting");
   /* sized as the original: growing it key by key would rehash it */
   n = (lua_Integer)lua_rawlen(L, idx);
@@ -123,7 +127,7 @@ static void copy_value(lua_State *L, int idx, int depth) {
   lua_pushnil(L);
   while (lua_next(L, idx)) { /* t ... k v */
     if (lua_type(L, -1) == LUA_TTABLE) {
-      copy_value(L, lua_gettop(L), depth + 1);
+      copy_value(L, lua_gettop(L), depth + 1, what);
       lua_replace(L, -2);
     }
     lua_pushvalue(L, -2);
@@ -141,7 +145,7 @@ static void copy_value(lua_State *L, int idx, int depth) {
 int cozy_json_copy(lua_State *L) {
   luaL_checkany(L, 1);
   lua_settop(L, 1);
-  copy_value(L, 1, 1);
+  copy_value(L, 1, 1, "copy");
   return 1;
 }
 
@@ -166,7 +170,7 @@ static size_t push_token(Differ *D, const char *s, size_t n) {
 
 static size_t push_index(Differ *D, lua_Integer i) {
   char buf[24];
-  int n = snprintf(buf, sizeof buf, "%lld", (long long)i);
+  int n = snprintf(buf, sizeof buf, LUA_INTEGER_FMT, (LUAI_UACINT)i);
   return push_token(D, buf, (size_t)n);
 }
 
@@ -181,7 +185,7 @@ static void emit(Differ *D, const char *op, int value_idx) {
   lua_pushlstring(L, D->w->path ? D->w->path : "", D->w->len);
   lua_setfield(L, -2, "path");
   if (value_idx) {
-    copy_value(L, value_idx, 1);
+    copy_value(L, value_idx, D->depth + 1, "diff");
     lua_setfield(L, -2, "value");
   }
   lua_rawseti(L, D->ops, ++D->nops);
@@ -235,13 +239,6 @@ static void diff_array(Differ *D, int a, int b) {
     emit(D, "remove", 0);
     D->w->len = mark;
   }
-}
-
-static int keyref_cmp(const void *va, const void *vb) {
-  const KeyRef *x = (const KeyRef *)va, *y = (const KeyRef *)vb;
-  int c = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
-  if (c != 0) return c;
-  return (x->len > y->len) - (x->len < y->len);
 }
 
 /* Pushes the key at the top again below it (..., kept, key) when the
@@ -298,7 +295,7 @@ static void diff_object(Differ *D, int a, int b) {
     }
     k->s = lua_tolstring(L, strings ? k->slot : -1, &k->len);
   }
-  if (n > 1) qsort(w->keys + k0, n, sizeof *w->keys, keyref_cmp);
+  if (n > 1) qsort(w->keys + k0, n, sizeof *w->keys, cozy_json_key_cmp);
   w->nkeys = k0 + n; /* nested objects stack their keys above ours */
   for (i = 0; i < n; i++) {
     const KeyRef *k = &w->keys[k0 + i]; /* re-read: nested objects may realloc */
@@ -324,19 +321,21 @@ static void diff_object(Differ *D, int a, int b) {
 ** appended at the current pointer. */
 static void diff_value(Differ *D, int a, int b) {
   lua_State *L = D->L;
-  int ka, kb;
+  int kind;
+  luaL_checkstack(L, 8, "cozy.json: nesting");
   if (lua_rawequal(L, a, b)) return;
   if (lua_type(L, a) != LUA_TTABLE || lua_type(L, b) != LUA_TTABLE) {
     emit(D, "replace", b);
     return;
   }
   if (is_empty(L, a) && is_empty(L, b)) return;
+  kind = table_kind(L, a);
+  if (kind != table_kind(L, b)) {
+    emit(D, "replace", b);
+    return;
+  }
   if (++D->depth > COZY_JSON_MAX_DEPTH) too_deep(L, "diff");
-  luaL_checkstack(L, 8, "cozy.json: nesting");
-  ka = table_kind(L, a);
-  kb = table_kind(L, b);
-  if (ka != kb) emit(D, "replace", b);
-  else if (ka == 'a') diff_array(D, a, b);
+  if (kind == 'a') diff_array(D, a, b);
   else diff_object(D, a, b);
   D->depth--;
 }

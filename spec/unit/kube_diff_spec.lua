@@ -248,6 +248,13 @@ describe("json.copy and json.diff", function()
     ok, err = pcall(json.diff, t, u)
     assert.is_false(ok)
     assert.matches("cozy.json: cannot diff a table nested deeper than 1000 levels", err)
+    -- a cycle in a value an op carries, and depth counted from the root, op values included
+    ok, err = pcall(json.diff, {}, { x = t })
+    assert.is_false(ok)
+    assert.matches("cozy.json: cannot diff a table nested deeper than 1000 levels", err)
+    local function nest(n, v) for _ = 1, n do v = json.array { v } end return v end
+    assert.is_false(pcall(json.diff, nest(999, 1), nest(999, nest(2, 1))))
+    assert.equal(1, #json.diff(nest(998, 1), nest(998, nest(1, 1))))
     -- as deep as decode allows still works
     local deep = json.decode(("["):rep(1000) .. ("]"):rep(1000))
     assert.equal(json.encode(deep), json.encode(json.copy(deep)))
