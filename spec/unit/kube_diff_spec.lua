@@ -63,118 +63,46 @@ describe("patch.diff", function()
   end)
 end)
 
--- The Lua versions json.copy and json.diff replaced (core/json_value.c), kept
--- here as the oracle: the C ones must give the same ops, in the same order
--- (on JSON values: json.copy keeps only the markers' metatables).
-local reference = {}
-do
-  local function is_array(t)
-    local mt = getmetatable(t)
-    if mt ~= nil and mt == json.array_mt then return true end
-    if mt ~= nil and mt == json.object_mt then return false end
-    return rawget(t, 1) ~= nil
-  end
-  local function deepcopy(v)
-    if type(v) ~= "table" then return v end
-    local c = {}
-    for k, x in pairs(v) do c[k] = deepcopy(x) end
-    return setmetatable(c, getmetatable(v))
-  end
-  local function escape(token)
-    return (tostring(token):gsub("~", "~0"):gsub("/", "~1"))
-  end
-  local function by_text(x, y) return tostring(x) < tostring(y) end
-  local function diff(a, b, path, ops)
-    if a == b then return ops end
-    local ta, tb = type(a) == "table", type(b) == "table"
-    if ta and tb and next(a) == nil and next(b) == nil then return ops end
-    local array = ta and is_array(a)
-    if not (ta and tb) or array ~= is_array(b) then
-      ops[#ops + 1] = { op = "replace", path = path, value = deepcopy(b) }
-      return ops
-    end
-    if array then
-      local common = math.min(#a, #b)
-      for i = 1, common do diff(a[i], b[i], path .. "/" .. (i - 1), ops) end
-      for i = common + 1, #b do ops[#ops + 1] = { op = "add", path = path .. "/-", value = deepcopy(b[i]) } end
-      for i = #a, common + 1, -1 do ops[#ops + 1] = { op = "remove", path = path .. "/" .. (i - 1) } end
-      return ops
-    end
-    local keys, strings = {}, true
-    for k, x in pairs(a) do
-      if x ~= b[k] then keys[#keys + 1] = k; strings = strings and type(k) == "string" end
-    end
-    for k in pairs(b) do
-      if a[k] == nil then keys[#keys + 1] = k; strings = strings and type(k) == "string" end
-    end
-    if strings then table.sort(keys) else table.sort(keys, by_text) end
-    for _, k in ipairs(keys) do
-      local p = path .. "/" .. escape(k)
-      if b[k] == nil then
-        ops[#ops + 1] = { op = "remove", path = p }
-      elseif a[k] == nil then
-        ops[#ops + 1] = { op = "add", path = p, value = deepcopy(b[k]) }
-      else
-        diff(a[k], b[k], p, ops)
-      end
-    end
-    return ops
-  end
-  reference.deepcopy = deepcopy
-  function reference.diff(a, b) return diff(a, b, "", {}) end
-end
+-- The Lua versions json.copy and json.diff replaced: the oracle.
+local reference = dofile("spec/fixtures/json/lua_copy_diff.lua")
 
--- Seeded random JSON values and edits of them: keys that need escaping, ints
--- and floats that are equal, null, empty arrays and objects, nesting.
-local function random_values(seed)
-  local rnd = { state = seed }
-  local function int(n)
-    rnd.state = (rnd.state * 1103515245 + 12345) % 2147483648
-    return rnd.state % n + 1
-  end
+-- Seeded random values (spec/fixtures/json/random_values.lua) and edits of
+-- them: keys that need escaping, an integer turned into the same float,
+-- null, [] and {}, elements appended, dropped and changed, types changed.
+local function random_pairs(seed)
+  local values = dofile("spec/fixtures/json/random_values.lua").new(seed)
+  local rand = values.rand
   local keys = { "a", "b", "name", "x/y", "m~n", "", "~1", "volumes", "Z", "é" }
-  local function value(depth)
-    local kind = int(depth > 3 and 6 or 9)
-    if kind == 1 then return int(5) - 1
-    elseif kind == 2 then return (int(5) - 1) + 0.0
-    elseif kind == 3 then return keys[int(#keys)]
-    elseif kind == 4 then return json.null
-    elseif kind == 5 then return int(2) == 1
-    elseif kind == 6 then return int(2) == 1 and json.array {} or json.object {}
-    elseif kind == 7 then
-      local t = json.array {}
-      for i = 1, int(4) do t[i] = value(depth + 1) end
-      return t
-    else
-      local t = int(3) == 1 and {} or json.object {}
-      for _ = 1, int(5) do t[keys[int(#keys)]] = value(depth + 1) end
-      return t
+  local function edit(v)
+    if type(v) ~= "table" or rand(4) == 1 then
+      local c = rand(4)
+      if c == 1 then return values.value() end
+      if c == 2 and math.type(v) == "integer" then return v + 0.0 end -- the same JSON number
+      if c == 3 then return rand(2) == 1 and json.array {} or json.object {} end
+      return v
     end
-  end
-  local function edit(v, depth)
-    if type(v) ~= "table" or int(4) == 1 then return int(3) == 1 and value(depth) or v end
     if getmetatable(v) == json.array_mt then
-      local what = int(4)
-      if what == 1 then v[#v + 1] = value(depth + 1)
+      local what = rand(4)
+      if what == 1 then v[#v + 1] = values.value()
       elseif what == 2 and #v > 0 then v[#v] = nil
-      elseif #v > 0 then local i = int(#v) v[i] = edit(v[i], depth + 1) end
+      elseif #v > 0 then local i = rand(#v) v[i] = edit(v[i]) end
     else
-      local k = keys[int(#keys)]
-      if int(4) == 1 then v[k] = nil else v[k] = edit(v[k] == nil and value(depth + 1) or v[k], depth + 1) end
+      local k = keys[rand(#keys)]
+      if rand(4) == 1 then v[k] = nil else v[k] = edit(v[k] == nil and values.value() or v[k]) end
     end
     return v
   end
-  return value, edit
+  return values, edit
 end
 
 describe("json.copy and json.diff", function()
   it("give what the Lua versions gave, op for op, on 3,000 random pairs", function()
-    local value, edit = random_values(59)
+    local values, edit = random_pairs(59)
     local changed = 0
     for _ = 1, 3000 do
-      local a = value(1)
+      local a = values.value()
       local b = json.copy(a)
-      for _ = 1, 3 do b = edit(b, 1) end
+      for _ = 1, 3 do b = edit(b) end
       local want, got = reference.diff(a, b), json.diff(a, b)
       assert.same(want, got)
       assert.equal(json.array_mt, getmetatable(got))
@@ -186,7 +114,7 @@ describe("json.copy and json.diff", function()
   end)
 
   it("copies deep: equal, sharing no table, marks kept", function()
-    local value = random_values(7)
+    local values = random_pairs(7)
     local function disjoint(x, y)
       if type(x) ~= "table" then return true end
       if x == y or getmetatable(x) ~= getmetatable(y) then return false end
@@ -194,7 +122,7 @@ describe("json.copy and json.diff", function()
       return true
     end
     for _ = 1, 500 do
-      local v = value(1)
+      local v = values.value()
       local c = json.copy(v)
       assert.same(reference.deepcopy(v), c)
       assert.is_true(disjoint(v, c))
