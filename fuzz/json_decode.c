@@ -7,7 +7,10 @@
 ** The same input is decoded with a projection too (json.decode(s, proj)):
 ** it raises whenever the full decode raises, and otherwise raises only the
 ** projection's own refusal (an array met by a table without "*"); what it
-** builds encodes.
+** builds encodes. json.copy and json.diff (core/json_value.c) run on what
+** decode built: the copy encodes to the same text and differs in nothing,
+** and the difference between the full and the projected value is ops that
+** encode.
 */
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,13 +62,34 @@ static int call(lua_State *L, const char *fn, int idx) {
   return call_with(L, fn, idx, 0, NULL);
 }
 
-/* The projected decode of the input at index 1, against the full one. */
+/* json[fn](value at a, value at b) protected: 1 with the result pushed. */
+static int call2(lua_State *L, const char *fn, int a, int b) {
+  a = lua_absindex(L, a);
+  b = lua_absindex(L, b);
+  lua_getfield(L, LUA_REGISTRYINDEX, "fuzz.json");
+  lua_getfield(L, -1, fn);
+  lua_remove(L, -2);
+  lua_pushvalue(L, a);
+  lua_pushvalue(L, b);
+  if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
+    if (lua_type(L, -1) != LUA_TSTRING) abort(); /* errors are messages */
+    lua_pop(L, 1);
+    return 0;
+  }
+  return 1;
+}
+
+/* The projected decode of the input at index 1, against the full one (at
+** the top when full_ok). */
 static void check_projected(lua_State *L, int full_ok) {
   const char *err = NULL;
   int top = lua_gettop(L);
   if (call_with(L, "decode", 1, 1, &err)) {
     if (!full_ok) abort(); /* it accepted malformed input */
     if (!call(L, "encode", -1)) abort(); /* what it built encodes */
+    lua_pop(L, 1);
+    /* the ops from the full value to the projected one encode */
+    if (!call2(L, "diff", top, -1) || !call(L, "encode", -1)) abort();
   } else if (full_ok && strcmp(err, "refused") != 0) {
     abort(); /* it refused valid JSON for another reason */
   }
@@ -85,6 +109,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     s1 = lua_tolstring(L, 3, &n1);
     s2 = lua_tolstring(L, 5, &n2);
     if (n1 != n2 || memcmp(s1, s2, n1) != 0) abort(); /* to the same text */
+    if (!call(L, "copy", 2) || !call(L, "encode", 6)) abort(); /* 6: a copy, 7: its text */
+    s2 = lua_tolstring(L, 7, &n2);
+    if (n1 != n2 || memcmp(s1, s2, n1) != 0) abort(); /* encodes as the original */
+    if (!call2(L, "diff", 2, 6) || lua_rawlen(L, -1) != 0) abort(); /* and differs in nothing */
   }
   lua_close(L);
   return 0;
