@@ -144,10 +144,13 @@ local function release_lock(holder, client, opts, namespace, identity, log)
   lease.release(quick_ok and quick or client, { namespace = namespace, identity = identity, log = log })
 end
 
-local function interrupted_check()
+-- Raises when a signal came: the migration about to write (its name) is
+-- named, as the step's watch names it when it stops the migration's code,
+-- so the line says the same whichever of the two sees the signal first.
+local function interrupted_check(name)
   local signo = proc.signalled()
   if signo then
-    errors.raise("interrupted", ("stopped by signal %d before the next write"):format(signo))
+    errors.raise("interrupted", ("%s stopped by signal %d before the next write"):format(name, signo))
   end
 end
 
@@ -220,7 +223,7 @@ function runner.execute(opts, mode, report)
     end
 
     local function run_step(m, cm)
-      interrupted_check()
+      interrupted_check(m.name)
       local from, to = m.number, m.number + 1
       state.step = from
       local step_log = log:with{ migration = m.name }
@@ -232,7 +235,7 @@ function runner.execute(opts, mode, report)
       if m.kind == "lua" then
         local ok, err, result = step.execute(m, { client = client, log = log, namespace = namespace,
           mode = planning and "plan" or "run", timeout = opts.step_timeout,
-          guard = function() interrupted_check(); lock_guard() end,
+          guard = function() interrupted_check(m.name); lock_guard() end,
           before_attempt = lock_attempt, write_timeout = lock_timeout })
         if not ok then
           if context.stop_error(err) then error(err, 0) end
@@ -243,7 +246,7 @@ function runner.execute(opts, mode, report)
           step_log:warn("step could not be planned: " .. errors.text(err), errors.fields(err))
           report { type = "failure", number = m.number, name = m.name, error = errors.text(err) }
         end
-        interrupted_check()
+        interrupted_check(m.name)
         cm = stamp.advance(cms, cm, from, to, record(result.outcome))
       elseif planning then
         report { type = "legacy", number = m.number, name = m.name, file = m.file }
