@@ -14,6 +14,7 @@ local kube = require "cozy.kube"
 
 local here = (arg and arg[0] or ""):match("^(.*)/bench/json/[^/]*$") or "."
 local klist = dofile(here .. "/spec/fixtures/json/klist.lua")
+local median = dofile(here .. "/bench/json/median.lua")
 local reference = dofile(here .. "/spec/fixtures/json/lua_copy_diff.lua")
 
 local megabytes = tonumber(arg[1]) or 5
@@ -59,12 +60,6 @@ for _ = 1, reps do
 end
 assert(nops.lua == nops.c and nops.c == #vms, "the two versions disagree on the number of ops")
 
-local function median(t)
-  local s = { table.unpack(t) }
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
-end
 
 local size = 0
 for _, vm in ipairs(vms) do size = size + #json.encode(vm) end

@@ -12,6 +12,7 @@ local cjson = require "cjson"
 
 local here = (arg and arg[0] or ""):match("^(.*)/bench/json/[^/]*$") or "."
 local klist = dofile(here .. "/spec/fixtures/json/klist.lua")
+local median = dofile(here .. "/bench/json/median.lua")
 
 local megabytes = tonumber(arg[1]) or 5
 local reps = tonumber(arg[2]) or 9
@@ -41,12 +42,6 @@ for _ = 1, reps do
   end
 end
 
-local function median(t)
-  local s = { table.unpack(t) }
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
-end
 local function best(t) return math.min(table.unpack(t)) end
 
 print(("input: %d bytes, %d items; %d repetitions; output: cjson %d bytes, cozy.json %d bytes")
