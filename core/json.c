@@ -846,8 +846,7 @@ static void new_marker(lua_State *L, const char *name) {
 }
 
 int luaopen_cozy_json(lua_State *L) {
-  cozy_json_open_encoder(L);
-  cozy_json_open_values(L);
+  cozy_json_open_scratch(L);
   luaL_newlibtable(L, json_funcs);
   new_marker(L, "cozy.json.array");
   lua_pushvalue(L, -1);

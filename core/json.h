@@ -63,6 +63,24 @@ static inline int cozy_json_key_cmp(const void *va, const void *vb) {
   return (a->len > b->len) - (a->len < b->len);
 }
 
+/* Memory one encode or diff call owns: a text that grows (the output of
+** encode, the RFC 6901 pointer diff is at) and a stack of keys shared by the
+** nested objects (each level uses the part above its parent's). */
+typedef struct CozyJsonScratch {
+  char *buf;
+  size_t len, cap;
+  CozyJsonKey *keys;
+  size_t nkeys, keycap;
+} CozyJsonScratch;
+
+/* Pushes an empty scratch as a to-be-closed value: its memory is freed when
+** the calling C function returns, or when an error unwinds it. */
+CozyJsonScratch *cozy_json_push_scratch(lua_State *L);
+/* Makes room for `need` more bytes after the `len` in use of s's text. */
+void cozy_json_text_room(lua_State *L, CozyJsonScratch *s, size_t need);
+/* Makes room for one more key above the `used` keys of s's key stack. */
+void cozy_json_key_room(lua_State *L, CozyJsonScratch *s, size_t used);
+
 int cozy_json_encode(lua_State *L);
 int cozy_json_copy(lua_State *L); /* json_value.c */
 int cozy_json_diff(lua_State *L);
@@ -72,7 +90,6 @@ int cozy_json_diff(lua_State *L);
 ** cozy.json if it is not yet. */
 #define COZY_JSON_BUFFER_DECODER "cozy.json.decode_buffer"
 void cozy_json_push_buffer_decoder(lua_State *L);
-void cozy_json_open_encoder(lua_State *L);
-void cozy_json_open_values(lua_State *L);
+void cozy_json_open_scratch(lua_State *L);
 
 #endif

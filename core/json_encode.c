@@ -32,15 +32,7 @@
 
 typedef CozyJsonKey KeyRef;
 
-/* Memory one encode call owns: the output, and a stack of keys shared by
-** the nested objects being encoded (each level uses the part above its
-** parent's). */
-typedef struct Scratch {
-  char *buf;
-  size_t len, cap;
-  KeyRef *keys;
-  size_t nkeys, keycap;
-} Scratch;
+typedef CozyJsonScratch Scratch;
 
 /* Where in the value the encoder is, for error messages only. */
 typedef struct Path {
@@ -62,6 +54,40 @@ static int scratch_free(lua_State *L) {
   free(o->keys);
   memset(o, 0, sizeof *o);
   return 0;
+}
+
+CozyJsonScratch *cozy_json_push_scratch(lua_State *L) {
+  Scratch *o = (Scratch *)lua_newuserdatauv(L, sizeof *o, 0);
+  memset(o, 0, sizeof *o);
+  luaL_setmetatable(L, SCRATCH_MT);
+  lua_toclose(L, lua_gettop(L));
+  return o;
+}
+
+void cozy_json_text_room(lua_State *L, CozyJsonScratch *o, size_t need) {
+  size_t cap = o->cap ? o->cap : 1024;
+  char *nb;
+  if (o->cap - o->len >= need) return;
+  while (cap - o->len < need) {
+    if (cap > SIZE_MAX / 2) luaL_error(L, "cozy.json: output too large");
+    cap *= 2;
+  }
+  nb = (char *)realloc(o->buf, cap);
+  if (nb == NULL) luaL_error(L, "cozy.json: not enough memory");
+  o->buf = nb;
+  o->cap = cap;
+}
+
+void cozy_json_key_room(lua_State *L, CozyJsonScratch *o, size_t used) {
+  size_t cap;
+  KeyRef *nk;
+  if (used < o->keycap) return;
+  cap = o->keycap ? o->keycap * 2 : 64;
+  if (cap > SIZE_MAX / sizeof *nk) luaL_error(L, "cozy.json: not enough memory");
+  nk = (KeyRef *)realloc(o->keys, cap * sizeof *nk);
+  if (nk == NULL) luaL_error(L, "cozy.json: not enough memory");
+  o->keys = nk;
+  o->keycap = cap;
 }
 
 /* Appends a key as a Lua string literal's contents would show it: the
@@ -124,28 +150,14 @@ static int encode_error(Encoder *E, const Path *w, const char *what) {
   return luaL_error(L, "cozy.json: cannot encode %s at %s", lua_tostring(L, -2), lua_tostring(L, -1));
 }
 
-static void grow(Encoder *E, size_t need) {
-  Scratch *o = E->out;
-  size_t cap = o->cap ? o->cap : 1024;
-  char *nb;
-  while (cap - o->len < need) {
-    if (cap > SIZE_MAX / 2) luaL_error(E->L, "cozy.json: output too large");
-    cap *= 2;
-  }
-  nb = (char *)realloc(o->buf, cap);
-  if (nb == NULL) luaL_error(E->L, "cozy.json: not enough memory");
-  o->buf = nb;
-  o->cap = cap;
-}
-
 static void put(Encoder *E, const char *s, size_t n) {
-  if (E->out->cap - E->out->len < n) grow(E, n);
+  if (E->out->cap - E->out->len < n) cozy_json_text_room(E->L, E->out, n);
   memcpy(E->out->buf + E->out->len, s, n);
   E->out->len += n;
 }
 
 static void put_char(Encoder *E, char c) {
-  if (E->out->cap == E->out->len) grow(E, 1);
+  if (E->out->cap == E->out->len) cozy_json_text_room(E->L, E->out, 1);
   E->out->buf[E->out->len++] = c;
 }
 
@@ -186,7 +198,7 @@ static void encode_string(Encoder *E, int idx, const Path *w) {
     }
   }
   if (!escape) {
-    if (E->out->cap - E->out->len < len + 2) grow(E, len + 2);
+    if (E->out->cap - E->out->len < len + 2) cozy_json_text_room(E->L, E->out, len + 2);
     E->out->buf[E->out->len++] = '"';
     memcpy(E->out->buf + E->out->len, s, len);
     E->out->len += len;
@@ -310,13 +322,7 @@ static void encode_object(Encoder *E, int idx, int marked, const Path *w) {
                                           : "a table with mixed keys (strings and %s)",
                                    key));
     }
-    if (k0 + n == o->keycap) {
-      size_t cap = o->keycap ? o->keycap * 2 : 64;
-      KeyRef *nk = (KeyRef *)realloc(o->keys, cap * sizeof *nk);
-      if (nk == NULL) luaL_error(L, "cozy.json: not enough memory");
-      o->keys = nk;
-      o->keycap = cap;
-    }
+    if (k0 + n == o->keycap) cozy_json_key_room(L, o, k0 + n);
     o->keys[k0 + n].s = lua_tolstring(L, -2, &o->keys[k0 + n].len);
     o->keys[k0 + n].slot = lua_gettop(L) - 1;
     n++;
@@ -417,10 +423,7 @@ int cozy_json_encode(lua_State *L) {
   Scratch *o;
   luaL_checkany(L, 1);
   lua_settop(L, 1);
-  o = (Scratch *)lua_newuserdatauv(L, sizeof *o, 0);
-  memset(o, 0, sizeof *o);
-  luaL_setmetatable(L, SCRATCH_MT);
-  lua_toclose(L, 2); /* frees the buffers when an error unwinds */
+  o = cozy_json_push_scratch(L); /* 2: freed however the call ends */
   E.L = L;
   E.out = o;
   E.depth = 0;
@@ -429,7 +432,8 @@ int cozy_json_encode(lua_State *L) {
   return 1;
 }
 
-void cozy_json_open_encoder(lua_State *L) {
+/* The scratch's type, for encode and for diff (json_value.c). */
+void cozy_json_open_scratch(lua_State *L) {
   if (luaL_newmetatable(L, SCRATCH_MT)) {
     lua_pushcfunction(L, scratch_free);
     lua_setfield(L, -2, "__gc");

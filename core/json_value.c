@@ -44,57 +44,24 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "lua.h"
 #include "lauxlib.h"
 
 #include "json.h"
 
-#define WALK_MT "cozy.json.walk"
-
 /* A key of the object being compared: its text and stack slot. */
 typedef CozyJsonKey KeyRef;
 
-/* Memory one diff call owns: the RFC 6901 pointer of the value being
-** compared, and a stack of keys shared by the nested objects (each level
-** uses the part above its parent's). A to-be-closed userdata frees it when
-** an error unwinds the walk. */
-typedef struct Walk {
-  char *path;
-  size_t len, cap;
-  KeyRef *keys;
-  size_t nkeys, keycap;
-} Walk;
-
+/* One diff call: its scratch holds the RFC 6901 pointer of the value being
+** compared (buf) and the keys of the objects being compared. */
 typedef struct Differ {
   lua_State *L;
-  Walk *w;
+  CozyJsonScratch *w;
   int ops; /* stack index of the result */
   lua_Integer nops;
   int depth;
 } Differ;
-
-static int walk_free(lua_State *L) {
-  Walk *w = (Walk *)luaL_checkudata(L, 1, WALK_MT);
-  free(w->path);
-  free(w->keys);
-  memset(w, 0, sizeof *w);
-  return 0;
-}
-
-static void *grown(lua_State *L, void *p, size_t *cap, size_t need, size_t size) {
-  size_t n = *cap ? *cap : 64;
-  void *np;
-  while (n < need) {
-    if (n > ((size_t)-1) / 2 / size) luaL_error(L, "cozy.json: not enough memory");
-    n *= 2;
-  }
-  np = realloc(p, n * size);
-  if (np == NULL) luaL_error(L, "cozy.json: not enough memory");
-  *cap = n;
-  return np;
-}
 
 static void too_deep(lua_State *L, const char *what) {
   luaL_error(L,
@@ -152,17 +119,17 @@ int cozy_json_copy(lua_State *L) {
 /* Appends s to the pointer, escaped as RFC 6901 says; returns the length
 ** to truncate back to. */
 static size_t push_token(Differ *D, const char *s, size_t n) {
-  Walk *w = D->w;
+  CozyJsonScratch *w = D->w;
   size_t mark = w->len, i;
-  if (w->cap - w->len < 2 * n + 1) w->path = (char *)grown(D->L, w->path, &w->cap, w->len + 2 * n + 1, 1);
-  w->path[w->len++] = '/';
+  if (w->cap - w->len < 2 * n + 1) cozy_json_text_room(D->L, w, 2 * n + 1);
+  w->buf[w->len++] = '/';
   for (i = 0; i < n; i++) {
     char c = s[i];
     if (c == '~' || c == '/') {
-      w->path[w->len++] = '~';
-      w->path[w->len++] = c == '~' ? '0' : '1';
+      w->buf[w->len++] = '~';
+      w->buf[w->len++] = c == '~' ? '0' : '1';
     } else {
-      w->path[w->len++] = c;
+      w->buf[w->len++] = c;
     }
   }
   return mark;
@@ -182,7 +149,7 @@ static void emit(Differ *D, const char *op, int value_idx) {
   lua_createtable(L, 0, value_idx ? 3 : 2);
   lua_pushstring(L, op);
   lua_setfield(L, -2, "op");
-  lua_pushlstring(L, D->w->path ? D->w->path : "", D->w->len);
+  lua_pushlstring(L, D->w->buf ? D->w->buf : "", D->w->len);
   lua_setfield(L, -2, "path");
   if (value_idx) {
     copy_value(L, value_idx, D->depth + 1, "diff");
@@ -245,19 +212,18 @@ static void diff_array(Differ *D, int a, int b) {
 ** objects differ there, recording it; the key stays on top for lua_next. */
 static void keep_key(Differ *D, size_t *n) {
   lua_State *L = D->L;
-  Walk *w = D->w;
+  CozyJsonScratch *w = D->w;
   luaL_checkstack(L, 3, "cozy.json: object too large to compare");
   lua_pushvalue(L, -1);
   lua_insert(L, -2);
-  if (w->nkeys + *n == w->keycap)
-    w->keys = (KeyRef *)grown(L, w->keys, &w->keycap, w->keycap + 1, sizeof *w->keys);
+  if (w->nkeys + *n == w->keycap) cozy_json_key_room(L, w, w->nkeys + *n);
   w->keys[w->nkeys + *n].slot = lua_gettop(L) - 1;
   (*n)++;
 }
 
 static void diff_object(Differ *D, int a, int b) {
   lua_State *L = D->L;
-  Walk *w = D->w;
+  CozyJsonScratch *w = D->w;
   int top = lua_gettop(L), strings = 1;
   size_t k0 = w->nkeys, n = 0, i;
   /* the keys whose values are not the same value, then those only b has;
@@ -346,10 +312,7 @@ int cozy_json_diff(lua_State *L) {
   luaL_checkany(L, 1);
   luaL_checkany(L, 2);
   lua_settop(L, 2);
-  D.w = (Walk *)lua_newuserdatauv(L, sizeof *D.w, 0);
-  memset(D.w, 0, sizeof *D.w);
-  luaL_setmetatable(L, WALK_MT);
-  lua_toclose(L, 3); /* frees the buffers when an error unwinds */
+  D.w = cozy_json_push_scratch(L); /* 3: freed however the call ends */
   lua_newtable(L);
   lua_pushvalue(L, COZY_JSON_ARRAY_MT);
   lua_setmetatable(L, 4);
@@ -359,14 +322,4 @@ int cozy_json_diff(lua_State *L) {
   D.depth = 0;
   diff_value(&D, 1, 2);
   return 1;
-}
-
-void cozy_json_open_values(lua_State *L) {
-  if (luaL_newmetatable(L, WALK_MT)) {
-    lua_pushcfunction(L, walk_free);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, walk_free);
-    lua_setfield(L, -2, "__close");
-  }
-  lua_pop(L, 1);
 }
