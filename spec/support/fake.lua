@@ -13,11 +13,30 @@ if not ok then json = require "cjson" end
 local fake = {}
 
 local READY_TIMEOUT = 10      -- seconds to wait for the server to listen
+-- The real control plane starts etcd and kube-apiserver (about 5 s) and may
+-- build itself first (hack/test.sh builds it before any spec runs).
+local REAL_READY_TIMEOUT = 600
 local POLL = 0.05             -- seconds between polls
 
 -- The server sits next to this file, wherever the specs are run from.
 local here = (debug.getinfo(1, "S").source:match("^@(.*)[/\\][^/\\]*$")) or "spec/support"
 fake.server_path = here .. "/fake-apiserver"
+fake.real_server_path = here .. "/kube-apiserver"
+
+--- Which server fake.start runs: "fake" (the default) or "real" (the real
+--- kube-apiserver of spec/support/kube-apiserver), from COZY_SPEC_SERVER.
+function fake.server_kind()
+  local kind = os.getenv("COZY_SPEC_SERVER") or "fake"
+  if kind == "" then kind = "fake" end
+  if kind ~= "fake" and kind ~= "real" then
+    error("COZY_SPEC_SERVER must be fake or real, not " .. kind, 2)
+  end
+  return kind
+end
+
+-- The real server's admin token when a spec gives none: the real server
+-- always authenticates.
+local REAL_TOKEN = "cozy-spec-admin"
 fake.python = os.getenv("FAKE_APISERVER_PYTHON") or "/usr/bin/python3"
 fake.kubectl_path = os.getenv("KUBECTL") or "kubectl"
 
@@ -97,37 +116,59 @@ Server.__index = Server
 
 --- Starts a server. opts: fixtures (list of paths or tables), tls (bool),
 --- token (string), latency_ms (number), deny (list of "verb:group:resource" or
---- {verb=, group=, resource=}), listen ("127.0.0.1:0").
+--- {verb=, group=, resource=}), listen ("127.0.0.1:0"), server ("fake" or
+--- "real"; default fake.server_kind()).
+---
+--- The real server always serves TLS and always needs a token (`token`, or a
+--- default admin token); `latency_ms` and `deny` are the fake's alone, and
+--- asking the real server for them is an error.
 function fake.start(opts)
   opts = opts or {}
+  local real = (opts.server or fake.server_kind()) == "real"
   local dir = capture("mktemp -d -t fake-apiserver-spec.XXXXXX"):gsub("%s+$", "")
   assert(dir ~= "", "fake: mktemp failed")
-  local self = setmetatable({ dir = dir, token = opts.token, kubeconfig = dir .. "/kubeconfig" }, Server)
-  local args = { q(fake.python), q(fake.server_path), "--listen", q(opts.listen or "127.0.0.1:0"),
-                 "--ready-file", q(dir .. "/ready"), "--kubeconfig-out", q(self.kubeconfig) }
+  local self = setmetatable({ dir = dir, token = opts.token, kubeconfig = dir .. "/kubeconfig", real = real }, Server)
+  local args
+  if real then
+    if opts.latency_ms or (opts.deny and #opts.deny > 0) then
+      sh("rm -rf " .. q(dir))
+      error("fake: latency_ms and deny are the fake API server's alone (a fake-only spec)", 2)
+    end
+    self.token = opts.token or REAL_TOKEN
+    self.ca = dir .. "/ca.pem"
+    args = { q(fake.real_server_path), "--ca-out", q(self.ca), "--token", q(self.token) }
+  else
+    args = { q(fake.python), q(fake.server_path) }
+  end
+  for _, a in ipairs { "--listen", q(opts.listen or "127.0.0.1:0"), "--ready-file", q(dir .. "/ready"),
+                       "--kubeconfig-out", q(self.kubeconfig) } do
+    args[#args + 1] = a
+  end
   for i, fixture in ipairs(opts.fixtures or {}) do
     local path = dir .. "/fixture-" .. i .. ".json"
     write_file(path, fixture_text(fixture))
     args[#args + 1] = "--fixture " .. q(path)
   end
-  if opts.tls then
-    self.ca = dir .. "/ca.pem"
-    args[#args + 1] = "--tls --ca-out " .. q(self.ca)
-  end
-  if opts.token then args[#args + 1] = "--token " .. q(opts.token) end
-  if opts.latency_ms then args[#args + 1] = "--latency-ms " .. q(opts.latency_ms) end
-  for _, d in ipairs(opts.deny or {}) do
-    if type(d) == "table" then d = (d.verb or "*") .. ":" .. (d.group or "") .. ":" .. (d.resource or "*") end
-    args[#args + 1] = "--deny " .. q(d)
+  if not real then
+    if opts.tls then
+      self.ca = dir .. "/ca.pem"
+      args[#args + 1] = "--tls --ca-out " .. q(self.ca)
+    end
+    if opts.token then args[#args + 1] = "--token " .. q(opts.token) end
+    if opts.latency_ms then args[#args + 1] = "--latency-ms " .. q(opts.latency_ms) end
+    for _, d in ipairs(opts.deny or {}) do
+      if type(d) == "table" then d = (d.verb or "*") .. ":" .. (d.group or "") .. ":" .. (d.resource or "*") end
+      args[#args + 1] = "--deny " .. q(d)
+    end
   end
   sh(table.concat(args, " ") .. " >" .. q(dir .. "/stdout") .. " 2>" .. q(dir .. "/stderr")
      .. " </dev/null & echo $! >" .. q(dir .. "/pid"))
   self.pid = tonumber((read_file(dir .. "/pid") or ""):match("%d+"))
   if not self.pid then
     self:stop()
-    error("fake: could not start " .. fake.server_path, 2)
+    error("fake: could not start " .. (real and fake.real_server_path or fake.server_path), 2)
   end
-  local url = poll(READY_TIMEOUT, function()
+  local url = poll(real and REAL_READY_TIMEOUT or READY_TIMEOUT, function()
     local u = read_file(dir .. "/ready")
     if u and u:match("^https?://") then return u end
     if not self:alive() then return "dead" end

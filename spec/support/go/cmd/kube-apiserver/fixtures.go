@@ -1,0 +1,438 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/restmapper"
+)
+
+// parseFixtures accepts what the fake accepts: a v1 List, a bare array of
+// objects, or an array of Lists (the body of a reset).
+func parseFixtures(texts [][]byte) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	var add func(raw json.RawMessage) error
+	add = func(raw json.RawMessage) error {
+		raw = bytes.TrimSpace(raw)
+		if len(raw) > 0 && raw[0] == '[' {
+			var items []json.RawMessage
+			if err := json.Unmarshal(raw, &items); err != nil {
+				return err
+			}
+			for _, it := range items {
+				if err := add(it); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return err
+		}
+		if items, ok := obj["items"]; ok && obj["kind"] == "List" || ok && obj["kind"] == nil {
+			b, _ := json.Marshal(items)
+			if string(b) == "null" {
+				return nil
+			}
+			return add(b)
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		if u.GetKind() == "" || u.GetAPIVersion() == "" || u.GetName() == "" {
+			return fmt.Errorf("a fixture object needs apiVersion, kind and metadata.name: %s", truncate(string(raw), 200))
+		}
+		out = append(out, u)
+		return nil
+	}
+	for _, t := range texts {
+		if err := add(t); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// load creates the fixture objects: namespaces and CRDs first (a CRD the
+// control plane installed gives way to the real one), owners before what
+// they own, each object's status kept as given. The server assigns its own
+// uids; an ownerReference that names a fixture's uid is pointed at that
+// object's new uid, so a deliberate mismatch stays a mismatch.
+func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	objs, err := parseFixtures(texts)
+	if err != nil {
+		return err
+	}
+	cp.uids = map[string]string{}
+	var crds, namespaces, rest []*unstructured.Unstructured
+	needNS := map[string]bool{}
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "FakeDeny" || o.GetKind() == "FakeAllow":
+			return fmt.Errorf("%s items are rules of the fake API server; the real one has RBAC instead", o.GetKind())
+		case o.GetKind() == "CustomResourceDefinition":
+			if !cp.realCRDs[o.GetName()] {
+				crds = append(crds, o)
+			}
+		case o.GetKind() == "Namespace" && o.GetAPIVersion() == "v1":
+			namespaces = append(namespaces, o)
+			needNS[o.GetName()] = false
+		default:
+			rest = append(rest, o)
+		}
+	}
+	for _, o := range namespaces {
+		if err := cp.create(ctx, o, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, false); err != nil {
+			return err
+		}
+	}
+	for _, o := range crds {
+		gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+		if err := cp.create(ctx, o, gvr, false); err != nil {
+			return err
+		}
+		if err := cp.waitServed(ctx, o.GetName()); err != nil {
+			return err
+		}
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.disco))
+	type placed struct {
+		obj        *unstructured.Unstructured
+		gvr        schema.GroupVersionResource
+		namespaced bool
+	}
+	var pending []placed
+	fixtureUIDs := map[string]bool{}
+	for _, o := range rest {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", gvk, o.GetName(), err)
+		}
+		namespaced := m.Scope.Name() == meta.RESTScopeNameNamespace
+		if namespaced {
+			if o.GetNamespace() == "" {
+				o.SetNamespace("default")
+			}
+			if _, listed := needNS[o.GetNamespace()]; !listed {
+				needNS[o.GetNamespace()] = true
+			}
+		}
+		if uid := string(o.GetUID()); uid != "" {
+			fixtureUIDs[uid] = true
+		}
+		pending = append(pending, placed{o, m.Resource, namespaced})
+	}
+	// Namespaces the fixture uses without listing them are made for it.
+	for ns, implicit := range needNS {
+		if !implicit {
+			continue
+		}
+		o := &unstructured.Unstructured{}
+		o.SetAPIVersion("v1")
+		o.SetKind("Namespace")
+		o.SetName(ns)
+		if err := cp.create(ctx, o, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, true); err != nil {
+			return err
+		}
+	}
+	// Owners first: an object waits while it names the uid of a fixture
+	// object not yet created. A cycle is created as given.
+	for len(pending) > 0 {
+		var next []placed
+		for _, p := range pending {
+			if cp.waitsForOwner(p.obj, fixtureUIDs) {
+				next = append(next, p)
+				continue
+			}
+			if err := cp.create(ctx, p.obj, p.gvr, false); err != nil {
+				return err
+			}
+		}
+		if len(next) == len(pending) {
+			for _, p := range next {
+				if err := cp.create(ctx, p.obj, p.gvr, false); err != nil {
+					return err
+				}
+			}
+			break
+		}
+		pending = next
+	}
+	return nil
+}
+
+func (cp *controlPlane) waitsForOwner(o *unstructured.Unstructured, fixtureUIDs map[string]bool) bool {
+	for _, ref := range o.GetOwnerReferences() {
+		uid := string(ref.UID)
+		if _, done := cp.uids[uid]; fixtureUIDs[uid] && !done && uid != string(o.GetUID()) {
+			return true
+		}
+	}
+	return false
+}
+
+// create makes one fixture object, then writes its status through the
+// status subresource when create dropped it.
+func (cp *controlPlane) create(ctx context.Context, o *unstructured.Unstructured, gvr schema.GroupVersionResource, mayExist bool) error {
+	o = o.DeepCopy()
+	oldUID := string(o.GetUID())
+	for _, f := range []string{"uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"} {
+		unstructured.RemoveNestedField(o.Object, "metadata", f)
+	}
+	refs := o.GetOwnerReferences()
+	for i := range refs {
+		if n, ok := cp.uids[string(refs[i].UID)]; ok {
+			refs[i].UID = types.UID(n)
+		}
+	}
+	if len(refs) > 0 {
+		o.SetOwnerReferences(refs)
+	}
+	status, hasStatus, _ := unstructured.NestedFieldCopy(o.Object, "status")
+	client := cp.dyn.Resource(gvr).Namespace(o.GetNamespace())
+	created, err := client.Create(ctx, o, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) && (mayExist || gvr.Resource == "namespaces") {
+		created, err = client.Get(ctx, o.GetName(), metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s/%s: %w", gvr.Resource, o.GetNamespace(), o.GetName(), err)
+	}
+	if oldUID != "" {
+		cp.uids[oldUID] = string(created.GetUID())
+	}
+	// The server owns the status of namespaces and CRDs.
+	if hasStatus && gvr.Resource != "namespaces" && gvr.Resource != "customresourcedefinitions" {
+		got, _, _ := unstructured.NestedFieldCopy(created.Object, "status")
+		if !equality.Semantic.DeepEqual(got, status) {
+			if err := unstructured.SetNestedField(created.Object, status, "status"); err != nil {
+				return err
+			}
+			_, err := client.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("status of %s %s/%s: %w", gvr.Resource, o.GetNamespace(), o.GetName(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// resources lists every resource of the server's preferred versions that
+// supports all the given verbs.
+func (cp *controlPlane) resources(verbs ...string) ([]resource, error) {
+	lists, err := cp.disco.ServerPreferredResources()
+	if err != nil {
+		return nil, err
+	}
+	var out []resource
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range l.APIResources {
+			if strings.Contains(r.Name, "/") || !hasVerbs(r.Verbs, verbs) {
+				continue
+			}
+			// events.k8s.io/v1 events are the core events again
+			if gv.Group == "events.k8s.io" {
+				continue
+			}
+			out = append(out, resource{gv.WithResource(r.Name), r.Namespaced, r.Kind})
+		}
+	}
+	return out, nil
+}
+
+type resource struct {
+	gvr        schema.GroupVersionResource
+	namespaced bool
+	kind       string
+}
+
+func hasVerbs(have []string, want []string) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h == w {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func objectKey(gvr schema.GroupVersionResource, ns, name string) string {
+	return gvr.GroupResource().String() + "/" + ns + "/" + name
+}
+
+// takeBaseline records what exists before any fixture: the server's own
+// objects (RBAC bootstrap roles, priority levels, the default namespaces) and
+// the real CRDs. A reset keeps them; /_fake/objects hides them while they are
+// as they were.
+func (cp *controlPlane) takeBaseline(ctx context.Context) error {
+	objs, err := cp.everything(ctx)
+	if err != nil {
+		return err
+	}
+	cp.baseline = map[string]string{}
+	for _, o := range objs {
+		cp.baseline[o.key] = o.obj.GetResourceVersion()
+	}
+	return nil
+}
+
+type listed struct {
+	key string
+	res resource
+	obj unstructured.Unstructured
+}
+
+func (cp *controlPlane) everything(ctx context.Context) ([]listed, error) {
+	res, err := cp.resources("list")
+	if err != nil {
+		return nil, err
+	}
+	var out []listed
+	for _, r := range res {
+		l, err := cp.dyn.Resource(r.gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+				continue
+			}
+			return nil, fmt.Errorf("listing %s: %w", r.gvr, err)
+		}
+		for _, o := range l.Items {
+			if o.GetAPIVersion() == "" {
+				o.SetAPIVersion(r.gvr.GroupVersion().String())
+			}
+			if o.GetKind() == "" {
+				o.SetKind(r.kind)
+			}
+			out = append(out, listed{objectKey(r.gvr, o.GetNamespace(), o.GetName()), r, o})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out, nil
+}
+
+// objects is every object a fixture or a client made or changed.
+func (cp *controlPlane) objects(ctx context.Context) ([]unstructured.Unstructured, error) {
+	all, err := cp.everything(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []unstructured.Unstructured
+	for _, l := range all {
+		if rv, ok := cp.baseline[l.key]; ok && rv == l.obj.GetResourceVersion() {
+			continue
+		}
+		out = append(out, l.obj)
+	}
+	return out, nil
+}
+
+// reset removes every object that is not in the baseline: namespaced ones
+// first, finalizers emptied (no controller runs here to honour them), then
+// the namespaces, finalized by hand as the namespace controller would.
+func (cp *controlPlane) reset(ctx context.Context) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	all, err := cp.everything(ctx)
+	if err != nil {
+		return err
+	}
+	var namespaces, crds []listed
+	for pass := 0; pass < 2; pass++ {
+		for _, l := range all {
+			if _, keep := cp.baseline[l.key]; keep {
+				continue
+			}
+			isNS := l.res.gvr.Resource == "namespaces" && l.res.gvr.Group == ""
+			isCRD := l.res.gvr.Resource == "customresourcedefinitions"
+			// pass 0: objects in namespaces and cluster-scoped objects;
+			// pass 1: CRDs, then namespaces
+			if (pass == 0) == (isNS || isCRD) {
+				continue
+			}
+			if isNS {
+				namespaces = append(namespaces, l)
+				continue
+			}
+			if isCRD {
+				crds = append(crds, l)
+			}
+			if err := cp.remove(ctx, l); err != nil {
+				return err
+			}
+		}
+	}
+	for _, l := range namespaces {
+		if err := cp.remove(ctx, l); err != nil {
+			return err
+		}
+		ns := &unstructured.Unstructured{}
+		ns.SetAPIVersion("v1")
+		ns.SetKind("Namespace")
+		ns.SetName(l.obj.GetName())
+		_ = unstructured.SetNestedStringSlice(ns.Object, []string{}, "spec", "finalizers")
+		_, err := cp.dyn.Resource(l.res.gvr).Update(ctx, ns, metav1.UpdateOptions{}, "finalize")
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("finalizing namespace %s: %w", l.obj.GetName(), err)
+		}
+	}
+	for _, l := range append(crds, namespaces...) {
+		if err := cp.waitGone(ctx, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (cp *controlPlane) remove(ctx context.Context, l listed) error {
+	client := cp.dyn.Resource(l.res.gvr).Namespace(l.obj.GetNamespace())
+	if len(l.obj.GetFinalizers()) > 0 {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := client.Patch(ctx, l.obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("emptying the finalizers of %s: %w", l.key, err)
+		}
+	}
+	err := client.Delete(ctx, l.obj.GetName(), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) {
+		return fmt.Errorf("deleting %s: %w", l.key, err)
+	}
+	return nil
+}
+
+func (cp *controlPlane) waitGone(ctx context.Context, l listed) error {
+	client := cp.dyn.Resource(l.res.gvr).Namespace(l.obj.GetNamespace())
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := client.Get(ctx, l.obj.GetName(), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
