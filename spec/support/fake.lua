@@ -371,6 +371,20 @@ function Server:reset(fixture)
   sh("rm -rf " .. q(self.dir .. "/kubecache"))
 end
 
+--- Deletes a CustomResourceDefinition through the API, as an operator would,
+--- and waits until the server no longer serves it: a cluster without KubeVirt
+--- or Flux on either server (the real one always starts with their CRDs; a
+--- reset brings them back).
+function Server:delete_crd(name)
+  local path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" .. name
+  local res = self:request("DELETE", path)
+  if res.status ~= 200 and res.status ~= 404 then
+    error(("fake: deleting CRD %s answered %d: %s"):format(name, res.status, res.body), 2)
+  end
+  local gone = poll(60, function() return self:request("GET", path).status == 404 end)
+  if not gone then error("fake: CRD " .. name .. " was not removed within 60 s", 2) end
+end
+
 --- Emulated etcd compaction: every continue token issued so far expires (410).
 function Server:compact()
   return self:control("POST", "/_fake/compact")

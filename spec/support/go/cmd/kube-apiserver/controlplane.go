@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.etcd.io/etcd/server/v3/embed"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/discovery"
@@ -42,8 +43,9 @@ type controlPlane struct {
 	baseline       map[string]string // key -> resourceVersion of what exists before any fixture: never reset
 	mu             sync.Mutex        // serialises load and reset
 	uids           map[string]string
-	kubevirtSource string          // KubeVirt's module source, for its generated CRD schemas
-	realCRDs       map[string]bool // names of the CRDs installed at start: a fixture's own give way
+	kubevirtSource string                                      // KubeVirt's module source, for its generated CRD schemas
+	realCRDs       map[string]bool                             // names of the CRDs installed at start: a fixture's own give way
+	realCRDList    []*apiextensionsv1.CustomResourceDefinition // re-created by a reset when a spec deleted one
 }
 
 func startControlPlane(ctx context.Context, o *options) (*controlPlane, error) {

@@ -160,7 +160,15 @@ func installCRDs(ctx context.Context, cp *controlPlane, files []string) error {
 		return err
 	}
 	cp.realCRDs = map[string]bool{}
+	cp.realCRDList = crds
+	return cp.createCRDs(ctx, crds)
+}
+
+// createCRDs creates CRDs (an existing one is left as it is) and waits until
+// each is served.
+func (cp *controlPlane) createCRDs(ctx context.Context, crds []*apiextensionsv1.CustomResourceDefinition) error {
 	for _, crd := range crds {
+		crd = crd.DeepCopy()
 		crd.ResourceVersion = ""
 		if _, err := cp.ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%s: %w", crd.Name, err)
@@ -206,4 +214,26 @@ func (cp *controlPlane) waitServed(ctx context.Context, name string) error {
 		}
 		return true, nil
 	})
+}
+
+// restoreRealCRDs re-creates the real CRDs a spec deleted (to play a cluster
+// without KubeVirt or Flux), so that a reset brings them back.
+func (cp *controlPlane) restoreRealCRDs(ctx context.Context) error {
+	var missing []*apiextensionsv1.CustomResourceDefinition
+	for _, crd := range cp.realCRDList {
+		_, err := cp.ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			missing = append(missing, crd)
+		} else if err != nil {
+			return err
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := cp.createCRDs(ctx, missing); err != nil {
+		return err
+	}
+	// the re-created CRDs are the baseline now
+	return cp.takeBaseline(ctx)
 }

@@ -404,7 +404,7 @@ func (cp *controlPlane) reset(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return cp.restoreRealCRDs(ctx)
 }
 
 func (cp *controlPlane) remove(ctx context.Context, l listed) error {
