@@ -46,21 +46,24 @@ type front struct {
 	proxy    *httputil.ReverseProxy
 	maxLog   int
 
+	writers writers
+
 	mu  sync.Mutex
 	log []logEntry
 }
 
 type logEntry struct {
-	Method      string  `json:"method"`
-	Path        string  `json:"path"`
-	Query       string  `json:"query"`
-	ContentType string  `json:"content_type"`
-	Body        *string `json:"body"`
-	BodyBase64  string  `json:"body_base64,omitempty"`
-	Status      int     `json:"status"`
-	UserAgent   string  `json:"user_agent"`
-	At          float64 `json:"at"`
-	Conn        string  `json:"conn"`
+	Method      string         `json:"method"`
+	Path        string         `json:"path"`
+	Query       string         `json:"query"`
+	ContentType string         `json:"content_type"`
+	Body        *string        `json:"body"`
+	BodyBase64  string         `json:"body_base64,omitempty"`
+	Status      int            `json:"status"`
+	UserAgent   string         `json:"user_agent"`
+	At          float64        `json:"at"`
+	Conn        string         `json:"conn"`
+	Fault       map[string]any `json:"fault,omitempty"`
 }
 
 func startFront(cp *controlPlane, o *options) (*front, error) {
@@ -186,6 +189,9 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			entry.BodyBase64 = base64.StdEncoding.EncodeToString(body)
 		}
 	}
+	if rule := f.writers.take(r); rule != nil {
+		entry.Fault = f.writers.act(r.Context(), f.cp.admin, rule, r.URL.Path)
+	}
 	rec := &statusRecorder{ResponseWriter: w}
 	f.proxy.ServeHTTP(rec, r)
 	entry.Status = rec.status
@@ -264,7 +270,26 @@ func (f *front) control(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		f.clearLog()
+		f.clearRules()
 		writeJSON(w, map[string]any{"reset": true})
+	case r.URL.Path == "/_fake/faults" && r.Method == http.MethodPost:
+		body, _ := io.ReadAll(r.Body)
+		f.writers.mu.Lock()
+		rules, err := parseWriterRules(body, len(f.writers.rules))
+		if err == nil {
+			f.writers.rules = append(f.writers.rules, rules...)
+		}
+		f.writers.mu.Unlock()
+		if err != nil {
+			controlError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, map[string]any{"added": len(rules)})
+	case r.URL.Path == "/_fake/faults" && r.Method == http.MethodGet:
+		writeJSON(w, f.writers.listing())
+	case r.URL.Path == "/_fake/faults" && r.Method == http.MethodDelete:
+		f.clearRules()
+		writeJSON(w, map[string]any{"cleared": true})
 	case r.URL.Path == "/_real/token" && r.Method == http.MethodPost:
 		f.serviceAccountToken(w, r)
 	case r.URL.Path == "/_real/uids" && r.Method == http.MethodGet:
@@ -274,6 +299,12 @@ func (f *front) control(w http.ResponseWriter, r *http.Request) {
 	default:
 		controlError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s: the fake API server's control endpoint has no real counterpart (a fake-only spec)", r.Method, r.URL.Path))
 	}
+}
+
+func (f *front) clearRules() {
+	f.writers.mu.Lock()
+	f.writers.rules = nil
+	f.writers.mu.Unlock()
 }
 
 func (f *front) clearLog() {
