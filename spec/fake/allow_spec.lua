@@ -100,16 +100,21 @@ describe("fake API server allow-list mode", function()
     assert.is_table(srv:objects())
   end)
 
-  it("answers access reviews from the same rules (and reviews need a rule themselves)", function()
+  it("answers access reviews from the same rules, and lets anyone ask (RBAC's system:basic-user)", function()
     srv:allow{ { verb = "create", group = "authorization.k8s.io", resource = "selfsubjectaccessreviews" },
                { verb = "patch", group = "", resource = "configmaps", namespace = "cozy-system", name = "x" } }
     assert.is_true(review("patch", "", "configmaps", "cozy-system", "x"))
     assert.is_false(review("patch", "", "configmaps", "cozy-system", "y"))
     assert.is_false(review("patch", "", "configmaps", "default", "x"))
     assert.is_false(review("get", "", "configmaps", "cozy-system", "x"))
+    -- a user no rule covers may still ask, and is told no, as kube-apiserver's
+    -- bootstrap RBAC does for every authenticated user
     srv:allow{}
-    assert.equal(403, srv:request("POST", SSAR, { body = { apiVersion = "authorization.k8s.io/v1",
-      kind = "SelfSubjectAccessReview", spec = { resourceAttributes = { verb = "get", resource = "pods" } } } }).status)
+    local res = srv:request("POST", SSAR, { body = { apiVersion = "authorization.k8s.io/v1",
+      kind = "SelfSubjectAccessReview", spec = { resourceAttributes = { verb = "get", resource = "pods" } } } })
+    assert.equal(201, res.status, res.body)
+    assert.is_false(res.json.status.allowed)
+    assert.equal(403, srv:request("GET", CM).status)
   end)
 
   it("ends with allow(nil) and with a reset", function()

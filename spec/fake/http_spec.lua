@@ -56,13 +56,20 @@ describe("fake API server over HTTP", function()
           { name = "vm9", group = "kubevirt.io", kind = "virtualmachines" }))
     end)
 
-    it("answers NotFound without details.name when the CRD is absent", function()
+    it("answers kube-apiserver's plain-text 404 when no CRD serves the group", function()
       srv:reset(BASIC)
       for _, path in ipairs{ VM .. "/vm1", VM, "/apis/kubevirt.io/v1", "/apis/kubevirt.io" } do
-        local body = expect(srv:request("GET", path), 404,
-          status(404, "NotFound", "the server could not find the requested resource", {}))
-        assert.is_nil(body.details.name)
+        local res = srv:request("GET", path)
+        assert.equal(404, res.status, res.body)
+        assert.equal("text/plain; charset=utf-8", res.headers["content-type"])
+        assert.equal("404 page not found\n", res.body)
       end
+    end)
+
+    it("answers NotFound without details.name for a resource a built-in group does not serve", function()
+      local body = expect(srv:request("GET", "/apis/coordination.k8s.io/v1/namespaces/default/nopes"), 404,
+        status(404, "NotFound", "the server could not find the requested resource", {}))
+      assert.is_nil(body.details.name)
     end)
 
     it("serves every served version of a CRD and marks the preferred one", function()
