@@ -107,7 +107,7 @@ function harness.fake(opts)
     local token = opts.token
     if token == nil then token = "harness-token" end
     h.srv = fake.start { fixtures = h.fixtures, tls = opts.tls ~= false, token = token or nil,
-      latency_ms = opts.latency_ms, deny = opts.deny }
+      latency_ms = opts.latency_ms, deny = opts.deny, server = opts.server }
   end)
   b.teardown(function()
     if h.srv then h.srv:stop() end
