@@ -63,6 +63,18 @@ function errors.from_response(method, path, code, status, raw, attempts)
   return errors.new(e)
 end
 
+-- Did the server refuse the object a write would make, rather than the write
+-- itself? kube-apiserver names the refused fields in `details.causes` (a
+-- CRD's schema, a built-in's validation); a JSON patch whose op failed (a
+-- `test` of ours among them) is a 422 with no causes. So a 422 with causes is
+-- never a conflict: the patch, its test included, applied; the result is
+-- invalid, and reading the object again cannot change that.
+function errors.is_invalid_object(e)
+  if not (errors.is_error(e) and e.code == 422) then return false end
+  local d = e.details
+  return type(d) == "table" and type(d.causes) == "table" and d.causes[1] ~= nil
+end
+
 -- A transport failure (no HTTP status): the last attempt says why.
 function errors.from_transport(method, path, attempts)
   local last = attempts[#attempts] or {}

@@ -500,7 +500,8 @@ local update_in_parallel -- below update_each, which calls it
 -- The conflict-aware loop behind update and change: compute(current)
 -- returns the JSON patch ops to apply to `current` (nil or empty: nothing
 -- to do); the engine prepends a test of its resourceVersion, sends it, and on
--- a conflict (409, or 422 from that test) re-reads and computes again, with
+-- a conflict (409, or a 422 without causes: some op failed, maybe that test;
+-- the re-read tells) re-reads and computes again, with
 -- bounded attempts and backoff. Returns the object, and whether a write landed.
 -- With `lean` (a projection tree) the re-reads and the answer are decoded lean.
 local function conflict_loop(self, ns, name, obj, compute, lean)
@@ -522,7 +523,7 @@ local function conflict_loop(self, ns, name, obj, compute, lean)
     if not errors.is_error(res) then error(res, 0) end
     local ours = res.code == 409
     local fresh
-    if res.code == 422 then
+    if res.code == 422 and not errors.is_invalid_object(res) then
       -- our test failed if the object moved on; otherwise one of the ops did
       fresh = self:_get(ns, name, lean)
       ours = fresh.metadata.resourceVersion ~= rv
@@ -650,7 +651,7 @@ update_in_parallel = function(self, pull, edit, opts, counts, concurrency, lean)
       if opts.on_change then opts.on_change(state.item, state.info, res) end
       return finished(state)
     end
-    if errors.is_error(res) and (res.code == 409 or res.code == 422) then
+    if errors.is_error(res) and (res.code == 409 or res.code == 422) and not errors.is_invalid_object(res) then
       local fresh_ok, fresh = pcall(self._get, self, state.ns, state.name, lean)
       if not fresh_ok then return settle(state, false, fresh) end
       local ours = res.code == 409 or fresh.metadata.resourceVersion ~= state.rv

@@ -16,6 +16,7 @@
 -- recent and nothing was lost (lease.Holder:check).
 local errors = require "cozy.errors"
 local json = require "cozy.json"
+local kerrors = require "cozy.kube.errors"
 local proc = require "cozy.proc"
 local sys = require "cozy.sys"
 
@@ -97,8 +98,10 @@ local function leases_of(client)
   return client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" })
 end
 
+-- A 409, or a 422 from a failed JSON-patch op (our test); a 422 that names
+-- refused fields (details.causes) is the Lease itself refused, not a race.
 local function is_conflict(e)
-  return type(e) == "table" and (e.code == 409 or e.code == 422)
+  return type(e) == "table" and (e.code == 409 or e.code == 422 and not kerrors.is_invalid_object(e))
 end
 
 local function new_spec(identity, duration, transitions, now)
