@@ -243,7 +243,7 @@ return {
     { verb = "get", group = "kubevirt.io", resource = "virtualmachines" },   -- the re-read after a conflict
     { verb = "patch", group = "kubevirt.io", resource = "virtualmachines" },
     { verb = "list", group = "kubevirt.io", resource = "virtualmachineinstances" },
-    { verb = "list", group = "kubevirt.io", resource = "kubevirts" },        -- check: the feature gates
+    { verb = "list", group = "kubevirt.io", resource = "kubevirts", check_only = true },  -- the feature gates
   },
   check = check,
   run = run,

@@ -14,6 +14,8 @@
 --
 -- The preflight variant (the `check` Job) gets the read verbs of the same
 -- permissions, and may ask access reviews for the hook's service account.
+local discovery = require "cozy.runner.discovery"
+
 local rbac = {}
 
 rbac.NAME = "cozystack-migration-hook"
@@ -27,6 +29,19 @@ rbac.LEASE = "cozystack-migrations"
 rbac.DISCOVERY_URLS = { "/api", "/api/*", "/apis", "/apis/*", "/version" }
 
 local READ_VERBS = { get = true, list = true, watch = true }
+
+-- The engine's own needs in its namespace as permissions ({verb, group,
+-- resource, name}), for check's access reviews: the same as the rules below.
+function rbac.engine_permissions(preflight)
+  local out = {}
+  for _, rule in ipairs(rbac.engine_rules(preflight)) do
+    for _, verb in ipairs(rule.verbs) do
+      out[#out + 1] = { verb = verb, group = rule.apiGroups[1], resource = rule.resources[1],
+        name = rule.resourceNames and rule.resourceNames[1] or nil }
+    end
+  end
+  return out
+end
 
 -- The engine's own needs in its namespace, as rules. Objects are named where
 -- Kubernetes allows it (create cannot be restricted by name).
@@ -42,8 +57,9 @@ function rbac.engine_rules(preflight)
     { apiGroups = { "" }, resources = { "configmaps" }, verbs = { "create" } },
     { apiGroups = { "" }, resources = { "configmaps" }, resourceNames = { rbac.CONFIGMAP }, verbs = { "get", "patch" } },
     { apiGroups = { "coordination.k8s.io" }, resources = { "leases" }, verbs = { "create" } },
+    -- taking over, renewing and releasing the Lease are all JSON patches
     { apiGroups = { "coordination.k8s.io" }, resources = { "leases" }, resourceNames = { rbac.LEASE },
-      verbs = { "get", "patch", "update" } },
+      verbs = { "get", "patch" } },
   }
 end
 
@@ -70,11 +86,14 @@ local function sorted_keys(t)
 end
 
 -- Declared permissions -> rules grouped by (group, resource, name), verbs sorted,
--- one table per namespace ("" = cluster-wide). preflight keeps read verbs.
+-- one table per namespace ("" = cluster-wide). preflight keeps read verbs;
+-- the hook's (not preflight) leaves out check_only ones.
 function rbac.declared_rules(migrations, preflight)
   local by_ns = {}
   for _, m in ipairs(migrations) do
-    for _, p in ipairs(m.definition and m.definition.permissions or {}) do
+    -- the hook runs `run`, the preflight `check`: what only check() reads
+    -- stays out of the hook's Role
+    for _, p in ipairs(discovery.permissions_for(m.definition, preflight and "check" or "run")) do
       if not preflight or READ_VERBS[p.verb] then
         local ns = p.namespace or ""
         local resource = p.resource .. (p.subresource and ("/" .. p.subresource) or "")

@@ -9,6 +9,7 @@
 local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
 local json = require "cozy.json"
+local rbac = require "cozy.rbac"
 local runner = require "cozy.runner"
 local stamp = require "cozy.runner.stamp"
 local step = require "cozy.runner.step"
@@ -16,16 +17,6 @@ local step = require "cozy.runner.step"
 local as_array = json.array or function(t) return t end
 
 local M = {}
-
--- What the runner itself needs, in its namespace.
-local runner_permissions = {
-  { verb = "get", group = "", resource = "configmaps" },
-  { verb = "create", group = "", resource = "configmaps" },
-  { verb = "patch", group = "", resource = "configmaps" },
-  { verb = "get", group = "coordination.k8s.io", resource = "leases" },
-  { verb = "create", group = "coordination.k8s.io", resource = "leases" },
-  { verb = "patch", group = "coordination.k8s.io", resource = "leases" },
-}
 
 -- About this runner (SelfSubjectAccessReview), or with --service-account
 -- NAME about that account of the namespace (SubjectAccessReview: the
@@ -94,10 +85,16 @@ function M.collect(opts, log)
   end
 
   -- permissions
+  -- what `run` needs, as `cozy-migrate rbac` grants it (objects named, the
+  -- Lease's takeover included); reviewing ourselves, check() needs what only
+  -- it reads too
   local wanted = {}
-  for _, p in ipairs(runner_permissions) do wanted[#wanted + 1] = { p = p, ns = namespace, source = "engine" } end
+  for _, p in ipairs(rbac.engine_permissions(false)) do
+    wanted[#wanted + 1] = { p = p, ns = namespace, source = "engine" }
+  end
+  local mode = opts.service_account and "run" or "check"
   for _, m in ipairs(checked) do
-    for _, p in ipairs(m.definition and m.definition.permissions or {}) do
+    for _, p in ipairs(discovery.permissions_for(m.definition, mode)) do
       wanted[#wanted + 1] = { p = p, ns = p.namespace, source = m.name }
     end
   end

@@ -60,16 +60,31 @@ function discovery.validate_definition(def, file)
       local ok = type(p) == "table" and type(p.verb) == "string" and type(p.resource) == "string"
       if ok then
         for k, v in pairs(p) do
-          if not permission_keys[k] or type(v) ~= "string" then ok = false end
+          if k == "check_only" then
+            if v ~= true then ok = false end
+          elseif not permission_keys[k] or type(v) ~= "string" then
+            ok = false
+          end
         end
       end
       if not ok then
         invalid(file, "permissions[%d] must be { verb = string, resource = string, group = string or nil, "
-          .. "subresource, namespace, name = string or nil }", { i })
+          .. "subresource, namespace, name = string or nil, check_only = true or nil }", { i })
       end
     end
   end
   return def
+end
+
+-- The permissions a mode needs: `run` (and plan) all but those marked
+-- check_only (what only check() reads), `check` every one. The step's gate,
+-- `rbac` (the hook's Role against the preflight's) and `check` take them here.
+function discovery.permissions_for(def, mode)
+  local out = {}
+  for _, p in ipairs(def and def.permissions or {}) do
+    if mode == "check" or not p.check_only then out[#out + 1] = p end
+  end
+  return out
 end
 
 -- Parses a file name. Returns number, kind ("lua" | "legacy"), or nil for

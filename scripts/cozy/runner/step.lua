@@ -11,6 +11,7 @@
 -- then the boundary ctx over that view, and runs the function under a
 -- handler that turns whatever it raised into one structured error.
 local context = require "cozy.runner.context"
+local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
 local proc = require "cozy.proc"
 local sys = require "cozy.sys"
@@ -95,7 +96,7 @@ function step.execute(m, opts)
   if fn == nil then return true, nil, result end
   local view = opts.client:view {
     who = "migration " .. m.name,
-    permissions = def.permissions or {},
+    permissions = discovery.permissions_for(def, mode),
     read_only = mode == "check" and "check() is read-only" or nil,
     guard = mode ~= "check" and opts.guard or nil,
     before_attempt = mode ~= "check" and opts.before_attempt or nil,
