@@ -120,13 +120,19 @@ describe("migration 55-fluxcd-addon-orphan", function()
       assert.is_nil(helmreleases(h)["tenant-a/kubernetes-alpha-fluxcd"])
     end)
 
-    it("declares every permission it uses (check and run under exactly the RBAC it is granted)", function()
+    -- allow-list mode and conflict faults: the fake's alone
+    it("declares every permission it uses (check and run under exactly the RBAC it is granted) #fakeonly", function()
       assert.permissions_complete(55)
       assert.is_nil(helmreleases(h)["tenant-b/kubernetes-beta-fluxcd-operator"])   -- run did run
     end)
 
     it("has nothing to do when the HelmRelease API is not served", function()
       h:reset(NO_CRD)
+      -- the real server always has Flux's CRD (a reset brings it back): delete
+      -- it (on the fake, whose fixture has none, the DELETE answers 404) and
+      -- forget the requests that did it
+      h.srv:delete_crd("helmreleases.helm.toolkit.fluxcd.io")
+      h.srv:clear_requests()
       local res = h:migrate(55)
       assert.no_writes()
       assert.matches("HelmRelease API %(helm.toolkit.fluxcd.io/v2%) not served", res.log)
@@ -141,6 +147,8 @@ describe("migration 55-fluxcd-addon-orphan", function()
       h:reset(cluster_with(function(o)
         if o.metadata.name == "kubernetes-alpha-fluxcd" then o.metadata.deletionTimestamp = "2026-11-30T22:14:05Z" end
       end))
+      -- being deleted on either server (the real one sets its own timestamp)
+      assert.is_string(helmreleases(h)["tenant-a/kubernetes-alpha-fluxcd"].metadata.deletionTimestamp)
       local res = h:migrate(55)
       assert.same({ orphaned = 4, gone = 0 }, res.outcome.counts)
       assert.same({}, (function()
@@ -151,7 +159,8 @@ describe("migration 55-fluxcd-addon-orphan", function()
     end)
   end)
 
-  describe("fails closed", function()
+  -- every case here injects its failure with a fault rule: the fake's alone
+  describe("fails closed #fakeonly", function()
     -- What each failure must leave: the run raised; its last request was
     -- `method` on the first addon HelmRelease, no request went to a later
     -- one, and every fault that fired was of `action` (at least one did).
@@ -248,7 +257,8 @@ describe("migration 55-fluxcd-addon-orphan", function()
     end)
   end)
 
-  describe("objects deleted meanwhile", function()
+  -- a deleter between two requests is a fault rule: the fake's alone
+  describe("objects deleted meanwhile #fakeonly", function()
     for _, case in ipairs {
       { "before the suspend patch", "PATCH", 0, "gone", 1 },
       { "before the finalizer patch", "PATCH", 1, "gone", 2 },
@@ -318,13 +328,18 @@ describe("migration 55-fluxcd-addon-orphan", function()
           o.metadata.deletionTimestamp = "2026-11-30T22:14:05Z"
         end
       end))
+      -- the fake stores the fixture's timestamp; the real server, which sets
+      -- its own, deleted the object after loading it (its finalizer keeps it)
+      local since = helmreleases(h)["tenant-b/kubernetes-beta-fluxcd-operator"].metadata.deletionTimestamp
+      assert.is_string(since)
+      if not h.srv.real then assert.equal("2026-11-30T22:14:05Z", since) end
       local res = h:migrate(55, { mode = "check" })
       local warns = {}
       for _, f in ipairs(res.findings) do
         if f.severity == "warn" then warns[#warns + 1] = f.message end
       end
       assert.same({ "HelmRelease tenant-b/kubernetes-beta-fluxcd-operator is already being deleted (deletionTimestamp "
-        .. "2026-11-30T22:14:05Z): helm-controller may be uninstalling the FluxCD addon from the tenant cluster now; "
+        .. since .. "): helm-controller may be uninstalling the FluxCD addon from the tenant cluster now; "
         .. "run orphans it at once" }, warns)
       assert.equal(5, #res.findings)
     end)

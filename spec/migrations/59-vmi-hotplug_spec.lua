@@ -46,6 +46,17 @@ local function start(fixture)
   return fake.start { fixtures = { fixture }, tls = true, token = "t" }
 end
 
+-- A cluster without these CRDs, on either server: the fixtures that play one
+-- leave them out, but the real server always starts with KubeVirt's real
+-- CRDs. Deletes them through the API (on the fake, where the fixture has none,
+-- each DELETE answers 404) and forgets the requests that did it.
+local function without_crds(srv, ...)
+  for _, name in ipairs { ... } do srv:delete_crd(name) end
+  srv:clear_requests()
+end
+
+local KUBEVIRT_CRDS = { "virtualmachines.kubevirt.io", "virtualmachineinstances.kubevirt.io", "kubevirts.kubevirt.io" }
+
 local function version(srv)
   return srv:object("ConfigMap", "cozy-system", "cozystack-version").data.version
 end
@@ -173,7 +184,8 @@ describe("migration 59 on the spec harness", function()
     assert.equal(n, #h:writes { all = true, method = "PATCH", path = VMS_PATH })
   end)
 
-  it("declares every permission it uses (check and run under exactly the RBAC it is granted)", function()
+  -- allow-list mode and conflict faults: the fake's alone
+  it("declares every permission it uses (check and run under exactly the RBAC it is granted) #fakeonly", function()
     assert.permissions_complete(59)
   end)
 end)
@@ -353,6 +365,7 @@ end)
 describe("run without KubeVirt", function()
   it("only stamps when the VirtualMachine CRD is absent", function()
     local srv <close> = start(FIXTURES .. "no-kubevirt.json")
+    without_crds(srv, table.unpack(KUBEVIRT_CRDS))
     local code, _, stderr = cozy(srv, "run")
     assert.equal(0, code, stderr)
     assert.equal("60", version(srv))
@@ -365,6 +378,7 @@ describe("run without KubeVirt", function()
 
   it("only stamps when the VirtualMachineInstance CRD is absent", function()
     local srv <close> = start(FIXTURES .. "no-vmi-crd.json")
+    without_crds(srv, "virtualmachineinstances.kubevirt.io")
     local code, _, stderr = cozy(srv, "run")
     assert.equal(0, code, stderr)
     assert.equal("60", version(srv))
@@ -386,7 +400,7 @@ describe("run fails closed", function()
     { "the VMI list", { method = "GET", path = [[/virtualmachineinstances\?]] } },
     { "a VM patch", { method = "PATCH", path = [[/virtualmachines/]] } },
   }) do
-    it("when " .. case[1] .. " fails: exit 1, nothing stamped", function()
+    it("when " .. case[1] .. " fails: exit 1, nothing stamped #fakeonly", function()
       local rule = fleet.deep_copy(case[2])
       rule.status = { code = 403, reason = "Forbidden", message = "injected: " .. case[1] }
       rule.times = -1
@@ -421,7 +435,8 @@ describe("run fails closed", function()
 end)
 
 ---------------------------------------------------------------------------
-describe("run under concurrent writers", function()
+-- a concurrent writer between the list and the patch is a fault rule: the fake's alone
+describe("run under concurrent writers #fakeonly", function()
   local srv
   setup(function() srv = start(FIXTURES .. "cluster.json") end)
   teardown(function() if srv then srv:stop() end end)
@@ -473,7 +488,8 @@ describe("run under concurrent writers", function()
 end)
 
 ---------------------------------------------------------------------------
-describe("run against a VM deleted between the list and its patch", function()
+-- a deleter between the list and the patch is a fault rule: the fake's alone
+describe("run against a VM deleted between the list and its patch #fakeonly", function()
   it("skips that VM, copies into the others, and stamps", function()
     local srv <close> = start(FIXTURES .. "cluster.json")
     local gone = "tenant-a/vm-both-kinds"
@@ -532,8 +548,9 @@ describe("run on unusual templates", function()
   end)
 
   -- KubeVirt's schema requires domain.devices; the migration still creates it
-  -- rather than send a patch that cannot apply.
-  it("creates domain.devices with the disks when the template has none", function()
+  -- rather than send a patch that cannot apply. A real server refuses to
+  -- store such a VM ("devices: Required value"): the fake's alone.
+  it("creates domain.devices with the disks when the template has none #fakeonly", function()
     local items = fleet.base({ "tenant-a" })
     fleet.pair(items, { namespace = "tenant-a", name = "vm-no-devices", vm = { devices = false },
       extra_volumes = { fleet.csi_volume("pvc-x") }, extra_disks = { fleet.csi_disk("pvc-x") } })
@@ -600,6 +617,10 @@ describe("check", function()
 
   it("lists each volume run would copy, and warns about what the upgrade can still break", function()
     local srv <close> = start(FIXTURES .. "cluster.json")
+    -- the server's uid of the VM (a real server assigns its own; the VMI's
+    -- reference to an earlier VM is not a fixture object's and stays as given)
+    local vm_uid = srv:object("VirtualMachine", "tenant-c", "vm-uid-mismatch").metadata.uid
+    assert.not_equal(fleet.uid("an earlier vm-uid-mismatch"), vm_uid)
     local code, stdout, stderr = cozy(srv, "check --output json")
     assert.equal(0, code, stderr)
     local got = findings(stdout)
@@ -618,8 +639,7 @@ describe("check", function()
       "warn VMI tenant-b/vm-unknown is in phase Unknown and holds hotplugged volumes pvc-unknown missing"
         .. " from its VM spec: they are not copied, and are unplugged if it comes back Running",
       ("info VMI tenant-c/vm-uid-mismatch is left alone: its ownerReference names uid %s but VM"
-        .. " vm-uid-mismatch has uid %s"):format(fleet.uid("an earlier vm-uid-mismatch"),
-                                                 fleet.uid("vm tenant-c/vm-uid-mismatch")),
+        .. " vm-uid-mismatch has uid %s"):format(fleet.uid("an earlier vm-uid-mismatch"), vm_uid),
       "info VMI tenant-c/vm-stopped-rescue is left alone: it is not named like its owner VM vm-stopped",
     }), sorted(got))
     assert_read_only(srv)
@@ -673,6 +693,7 @@ describe("check", function()
 
   it("says so when KubeVirt is not installed", function()
     local srv <close> = start(FIXTURES .. "no-kubevirt.json")
+    without_crds(srv, table.unpack(KUBEVIRT_CRDS))
     local code, stdout, stderr = cozy(srv, "check --output json")
     assert.equal(0, code, stderr)
     assert.same({ "info CRD virtualmachines.kubevirt.io is absent: KubeVirt is not installed, nothing to copy" },

@@ -375,14 +375,38 @@ end
 --- and waits until the server no longer serves it: a cluster without KubeVirt
 --- or Flux on either server (the real one always starts with their CRDs; a
 --- reset brings them back).
+---
+--- A real server's discovery follows the CRD's removal a moment later (its
+--- discovery controller works from a watch): this also waits until no served
+--- version of the CRD lists its resource any more, so that a client started
+--- next cannot still see the API.
 function Server:delete_crd(name)
   local path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" .. name
+  local crd = self:request("GET", path)
+  if crd.status ~= 200 and crd.status ~= 404 then
+    error(("fake: reading CRD %s answered %d: %s"):format(name, crd.status, crd.body), 2)
+  end
   local res = self:request("DELETE", path)
   if res.status ~= 200 and res.status ~= 404 then
     error(("fake: deleting CRD %s answered %d: %s"):format(name, res.status, res.body), 2)
   end
   local gone = poll(60, function() return self:request("GET", path).status == 404 end)
   if not gone then error("fake: CRD " .. name .. " was not removed within 60 s", 2) end
+  local spec = crd.status == 200 and type(crd.json) == "table" and crd.json.spec or {}
+  for _, v in ipairs(spec.versions or {}) do
+    local discovery = "/apis/" .. tostring(spec.group) .. "/" .. tostring(v.name)
+    local unlisted = poll(60, function()
+      local r = self:request("GET", discovery)
+      if r.status == 404 then return true end
+      if r.status ~= 200 or type(r.json) ~= "table" then return false end
+      for _, listed in ipairs(r.json.resources or {}) do
+        if listed.name == spec.names.plural then return false end
+      end
+      return true
+    end)
+    if not unlisted then error(("fake: %s still lists %s 60 s after CRD %s was removed"):format(
+      discovery, tostring(spec.names.plural), name), 2) end
+  end
 end
 
 --- Emulated etcd compaction: every continue token issued so far expires (410).

@@ -71,6 +71,13 @@ func parseFixtures(texts [][]byte) ([]*unstructured.Unstructured, error) {
 // they own, each object's status kept as given. The server assigns its own
 // uids; an ownerReference that names a fixture's uid is pointed at that
 // object's new uid, so a deliberate mismatch stays a mismatch.
+//
+// An object given with a metadata.deletionTimestamp is being deleted: a
+// server sets that field itself and ignores it on create, so the object is
+// created and then deleted, once everything else exists; its finalizers
+// keep it, now with the server's deletionTimestamp (the time of the load,
+// not the fixture's). Without finalizers no real server can hold such an
+// object: the load fails rather than store one that is not being deleted.
 func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
@@ -82,6 +89,9 @@ func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
 	var crds, namespaces, rest []*unstructured.Unstructured
 	needNS := map[string]bool{}
 	for _, o := range objs {
+		if err := terminatingAllowed(o); err != nil {
+			return err
+		}
 		switch {
 		case o.GetKind() == "FakeDeny" || o.GetKind() == "FakeAllow":
 			return fmt.Errorf("%s items are rules of the fake API server; the real one has RBAC instead", o.GetKind())
@@ -116,7 +126,19 @@ func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
 		gvr        schema.GroupVersionResource
 		namespaced bool
 	}
-	var pending []placed
+	var pending, terminating []placed
+	nsGVR := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, o := range namespaces {
+		if o.GetDeletionTimestamp() != nil {
+			terminating = append(terminating, placed{o, nsGVR, false})
+		}
+	}
+	for _, o := range crds {
+		if o.GetDeletionTimestamp() != nil {
+			terminating = append(terminating, placed{o, crdGVR, false})
+		}
+	}
 	fixtureUIDs := map[string]bool{}
 	for _, o := range rest {
 		gvk := o.GroupVersionKind()
@@ -137,6 +159,9 @@ func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
 			fixtureUIDs[uid] = true
 		}
 		pending = append(pending, placed{o, m.Resource, namespaced})
+		if o.GetDeletionTimestamp() != nil {
+			terminating = append(terminating, placed{o, m.Resource, namespaced})
+		}
 	}
 	// Namespaces the fixture uses without listing them are made for it.
 	for ns, implicit := range needNS {
@@ -174,7 +199,28 @@ func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
 		}
 		pending = next
 	}
+	for _, p := range terminating {
+		client := cp.dyn.Resource(p.gvr).Namespace(p.obj.GetNamespace())
+		if err := client.Delete(ctx, p.obj.GetName(), metav1.DeleteOptions{}); err != nil {
+			return fmt.Errorf("%s %s/%s: deleting it for its deletionTimestamp: %w", p.gvr.Resource, p.obj.GetNamespace(), p.obj.GetName(), err)
+		}
+	}
 	return nil
+}
+
+// terminatingAllowed refuses a fixture object that is being deleted
+// (metadata.deletionTimestamp) with nothing to keep it: a real server
+// removes such an object at once. A namespace is kept by its spec.finalizers,
+// which the server gives every namespace.
+func terminatingAllowed(o *unstructured.Unstructured) error {
+	if o.GetDeletionTimestamp() == nil || len(o.GetFinalizers()) > 0 {
+		return nil
+	}
+	if o.GetKind() == "Namespace" && o.GetAPIVersion() == "v1" {
+		return nil
+	}
+	return fmt.Errorf("%s %s/%s has a deletionTimestamp and no finalizers: a real server removes such an object at once (a fake-only fixture)",
+		o.GetKind(), o.GetNamespace(), o.GetName())
 }
 
 func (cp *controlPlane) waitsForOwner(o *unstructured.Unstructured, fixtureUIDs map[string]bool) bool {
@@ -280,6 +326,19 @@ func hasVerbs(have []string, want []string) bool {
 	return true
 }
 
+// isIdentityLease tells the API server's own heartbeat: the kube-system
+// Lease with the apiserver.kubernetes.io/identity label, which the server
+// renews every 10 s. No client writes it, so everything() leaves it out:
+// /_fake/objects would otherwise show it as changed whenever a renewal fell
+// between two reads, and a reset must not delete it.
+func isIdentityLease(gvr schema.GroupVersionResource, o *unstructured.Unstructured) bool {
+	if gvr.Group != "coordination.k8s.io" || gvr.Resource != "leases" || o.GetNamespace() != metav1.NamespaceSystem {
+		return false
+	}
+	_, ok := o.GetLabels()["apiserver.kubernetes.io/identity"]
+	return ok
+}
+
 func objectKey(gvr schema.GroupVersionResource, ns, name string) string {
 	return gvr.GroupResource().String() + "/" + ns + "/" + name
 }
@@ -321,6 +380,9 @@ func (cp *controlPlane) everything(ctx context.Context) ([]listed, error) {
 			return nil, fmt.Errorf("listing %s: %w", r.gvr, err)
 		}
 		for _, o := range l.Items {
+			if isIdentityLease(r.gvr, &o) {
+				continue
+			}
 			if o.GetAPIVersion() == "" {
 				o.SetAPIVersion(r.gvr.GroupVersion().String())
 			}
