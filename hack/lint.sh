@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Lint, as CI runs it (hack/test.sh): luacheck over the Lua runtime, the
 # migrations and the specs (.luacheckrc); cppcheck over core/ with the
-# checks below; clang-format (.clang-format) over core/, fuzz/ and cmake/luac.c,
-# checked, not applied.
+# checks below; gofmt and go vet over the Go test tooling (spec/support/go);
+# clang-format (.clang-format) over core/, fuzz/ and cmake/luac.c, checked,
+# not applied.
 # Exit 1 on any finding. `hack/lint.sh --fix` applies clang-format instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,16 @@ echo "--- cppcheck"
 cppcheck --quiet --enable=warning,portability,performance --std=c99 --error-exitcode=1 --inline-suppr \
   -I core -DCOZY_MIGRATE_VERSION='"lint"' --suppress=missingIncludeSystem --suppress=missingInclude \
   core/ fuzz/ cmake/ || status=1
+
+# Go test tooling (spec/support/go): gofmt and go vet
+echo "--- gofmt, go vet (spec/support/go)"
+command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
+unformatted=$(cd spec/support/go && gofmt -l .)
+if [ -n "$unformatted" ]; then
+  echo "gofmt: not formatted: $unformatted"
+  status=1
+fi
+(cd spec/support/go && go vet ./...) || status=1
 
 echo "--- clang-format"
 sources=(core/*.c core/*.h fuzz/*.c cmake/*.c)

@@ -257,8 +257,9 @@ describe("migration 55-fluxcd-addon-orphan", function()
     end)
   end)
 
-  -- a deleter between two requests is a fault rule: the fake's alone
-  describe("objects deleted meanwhile #fakeonly", function()
+  -- a deleter between two requests: on the real server the front deletes the
+  -- object through the API just before the request passes
+  describe("objects deleted meanwhile", function()
     for _, case in ipairs {
       { "before the suspend patch", "PATCH", 0, "gone", 1 },
       { "before the finalizer patch", "PATCH", 1, "gone", 2 },

@@ -435,8 +435,9 @@ describe("run fails closed", function()
 end)
 
 ---------------------------------------------------------------------------
--- a concurrent writer between the list and the patch is a fault rule: the fake's alone
-describe("run under concurrent writers #fakeonly", function()
+-- a concurrent writer between the list and the patch (on the real server, a
+-- real write the front makes just before the patch passes)
+describe("run under concurrent writers", function()
   local srv
   setup(function() srv = start(FIXTURES .. "cluster.json") end)
   teardown(function() if srv then srv:stop() end end)
@@ -488,8 +489,8 @@ describe("run under concurrent writers #fakeonly", function()
 end)
 
 ---------------------------------------------------------------------------
--- a deleter between the list and the patch is a fault rule: the fake's alone
-describe("run against a VM deleted between the list and its patch #fakeonly", function()
+-- a deleter between the list and the patch (on the real server, a real delete)
+describe("run against a VM deleted between the list and its patch", function()
   it("skips that VM, copies into the others, and stamps", function()
     local srv <close> = start(FIXTURES .. "cluster.json")
     local gone = "tenant-a/vm-both-kinds"
@@ -517,7 +518,7 @@ describe("run against a VM deleted between the list and its patch #fakeonly", fu
     end
   end)
 
-  it("still fails closed on any other error of that patch", function()
+  it("still fails closed on any other error of that patch #fakeonly", function()
     local srv <close> = start(FIXTURES .. "cluster.json")
     srv:faults { { method = "PATCH", path = "/virtualmachines/vm-both-kinds$",
                    status = { code = 403, message = "forbidden by policy" } } }

@@ -38,6 +38,27 @@ describe("cozy.rbac", function()
     assert.same({ { apiGroups = { "g" }, resources = { "r" }, verbs = { "list" } } }, rules[""])
   end)
 
+  it("gives a check_only permission to the preflight alone, and to check's gate alone", function()
+    local m = lua_migration({ { verb = "list", group = "g", resource = "r" },
+      { verb = "list", group = "g", resource = "only-check", check_only = true } })
+    assert.same({ { apiGroups = { "g" }, resources = { "r" }, verbs = { "list" } } }, rbac.declared_rules({ m })[""])
+    assert.same({ { apiGroups = { "g" }, resources = { "only-check" }, verbs = { "list" } },
+      { apiGroups = { "g" }, resources = { "r" }, verbs = { "list" } } }, rbac.declared_rules({ m }, true)[""])
+    assert.equal(1, #discovery.permissions_for(m.definition, "run"))
+    assert.equal(2, #discovery.permissions_for(m.definition, "check"))
+  end)
+
+  it("asks check to review the engine's own permissions as the Role grants them, named", function()
+    local wanted = {}
+    for _, p in ipairs(rbac.engine_permissions(false)) do
+      wanted[#wanted + 1] = ("%s %s/%s %s"):format(p.verb, p.group, p.resource, p.name or "*")
+    end
+    table.sort(wanted)
+    assert.same({ "create /configmaps *", "create coordination.k8s.io/leases *",
+      "get /configmaps cozystack-version", "get coordination.k8s.io/leases cozystack-migrations",
+      "patch /configmaps cozystack-version", "patch coordination.k8s.io/leases cozystack-migrations" }, wanted)
+  end)
+
   it("makes a Role in each other namespace a migration names, bound to the hook's account", function()
     local objects = rbac.objects({ lua_migration({ { verb = "get", resource = "secrets", namespace = "tenant-a" } }) },
       { namespace = "cozy-system" })
@@ -58,10 +79,13 @@ describe("cozy.rbac", function()
 
   it("refuses a permission with an unknown key or a non-string value", function()
     local run = function() end
-    for _, bad in ipairs({ { verb = "get", resource = "r", verbs = "x" }, { verb = "get", resource = "r", namespace = 1 } }) do
+    for _, bad in ipairs({ { verb = "get", resource = "r", verbs = "x" }, { verb = "get", resource = "r", namespace = 1 },
+        { verb = "get", resource = "r", check_only = "yes" }, { verb = "get", resource = "r", check_only = false } }) do
       local ok, err = pcall(discovery.validate_definition, { description = "d", run = run, permissions = { bad } }, "f.lua")
       assert.is_false(ok)
       assert.matches("permissions%[1%]", err.message)
     end
+    assert.is_table(discovery.validate_definition({ description = "d", run = run,
+      permissions = { { verb = "get", resource = "r", check_only = true } } }, "f.lua"))
   end)
 end)
