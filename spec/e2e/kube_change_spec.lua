@@ -53,6 +53,64 @@ local function engine_requests(filter)
   return out
 end
 
+-- A server that refuses every change of ConfigMap cozy-system/`name` with 403
+-- Forbidden, until the returned function is called: on the fake a fault rule,
+-- on a real server a ValidatingAdmissionPolicy (reason Forbidden), waited for
+-- until it takes effect (a dry-run PATCH, refused) and, when lifted, until it
+-- no longer does (deleting a policy takes effect a moment later, so a reset
+-- alone would leave it to refuse the next test's writes).
+local function refuse(name)
+  local path = "/api/v1/namespaces/cozy-system/configmaps/" .. name
+  local headers = { ["User-Agent"] = WRITER }
+  if not srv.real then
+    srv:faults { { method = "PATCH", path = "/configmaps/" .. name .. "$", times = 1, status = 403 } }
+    return function() end
+  end
+  local api = "/apis/admissionregistration.k8s.io/v1/"
+  local policy = "spec-refuse-" .. name
+  local function create(resource, spec)
+    local res = srv:request("POST", api .. resource, { headers = headers, body = {
+      apiVersion = "admissionregistration.k8s.io/v1", metadata = { name = policy }, spec = spec } })
+    assert(res.status == 201, res.body)
+  end
+  create("validatingadmissionpolicies", { failurePolicy = "Fail",
+    matchConstraints = { resourceRules = { { apiGroups = { "" }, apiVersions = { "v1" }, operations = { "UPDATE" },
+      resources = { "configmaps" } } } },
+    validations = { { expression = ("object.metadata.name != '%s'"):format(name), reason = "Forbidden",
+      message = "the spec refuses it" } } })
+  create("validatingadmissionpolicybindings", { policyName = policy, validationActions = { "Deny" } })
+  local function refused()
+    return srv:request("PATCH", path .. "?dryRun=All", { headers = headers, content_type = "application/merge-patch+json",
+      body = { metadata = { annotations = { probe = "x" } } } }).status == 403
+  end
+  assert(fake.poll(30, refused, 0.1), "the admission policy did not take effect")
+  return function()
+    for _, resource in ipairs { "validatingadmissionpolicybindings", "validatingadmissionpolicies" } do
+      srv:request("DELETE", api .. resource .. "/" .. policy, { headers = headers })
+    end
+    assert(fake.poll(30, function() return not refused() end, 0.1), "the admission policy was not lifted")
+  end
+end
+
+-- The statuses of the engine's PATCHes of ConfigMap `name`, in order.
+local function patch_statuses(name)
+  local out = {}
+  for i, e in ipairs(engine_requests { method = "PATCH", path = "/configmaps/" .. name:gsub("%-", "%%-") .. "$" }) do
+    out[i] = e.status
+  end
+  return out
+end
+
+-- The ConfigMaps of cozy-system the server holds, by name: one read of its
+-- objects (on a real server, a list of every resource) for all of them.
+local function stored()
+  local out = {}
+  for _, o in ipairs(srv:objects()) do
+    if o.kind == "ConfigMap" and o.metadata.namespace == "cozy-system" then out[o.metadata.name] = o end
+  end
+  return out
+end
+
 -- The server for a describe block: its own, reset before each test with the
 -- concurrent writer idle.
 local function server()
@@ -122,7 +180,8 @@ describe("update_each", function()
     assert.equal(3, #patches)
     assert.matches('^%[{"op":"test","path":"/metadata/resourceVersion","value":"%d+"},', patches[1].body)
     assert.matches('{"op":"add","path":"/data/done","value":"yes"}]$', patches[1].body)
-    for i = 1, 3 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+    local held = stored()
+    for i = 1, 3 do assert.equal("yes", held["cm-" .. i].data.done) end
     -- one line per change, in the order they ended (in parallel: any)
     local changed = { lines[1], lines[2], lines[3] }
     table.sort(changed)
@@ -143,9 +202,7 @@ describe("update_each", function()
     assert.same({ "PATCH cm-2 200" }, wrote)
     -- its PATCH met the other write (a failed test of the resourceVersion),
     -- the re-read saw it done: no second PATCH
-    local statuses = {}
-    for i, e in ipairs(engine_requests { method = "PATCH", path = "/configmaps/cm%-2$" }) do statuses[i] = e.status end
-    assert.same({ 422 }, statuses)
+    assert.same({ 422 }, patch_statuses("cm-2"))
     assert.equal("by-another", srv:object("ConfigMap", "cozy-system", "cm-2").data.done)
     assert.same({ total = 3, changed = 2, unchanged = 1, absent = 0 }, res.outcome.counts)
   end)
@@ -165,29 +222,35 @@ describe("update_each", function()
     assert.same({ "DELETE cm-3 200" }, wrote)
   end)
 
-  it("stops at the first other failure (one at a time: nothing after it) #fakeonly", function()
-    srv:faults { { method = "PATCH", path = "/configmaps/cm-2$", times = 1, status = 403 } }
+  it("stops at the first other failure (one at a time: nothing after it)", function()
+    local lift = refuse("cm-2")
+    finally(lift)
+    srv:clear_requests()
     local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", "concurrency = 1, absent = ")))
     assert.is_false(ok)
     assert.equal(403, res.code)
+    assert.same({ 403 }, patch_statuses("cm-2"))
+    assert.same({}, patch_statuses("cm-3"))
     assert.is_nil(srv:object("ConfigMap", "cozy-system", "cm-3").data.done)
   end)
 
-  it("in parallel, starts no change after the first failure, lets those in flight end, and raises it #fakeonly", function()
+  it("in parallel, starts no change after the first failure, lets those in flight end, and raises it", function()
     srv:reset(fixture(40))
+    local lift = refuse("cm-1")
+    finally(lift)
     srv:clear_requests()
-    srv:faults { { method = "PATCH", path = "/configmaps/cm-1$", times = 1, status = 403 } }
     local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", "concurrency = 2, absent = ")))
     assert.is_false(ok)
     assert.equal(403, res.code)
-    assert.same({ "status" }, srv:fired())
-    local patched = #srv:requests { method = "PATCH" }
+    assert.same({ 403 }, patch_statuses("cm-1"))
+    if not srv.real then assert.same({ "status" }, srv:fired()) end
+    local patched = #engine_requests { method = "PATCH" }
     -- never the 40: at most the pipe (twice the concurrency), plus one more for
     -- each change that ended before the failure was read
     assert.is_true(patched <= 8, patched .. " patches")
-    local done = 0
+    local done, held = 0, stored()
     for i = 1, 40 do
-      if srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done then done = done + 1 end
+      if held["cm-" .. i].data.done then done = done + 1 end
     end
     assert.equal(patched - 1, done)
   end)
@@ -198,8 +261,8 @@ describe("update_each", function()
     it(("in parallel, ends in exactly the state one at a time does, under conflicts%s")
         :format(faulty and " and 5xx #fakeonly" or ""), function()
       local function final()
-        local out = {}
-        for i = 1, 12 do out[i] = srv:object("ConfigMap", "cozy-system", "cm-" .. i).data end
+        local out, held = {}, stored()
+        for i = 1, 12 do out[i] = held["cm-" .. i].data end
         return out
       end
       local results = {}
@@ -275,10 +338,11 @@ describe("update_each", function()
       assert.same({ "PATCH cm-2 200" }, wrote)
       -- 3 edits and one more after the conflict, all lean; the fresh read saw the other writer
       assert.same({ changed = 3, edits = 4, extra = 0, answers = 3, answered_extra = 0, other = 1 }, res.outcome.counts)
-      assert.equal("x", srv:object("ConfigMap", "cozy-system", "cm-2").data.other)
-      assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-2").data.done)
+      local held = stored()
+      assert.equal("x", held["cm-2"].data.other)
+      assert.equal("yes", held["cm-2"].data.done)
       -- the objects the server holds are whole: creationTimestamp is there, lean copies lack it
-      assert.is_string(srv:object("ConfigMap", "cozy-system", "cm-1").metadata.creationTimestamp)
+      assert.is_string(held["cm-1"].metadata.creationTimestamp)
     end)
   end
 
@@ -304,7 +368,8 @@ describe("update_each", function()
       assert.same({ total = 9, changed = 9, pulled = 10 }, { total = res.outcome.counts.total,
         changed = res.outcome.counts.changed, pulled = res.outcome.counts.pulled })
       assert.is_true(res.outcome.counts.ahead <= 2 * n, tostring(res.outcome.counts.ahead))
-      for i = 1, 9 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+      local held = stored()
+      for i = 1, 9 do assert.equal("yes", held["cm-" .. i].data.done) end
     end)
   end
 
@@ -323,7 +388,8 @@ describe("update_each", function()
       -- 12 of ours and the version ConfigMap, 5 a page
       assert.same({ total = 13, changed = 12, unchanged = 1, absent = 0 }, res.outcome.counts)
       assert.equal(3, #srv:requests { method = "GET", path = "^/api/v1/namespaces/cozy%-system/configmaps$" })
-      for i = 1, 12 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+      local held = stored()
+      for i = 1, 12 do assert.equal("yes", held["cm-" .. i].data.done) end
     end)
 
     it(("refuses items that are not objects naming themselves, and a table that is not an array (concurrency %d)")
@@ -353,7 +419,8 @@ describe("update_each", function()
     assert.equal(5, pages) -- 23 of ours plus the version ConfigMap, 5 a page
     assert.same({ total = 23, changed = 23, unchanged = 0, absent = 0 }, res.outcome.counts)
     assert.equal(23, #srv:requests { method = "PATCH" })
-    for i = 1, 23 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+    local held = stored()
+    for i = 1, 23 do assert.equal("yes", held["cm-" .. i].data.done) end
   end)
 
   it("in plan mode, records each change and sends none", function()
