@@ -6,12 +6,24 @@
 # shows what migration 59 changed in one VM. Installs and builds nothing: run
 # it after the README's set-up command.
 #
-#   hack/demo.sh            # uses $COZY_MIGRATE_BIN, else build/cozy-migrate
+#   hack/demo.sh                          # uses $COZY_MIGRATE_BIN, else build/cozy-migrate
+#   COZY_DEMO_SERVER=real hack/demo.sh    # the same against a real control plane
+#
+# COZY_DEMO_SERVER picks the cluster: "fake" (the default) is the fake API
+# server (spec/support/fake-apiserver, Python); "real" is a real
+# kube-apiserver with etcd, RBAC and KubeVirt's own CRDs
+# (spec/support/kube-apiserver, as the specs' real/ tests use it; it needs Go,
+# builds itself on first use and takes a few seconds more to start).
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${COZY_MIGRATE_BIN:-$root/build/cozy-migrate}
 python=${FAKE_APISERVER_PYTHON:-/usr/bin/python3}
+server=${COZY_DEMO_SERVER:-fake}
+case $server in
+  fake|real) ;;
+  *) echo "demo: COZY_DEMO_SERVER must be fake or real, not $server" >&2; exit 2 ;;
+esac
 
 [ -x "$bin" ] || { echo "demo: $bin is not built (cmake -S . -B build && cmake --build build)" >&2; exit 2; }
 for tool in kubectl jq; do
@@ -37,15 +49,25 @@ quiet() {
   "$bin" "$@" 2>"$dir/stderr" || { cat "$dir/stderr" >&2; return 1; }
 }
 
-step "Starting a simulated cluster (fake API server, TLS, token) with hack/demo/fleet.json"
-"$python" "$root/spec/support/fake-apiserver" --fixture "$root/hack/demo/fleet.json" --tls --token demo \
-  --kubeconfig-out "$dir/kubeconfig" --ready-file "$dir/ready" >"$dir/server.log" 2>&1 &
+if [ "$server" = real ]; then
+  step "Starting a cluster (real kube-apiserver and etcd, TLS, token) with hack/demo/fleet.json"
+  # exec'd by its wrapper scripts: $! is the server itself, which TERM stops
+  "$root/spec/support/kube-apiserver" --fixture "$root/hack/demo/fleet.json" --token demo \
+    --kubeconfig-out "$dir/kubeconfig" --ready-file "$dir/ready" >"$dir/server.log" 2>&1 &
+  # a first start builds the control plane (minutes); later ones take seconds
+  ticks=6000
+else
+  step "Starting a simulated cluster (fake API server, TLS, token) with hack/demo/fleet.json"
+  "$python" "$root/spec/support/fake-apiserver" --fixture "$root/hack/demo/fleet.json" --tls --token demo \
+    --kubeconfig-out "$dir/kubeconfig" --ready-file "$dir/ready" >"$dir/server.log" 2>&1 &
+  ticks=100
+fi
 server_pid=$!
 i=0
 until [ -s "$dir/ready" ]; do
   i=$((i + 1))
-  if [ $i -gt 100 ] || ! kill -0 "$server_pid" 2>/dev/null; then
-    echo "demo: the fake API server did not start:" >&2
+  if [ $i -gt $ticks ] || ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "demo: the $server API server did not start:" >&2
     cat "$dir/server.log" >&2
     exit 1
   fi

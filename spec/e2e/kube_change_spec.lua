@@ -1,10 +1,125 @@
--- change and update_each against the fake API server, through the step
--- executor: the difference is sent once, re-edited after a conflict, a
--- deleted object is skipped only when the migration says so, plan sends
--- nothing.
+-- change and update_each against the API server (the fake, or the real one
+-- under COZY_SPEC_SERVER=real), through the step executor: the difference is
+-- sent once, re-edited after a conflict, a deleted object is skipped only when
+-- the migration says so, plan sends nothing.
 local fake = require "spec.support.fake"
 local runner = require "cozy.runner"
+local sandbox = require "cozy.sandbox"
 local support = require "spec.helpers.cli"
+
+-- Another client of the API server, writing while the engine works: the
+-- migrations of this spec call it (`require "spec.concurrent"`, a module the
+-- sandbox offers them while this spec runs) from their edit functions, that is
+-- between the engine's read of an object and its write, and it changes or
+-- deletes the object there with its own requests (curl, its own User-Agent),
+-- as a controller would. A conflict is then the server's own answer, on the
+-- fake and on a real server alike. What it does is set per test in
+-- `concurrently`: name -> { times = n (-1: every time), merge = a merge patch,
+-- or a function of the count of its writes returning one, or true: a new
+-- annotation each time; or delete = true }; `wrote` lists what it sent,
+-- "PATCH cm-2 200". A write must change the object: one that changes nothing
+-- is no write (no new resourceVersion) on either server.
+local WRITER = "spec-concurrent-writer"
+local srv -- the server of the running describe block
+local concurrently, wrote = {}, {}
+
+local function concurrent(cm)
+  local name = cm.metadata.name
+  local rule = concurrently[name]
+  if rule == nil or rule.times == 0 then return end
+  rule.times, rule.n = rule.times - 1, (rule.n or 0) + 1
+  local path = ("/api/v1/namespaces/%s/configmaps/%s"):format(cm.metadata.namespace, name)
+  local headers = { ["User-Agent"] = WRITER }
+  local method, opts = "DELETE", { headers = headers }
+  if not rule.delete then
+    local merge = rule.merge
+    if merge == true then merge = { metadata = { annotations = { bumped = tostring(rule.n) } } } end
+    if type(merge) == "function" then merge = merge(rule.n) end
+    method, opts.body, opts.content_type = "PATCH", merge, "application/merge-patch+json"
+  end
+  wrote[#wrote + 1] = ("%s %s %d"):format(method, name, srv:request(method, path, opts).status)
+end
+
+setup(function() sandbox.modules["spec.concurrent"] = function() return concurrent end end)
+teardown(function() sandbox.modules["spec.concurrent"] = nil end)
+
+-- The engine's requests (the concurrent writer's left out), filtered as
+-- srv:requests filters.
+local function engine_requests(filter)
+  local out = {}
+  for _, e in ipairs(srv:requests(filter)) do
+    if e.user_agent ~= WRITER then out[#out + 1] = e end
+  end
+  return out
+end
+
+-- A server that refuses every change of ConfigMap cozy-system/`name` with 403
+-- Forbidden, until the returned function is called: on the fake a fault rule,
+-- on a real server a ValidatingAdmissionPolicy (reason Forbidden), waited for
+-- until it takes effect (a dry-run PATCH, refused) and, when lifted, until it
+-- no longer does (deleting a policy takes effect a moment later, so a reset
+-- alone would leave it to refuse the next test's writes).
+local function refuse(name)
+  local path = "/api/v1/namespaces/cozy-system/configmaps/" .. name
+  local headers = { ["User-Agent"] = WRITER }
+  if not srv.real then
+    srv:faults { { method = "PATCH", path = "/configmaps/" .. name .. "$", times = 1, status = 403 } }
+    return function() end
+  end
+  local api = "/apis/admissionregistration.k8s.io/v1/"
+  local policy = "spec-refuse-" .. name
+  local function create(resource, spec)
+    local res = srv:request("POST", api .. resource, { headers = headers, body = {
+      apiVersion = "admissionregistration.k8s.io/v1", metadata = { name = policy }, spec = spec } })
+    assert(res.status == 201, res.body)
+  end
+  create("validatingadmissionpolicies", { failurePolicy = "Fail",
+    matchConstraints = { resourceRules = { { apiGroups = { "" }, apiVersions = { "v1" }, operations = { "UPDATE" },
+      resources = { "configmaps" } } } },
+    validations = { { expression = ("object.metadata.name != '%s'"):format(name), reason = "Forbidden",
+      message = "the spec refuses it" } } })
+  create("validatingadmissionpolicybindings", { policyName = policy, validationActions = { "Deny" } })
+  local function refused()
+    return srv:request("PATCH", path .. "?dryRun=All", { headers = headers, content_type = "application/merge-patch+json",
+      body = { metadata = { annotations = { probe = "x" } } } }).status == 403
+  end
+  assert(fake.poll(30, refused, 0.1), "the admission policy did not take effect")
+  return function()
+    for _, resource in ipairs { "validatingadmissionpolicybindings", "validatingadmissionpolicies" } do
+      srv:request("DELETE", api .. resource .. "/" .. policy, { headers = headers })
+    end
+    assert(fake.poll(30, function() return not refused() end, 0.1), "the admission policy was not lifted")
+  end
+end
+
+-- The statuses of the engine's PATCHes of ConfigMap `name`, in order.
+local function patch_statuses(name)
+  local out = {}
+  for i, e in ipairs(engine_requests { method = "PATCH", path = "/configmaps/" .. name:gsub("%-", "%%-") .. "$" }) do
+    out[i] = e.status
+  end
+  return out
+end
+
+-- The ConfigMaps of cozy-system the server holds, by name: one read of its
+-- objects (on a real server, a list of every resource) for all of them.
+local function stored()
+  local out = {}
+  for _, o in ipairs(srv:objects()) do
+    if o.kind == "ConfigMap" and o.metadata.namespace == "cozy-system" then out[o.metadata.name] = o end
+  end
+  return out
+end
+
+-- The server for a describe block: its own, reset before each test with the
+-- concurrent writer idle.
+local function server()
+  setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
+  teardown(function() srv:stop() end)
+  before_each(function()
+    concurrently, wrote = {}, {}
+  end)
+end
 
 local PERMISSIONS = [[
   permissions = {
@@ -16,16 +131,16 @@ local PERMISSIONS = [[
 
 -- Runs a migration whose run is `body` through the spec harness; returns ok,
 -- err or result, and the log lines.
-local function run(srv, body, mode)
+local function run(target, body, mode)
   local dir = support.migration_dir { ["1-probe.lua"] =
-    ("local obj = require 'cozy.obj'\nreturn { description = 'probe',\n%s  run = function(ctx)\n%s\n  end }\n")
+    ("local obj = require 'cozy.obj'\nlocal concurrent = require 'spec.concurrent'\nreturn { description = 'probe',\n%s  run = function(ctx)\n%s\n  end }\n")
       :format(PERMISSIONS, body) }
   local m = runner.load_file(dir .. "/1-probe.lua")
   os.execute("rm -rf " .. support.quote(dir))
   local lines = {}
   local log = require("cozy.log").new { stream = assert(io.open("/dev/null", "w")),
     sink = function(_, message) lines[#lines + 1] = message end }
-  local ok, res = pcall(runner.run_migration, m, { kubeconfig = srv.kubeconfig, mode = mode, log = log })
+  local ok, res = pcall(runner.run_migration, m, { kubeconfig = target.kubeconfig, mode = mode, log = log })
   return ok, res, lines
 end
 
@@ -41,6 +156,7 @@ local EACH = [[
     local picked = {}
     for _, cm in ipairs(items) do if cm.metadata.name:find("^cm%%-") then picked[#picked + 1] = cm end end
     local counts = cms:update_each(picked, function(cm)
+      concurrent(cm)
       if cm.data.done then return nil end
       cm.data.done = "yes"
       return cm.metadata.name
@@ -49,12 +165,10 @@ local EACH = [[
 ]]
 
 describe("update_each", function()
-  local srv
-  setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
-  teardown(function() srv:stop() end)
+  server()
   before_each(function()
     srv:reset(fixture(3))
-    srv:clear_faults()
+    if not srv.real then srv:clear_faults() end
     srv:clear_requests()
   end)
 
@@ -66,7 +180,8 @@ describe("update_each", function()
     assert.equal(3, #patches)
     assert.matches('^%[{"op":"test","path":"/metadata/resourceVersion","value":"%d+"},', patches[1].body)
     assert.matches('{"op":"add","path":"/data/done","value":"yes"}]$', patches[1].body)
-    for i = 1, 3 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+    local held = stored()
+    for i = 1, 3 do assert.equal("yes", held["cm-" .. i].data.done) end
     -- one line per change, in the order they ended (in parallel: any)
     local changed = { lines[1], lines[2], lines[3] }
     table.sort(changed)
@@ -81,93 +196,108 @@ describe("update_each", function()
   end)
 
   it("re-reads and edits again after a conflict, sending the change once", function()
-    srv:faults { { method = "PATCH", path = "/configmaps/cm-2$", times = 1, bump = { merge = { data = { done = "by-another" } } } } }
+    concurrently["cm-2"] = { times = 1, merge = { data = { done = "by-another" } } }
     local ok, res = run(srv, EACH:format('"skip"'))
     assert.is_true(ok, tostring(res))
-    assert.same({ "bump" }, srv:fired())
+    assert.same({ "PATCH cm-2 200" }, wrote)
+    -- its PATCH met the other write (a failed test of the resourceVersion),
+    -- the re-read saw it done: no second PATCH
+    assert.same({ 422 }, patch_statuses("cm-2"))
     assert.equal("by-another", srv:object("ConfigMap", "cozy-system", "cm-2").data.done)
     assert.same({ total = 3, changed = 2, unchanged = 1, absent = 0 }, res.outcome.counts)
   end)
 
   it("skips an object deleted since the list when told, and fails on it otherwise", function()
-    srv:faults { { method = "PATCH", path = "/configmaps/cm-3$", times = 1, delete = true } }
+    concurrently["cm-3"] = { times = 1, delete = true }
     local ok, res, lines = run(srv, EACH:format('"skip"'))
     assert.is_true(ok, tostring(res))
-    assert.same({ "delete" }, srv:fired())
+    assert.same({ "DELETE cm-3 200" }, wrote)
     assert.equal(1, res.outcome.counts.absent)
     assert.truthy(table.concat(lines, "\n"):find("ConfigMap cozy-system/cm-3: deleted since the list, skipped", 1, true))
     srv:reset(fixture(3))
-    srv:clear_faults()
-    srv:faults { { method = "PATCH", path = "/configmaps/cm-3$", times = 1, delete = true } }
+    concurrently["cm-3"], wrote = { times = 1, delete = true }, {}
     ok, res = run(srv, EACH:format("nil"))
     assert.is_false(ok)
     assert.equal(404, res.code)
+    assert.same({ "DELETE cm-3 200" }, wrote)
   end)
 
   it("stops at the first other failure (one at a time: nothing after it)", function()
-    srv:faults { { method = "PATCH", path = "/configmaps/cm-2$", times = 1, status = 403 } }
+    local lift = refuse("cm-2")
+    finally(lift)
+    srv:clear_requests()
     local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", "concurrency = 1, absent = ")))
     assert.is_false(ok)
     assert.equal(403, res.code)
+    assert.same({ 403 }, patch_statuses("cm-2"))
+    assert.same({}, patch_statuses("cm-3"))
     assert.is_nil(srv:object("ConfigMap", "cozy-system", "cm-3").data.done)
   end)
 
   it("in parallel, starts no change after the first failure, lets those in flight end, and raises it", function()
     srv:reset(fixture(40))
+    local lift = refuse("cm-1")
+    finally(lift)
     srv:clear_requests()
-    srv:faults { { method = "PATCH", path = "/configmaps/cm-1$", times = 1, status = 403 } }
     local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", "concurrency = 2, absent = ")))
     assert.is_false(ok)
     assert.equal(403, res.code)
-    assert.same({ "status" }, srv:fired())
-    local patched = #srv:requests { method = "PATCH" }
+    assert.same({ 403 }, patch_statuses("cm-1"))
+    if not srv.real then assert.same({ "status" }, srv:fired()) end
+    local patched = #engine_requests { method = "PATCH" }
     -- never the 40: at most the pipe (twice the concurrency), plus one more for
     -- each change that ended before the failure was read
     assert.is_true(patched <= 8, patched .. " patches")
-    local done = 0
+    local done, held = 0, stored()
     for i = 1, 40 do
-      if srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done then done = done + 1 end
+      if held["cm-" .. i].data.done then done = done + 1 end
     end
     assert.equal(patched - 1, done)
   end)
 
-  it("in parallel, ends in exactly the state one at a time does, under conflicts and 5xx", function()
-    local function final()
-      local out = {}
-      for i = 1, 12 do out[i] = srv:object("ConfigMap", "cozy-system", "cm-" .. i).data end
-      return out
-    end
-    local faults = {
-      { method = "PATCH", path = "/configmaps/cm-3$", times = 2, bump = { merge = { data = { other = "x" } } } },
-      { method = "PATCH", path = "/configmaps/cm-5$", times = 2, status = 503 },
-      { method = "PATCH", path = "/configmaps/cm-7$", times = 1, bump = { merge = { data = { done = "by-another" } } } },
-    }
-    local results = {}
-    for _, n in ipairs({ 1, 4 }) do
-      srv:reset(fixture(12))
-      srv:clear_requests()
-      srv:faults(faults)
-      local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", ("concurrency = %d, absent = "):format(n))))
-      assert.is_true(ok, tostring(res))
-      assert.equal(5, #srv:fired())
-      results[n] = { counts = res.outcome.counts, state = final() }
-    end
-    assert.same(results[1], results[4])
-    assert.same({ total = 12, changed = 11, unchanged = 1, absent = 0 }, results[4].counts)
-  end)
+  -- the 5xx answers are the fake's faults; the conflicts, the concurrent
+  -- writer's, on either server
+  for _, faulty in ipairs { false, true } do
+    it(("in parallel, ends in exactly the state one at a time does, under conflicts%s")
+        :format(faulty and " and 5xx #fakeonly" or ""), function()
+      local function final()
+        local out, held = {}, stored()
+        for i = 1, 12 do out[i] = held["cm-" .. i].data end
+        return out
+      end
+      local results = {}
+      for _, n in ipairs({ 1, 4 }) do
+        srv:reset(fixture(12))
+        srv:clear_requests()
+        concurrently, wrote = {
+          ["cm-3"] = { times = 2, merge = function(k) return { data = { other = "x" .. k } } end },
+          ["cm-7"] = { times = 1, merge = { data = { done = "by-another" } } },
+        }, {}
+        if faulty then srv:faults { { method = "PATCH", path = "/configmaps/cm-5$", times = 2, status = 503 } } end
+        local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", ("concurrency = %d, absent = "):format(n))))
+        assert.is_true(ok, tostring(res))
+        table.sort(wrote)
+        assert.same({ "PATCH cm-3 200", "PATCH cm-3 200", "PATCH cm-7 200" }, wrote)
+        if faulty then assert.same({ "status", "status" }, srv:fired()) end
+        results[n] = { counts = res.outcome.counts, state = final() }
+      end
+      assert.same(results[1], results[4])
+      assert.same({ total = 12, changed = 11, unchanged = 1, absent = 0 }, results[4].counts)
+    end)
+  end
 
   for _, n in ipairs({ 1, 4 }) do
     it(("gives up on an object that never stops changing after the bounded attempts (concurrency %d)"):format(n), function()
-      srv:faults { { method = "PATCH", path = "/configmaps/cm-2$", times = -1, bump = true } }
+      concurrently["cm-2"] = { times = -1, merge = true }
       local ok, res = run(srv, (EACH:format('"skip"'):gsub("absent = ", ("concurrency = %d, absent = "):format(n))))
       assert.is_false(ok)
       assert.equal(422, res.code)
       assert.matches("gave up after 8 conflicting attempts", res.message)
-      local attempts = #srv:requests { method = "PATCH", path = "/configmaps/cm%-2$" }
-      assert.equal(8, attempts)
-      local bumps = srv:fired()
-      assert.equal(attempts, #bumps) -- every attempt met a concurrent writer
-      for _, action in ipairs(bumps) do assert.equal("bump", action) end
+      local attempts = engine_requests { method = "PATCH", path = "/configmaps/cm%-2$" }
+      assert.equal(8, #attempts)
+      for _, e in ipairs(attempts) do assert.equal(422, e.status) end
+      assert.equal(#attempts, #wrote) -- every attempt met a concurrent writer
+      for _, w in ipairs(wrote) do assert.equal("PATCH cm-2 200", w) end
       assert.is_nil(srv:object("ConfigMap", "cozy-system", "cm-2").data.done)
     end)
   end
@@ -175,7 +305,7 @@ describe("update_each", function()
   for _, n in ipairs({ 1, 4 }) do
     it(("with project, edits lean copies, re-reads lean after a conflict and hands on_change the lean answer"
         .. " (concurrency %d)"):format(n), function()
-      srv:faults { { method = "PATCH", path = "/configmaps/cm-2$", times = 1, bump = { merge = { data = { other = "x" } } } } }
+      concurrently["cm-2"] = { times = 1, merge = { data = { other = "x" } } }
       local ok, res = run(srv, ([[
     -- what of an object is outside the lean shape: identity and data
     local function extra(o)
@@ -193,6 +323,7 @@ describe("update_each", function()
     end
     local seen = { edits = 0, extra = 0, answers = 0, answered_extra = 0, other = 0 }
     local counts = cms:update_each(items, function(cm)
+      concurrent(cm)
       seen.edits, seen.extra = seen.edits + 1, seen.extra + extra(cm)
       if cm.data.other then seen.other = seen.other + 1 end -- the re-read after the bump
       cm.data.done = "yes"
@@ -204,13 +335,14 @@ describe("update_each", function()
       answered_extra = seen.answered_extra, other = seen.other }
 ]]):format(n))
       assert.is_true(ok, tostring(res))
-      assert.same({ "bump" }, srv:fired())
+      assert.same({ "PATCH cm-2 200" }, wrote)
       -- 3 edits and one more after the conflict, all lean; the fresh read saw the other writer
       assert.same({ changed = 3, edits = 4, extra = 0, answers = 3, answered_extra = 0, other = 1 }, res.outcome.counts)
-      assert.equal("x", srv:object("ConfigMap", "cozy-system", "cm-2").data.other)
-      assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-2").data.done)
+      local held = stored()
+      assert.equal("x", held["cm-2"].data.other)
+      assert.equal("yes", held["cm-2"].data.done)
       -- the objects the server holds are whole: creationTimestamp is there, lean copies lack it
-      assert.is_string(srv:object("ConfigMap", "cozy-system", "cm-1").metadata.creationTimestamp)
+      assert.is_string(held["cm-1"].metadata.creationTimestamp)
     end)
   end
 
@@ -236,7 +368,8 @@ describe("update_each", function()
       assert.same({ total = 9, changed = 9, pulled = 10 }, { total = res.outcome.counts.total,
         changed = res.outcome.counts.changed, pulled = res.outcome.counts.pulled })
       assert.is_true(res.outcome.counts.ahead <= 2 * n, tostring(res.outcome.counts.ahead))
-      for i = 1, 9 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+      local held = stored()
+      for i = 1, 9 do assert.equal("yes", held["cm-" .. i].data.done) end
     end)
   end
 
@@ -255,7 +388,8 @@ describe("update_each", function()
       -- 12 of ours and the version ConfigMap, 5 a page
       assert.same({ total = 13, changed = 12, unchanged = 1, absent = 0 }, res.outcome.counts)
       assert.equal(3, #srv:requests { method = "GET", path = "^/api/v1/namespaces/cozy%-system/configmaps$" })
-      for i = 1, 12 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+      local held = stored()
+      for i = 1, 12 do assert.equal("yes", held["cm-" .. i].data.done) end
     end)
 
     it(("refuses items that are not objects naming themselves, and a table that is not an array (concurrency %d)")
@@ -285,7 +419,8 @@ describe("update_each", function()
     assert.equal(5, pages) -- 23 of ours plus the version ConfigMap, 5 a page
     assert.same({ total = 23, changed = 23, unchanged = 0, absent = 0 }, res.outcome.counts)
     assert.equal(23, #srv:requests { method = "PATCH" })
-    for i = 1, 23 do assert.equal("yes", srv:object("ConfigMap", "cozy-system", "cm-" .. i).data.done) end
+    local held = stored()
+    for i = 1, 23 do assert.equal("yes", held["cm-" .. i].data.done) end
   end)
 
   it("in plan mode, records each change and sends none", function()
@@ -298,9 +433,7 @@ describe("update_each", function()
 end)
 
 describe("change", function()
-  local srv
-  setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
-  teardown(function() srv:stop() end)
+  server()
 
   it("sends nothing when the edit changes nothing, and returns what edit returned", function()
     srv:reset(fixture(1))

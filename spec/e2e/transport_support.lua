@@ -44,9 +44,10 @@ function support.logger()
   return l
 end
 
--- In the calling describe block: one fake API server for the whole block,
--- and before each test its state reset to support.FIXTURE, its faults and
--- request log cleared, then each(srv) (a fresh client, a temp dir, ...).
+-- In the calling describe block: one API server for the whole block (the
+-- fake, or the real one under COZY_SPEC_SERVER=real), and before each test
+-- its state reset to support.FIXTURE, its faults (the fake's) and request log
+-- cleared, then each(srv) (a fresh client, a temp dir, ...).
 function support.fresh_server(each)
   local busted = require "busted" -- the hooks, as spec/helpers registers them
   local srv
@@ -54,7 +55,7 @@ function support.fresh_server(each)
   busted.teardown(function() if srv then srv:stop() end end)
   busted.before_each(function()
     srv:reset { support.FIXTURE }
-    srv:clear_faults()
+    if not srv.real then srv:clear_faults() end
     srv:clear_requests()
     if each then each(srv) end
   end)
