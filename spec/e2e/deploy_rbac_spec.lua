@@ -12,9 +12,9 @@ local function find(items, kind, name)
   end
 end
 
-local function granted(items)
+local function granted(items, role)
   local out = {}
-  for _, rule in ipairs(find(items, "ClusterRole", "cozystack-migration-hook").rules) do
+  for _, rule in ipairs(find(items, "ClusterRole", role or "cozystack-migration-hook").rules) do
     for _, verb in ipairs(rule.verbs) do
       for _, r in ipairs(rule.resources or rule.nonResourceURLs) do
         out[#out + 1] = verb .. " " .. r .. (rule.apiGroups and ("." .. rule.apiGroups[1]) or "")
@@ -68,10 +68,19 @@ describe("cozy-migrate rbac", function()
     local items = json.decode(r.stdout).items
     assert.same({ "create selfsubjectaccessreviews.authorization.k8s.io", "get /api", "get /api/*", "get /apis",
       "get /apis/*", "get /version",
-      "get virtualmachines.kubevirt.io", "list kubevirts.kubevirt.io", "list virtualmachineinstances.kubevirt.io",
+      "get virtualmachines.kubevirt.io", "list virtualmachineinstances.kubevirt.io",
       "list virtualmachines.kubevirt.io", "patch virtualmachines.kubevirt.io" }, granted(items))
     local role = find(items, "Role", "cozystack-migration-hook")
     assert.equal("cozy-system", role.metadata.namespace)
+    -- what only check() reads (59's KubeVirt CRs, check_only) is the preflight's alone
+    r = support.run({ "rbac", "--preflight", "--kubeconfig", srv.kubeconfig, "--output", "json" }, NO_DIR)
+    assert.equal(0, r.code, r.stderr)
+    local preflight = granted(json.decode(r.stdout).items, "cozystack-migration-preflight")
+    assert.is_true(preflight[1] ~= nil)
+    local has = {}
+    for _, g in ipairs(preflight) do has[g] = true end
+    assert.is_true(has["list kubevirts.kubevirt.io"], table.concat(preflight, ", "))
+    assert.is_nil(has["patch virtualmachines.kubevirt.io"], table.concat(preflight, ", "))
     at(60)
     r = support.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--output", "json" }, NO_DIR)
     assert.equal(0, r.code, r.stderr)
