@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -263,15 +264,18 @@ func (f *front) control(w http.ResponseWriter, r *http.Request) {
 			controlError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		if err := f.cp.reset(ctx); err != nil {
-			controlError(w, http.StatusInternalServerError, "reset: "+err.Error())
-			return
-		}
+		var texts [][]byte
 		if len(bytes.TrimSpace(body)) > 0 {
-			if err := f.cp.load(ctx, [][]byte{body}); err != nil {
-				controlError(w, http.StatusBadRequest, "fixtures: "+err.Error())
-				return
+			texts = [][]byte{body}
+		}
+		if err := f.cp.resetTo(ctx, texts); err != nil {
+			var bad fixtureError
+			if errors.As(err, &bad) {
+				controlError(w, http.StatusBadRequest, "fixtures: "+bad.error.Error())
+			} else {
+				controlError(w, http.StatusInternalServerError, "reset: "+err.Error())
 			}
+			return
 		}
 		f.clearLog()
 		writeJSON(w, map[string]any{"reset": true})
