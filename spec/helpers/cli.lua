@@ -99,18 +99,29 @@ end
 local Proc = {}
 Proc.__index = Proc
 
--- Starts cozy-migrate in the background; returns a Proc.
-function cli.start(args, env)
+-- Starts cozy-migrate in the background; returns a Proc. opts.gate: a
+-- path; the process waits until it exists before cozy-migrate starts, so
+-- that a spec can release several at the same moment (cli.open_gate).
+function cli.start(args, env, opts)
   local dir = cli.tmpdir()
+  local cmdline = command_line(args, merged_env(env))
+  if opts and opts.gate then
+    cmdline = ("while [ ! -e %s ]; do sleep 0.005; done; %s"):format(q(opts.gate), cmdline)
+  end
   os.execute(("sh -c %s >/dev/null 2>&1 </dev/null &"):format(q(
-    ("%s >%s 2>%s </dev/null & echo $! >%s; wait $!; echo $? >%s"):format(
-      command_line(args, merged_env(env)), q(dir .. "/out"), q(dir .. "/err"), q(dir .. "/pid"), q(dir .. "/rc")))))
+    ("(%s) >%s 2>%s </dev/null & echo $! >%s; wait $!; echo $? >%s"):format(
+      cmdline, q(dir .. "/out"), q(dir .. "/err"), q(dir .. "/pid"), q(dir .. "/rc")))))
   local self = setmetatable({ dir = dir }, Proc)
   assert(cli.poll(5, function()
     self.pid = tonumber((files.read(dir .. "/pid") or ""):match("%d+"))
     return self.pid
   end), "background cozy-migrate did not start")
   return self
+end
+
+-- Releases the processes started with opts.gate = path.
+function cli.open_gate(path)
+  files.write(path, "")
 end
 
 function Proc:done()
