@@ -104,8 +104,9 @@ describe("cozy-migrate check", function()
     -- permission (RBAC on a real server, allow rules on the fake)
     local ns = "cozy-system"
     local checker = support.restricted(srv, ns, "checker", {
-      { verb = "get", group = "", resource = "configmaps", namespace = ns },
-      { verb = "list", group = "", resource = "configmaps", namespace = ns },
+      -- the migration's declarations name no namespace: cluster-wide
+      { verb = "get", group = "", resource = "configmaps" },
+      { verb = "list", group = "", resource = "configmaps" },
       { verb = "create", group = "", resource = "configmaps", namespace = ns },
       { verb = "patch", group = "", resource = "configmaps", namespace = ns },
       { verb = "get", group = "coordination.k8s.io", resource = "leases", namespace = ns },
