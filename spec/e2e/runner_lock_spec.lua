@@ -252,7 +252,10 @@ describe("runner lock", function()
         written = written + 1
       end
     end
-    assert.is_true(refused >= 2, refused .. " renewals were refused")
+    -- (one or two: the run stops once two thirds of the lease passed since
+    -- the last renewal, which came up to a renewal interval before the
+    -- revocation)
+    assert.is_true(refused >= 1, "no renewal was refused")
     assert.is_true(written >= 1, "the migration did not write after the revocation")
     -- a lost lock is not released (the release would be refused too): the
     -- lease still names the runner, to expire
