@@ -233,30 +233,31 @@ describe("runner lock", function()
     for _, rule in ipairs(needs) do
       if not (rule.resource == "leases" and rule.verb == "patch") then revoked[#revoked + 1] = rule end
     end
-    local from = #srv:requests()
     runner.grant(revoked)
+    -- grant returned once the authorizer refuses: what comes later meets it
+    local from = #srv:requests()
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("lock lost: not renewed for", r.stderr)
     assert.equal(1, support.version(srv))
-    -- the renewals were refused: nothing else stopped the run, and the
-    -- migration's writes went on until it did
+    -- the renewals were refused, and nothing else stopped the run: no other
+    -- request of the runner failed (its writes wait for a renewal that is
+    -- due, so after the refused one it may send none)
     local log = srv:requests()
-    local refused, written = 0, 0
+    local refused = 0
     for n = from + 1, #log do
       local e = log[n]
       if ours(e) and e.method == "PATCH" and e.path == LEASE_PATH then
         assert.equal(403, e.status)
         refused = refused + 1
-      elseif ours(e) and e.method == "PATCH" and e.path:match("/runner%-test$") and e.status == 200 then
-        written = written + 1
+      elseif ours(e) then
+        assert.equal(e.method .. " " .. e.path .. " 200", e.method .. " " .. e.path .. " " .. tostring(e.status))
       end
     end
     -- (one or two: the run stops once two thirds of the lease passed since
     -- the last renewal, which came up to a renewal interval before the
     -- revocation)
     assert.is_true(refused >= 1, "no renewal was refused")
-    assert.is_true(written >= 1, "the migration did not write after the revocation")
     -- a lost lock is not released (the release would be refused too): the
     -- lease still names the runner, to expire
     local holder = r.stderr:match("lock acquired holder=(%S+)")
