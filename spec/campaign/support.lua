@@ -38,8 +38,9 @@ function support.server(fixture, dir, opts)
   local f = assert(io.open(srv.kubeconfig))
   local text = f:read("a")
   f:close()
-  local replaced, n = text:gsub('\n    token: "t%-0"\n', '\n    tokenFile: "' .. srv.token_file .. '"\n')
-  assert(n == 1, "fake's kubeconfig has no token line: " .. text)
+  -- the fake quotes the token, the real server's kubeconfig does not
+  local replaced, n = text:gsub('\n    token: "?t%-0"?\n', '\n    tokenFile: "' .. srv.token_file .. '"\n')
+  assert(n == 1, "the server's kubeconfig has no token line: " .. text)
   srv.kubeconfig_file = dir .. "/kubeconfig"
   write(srv.kubeconfig_file, replaced)
   return srv
@@ -53,14 +54,24 @@ function support.args(srv, ...)
 end
 
 -- What a run leaves that matters: every VM and VMI without its
--- resourceVersion (which counts writes, concurrent ones included), and the
--- stamp's version and history numbers. Leases are left out (a run that
--- could not release leaves its lease to expire).
+-- resourceVersion (which counts writes, concurrent ones included) nor what a
+-- real server writes of its own when it stores an object (uid,
+-- creationTimestamp, managedFields: a reset of the real server makes the
+-- object again), and the stamp's version and history numbers. Leases are
+-- left out (a run that could not release leaves its lease to expire).
+-- An ownerReference's uid reads as the object it names ("owner Kind
+-- ns/name"), or "foreign" when it names none (a deliberate mismatch).
 function support.state(srv)
   local out = { objects = {} }
-  for _, o in ipairs(srv:objects()) do
+  local objects, by_uid = srv:objects(), {}
+  for _, o in ipairs(objects) do
+    by_uid[o.metadata.uid or ""] = ("owner %s %s/%s"):format(o.kind, o.metadata.namespace or "", o.metadata.name)
+  end
+  for _, o in ipairs(objects) do
     if o.kind == "VirtualMachine" or o.kind == "VirtualMachineInstance" then
       o.metadata.resourceVersion = nil
+      o.metadata.uid, o.metadata.creationTimestamp, o.metadata.managedFields = nil, nil, nil
+      for _, ref in ipairs(o.metadata.ownerReferences or {}) do ref.uid = by_uid[ref.uid] or "foreign" end
       out.objects[o.kind .. " " .. o.metadata.namespace .. "/" .. o.metadata.name] = o
     elseif o.kind == "ConfigMap" and o.metadata.name == "cozystack-version" then
       out.version = o.data.version

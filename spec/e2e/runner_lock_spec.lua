@@ -24,6 +24,19 @@ local function set_holder(srv, holder)
   assert.equal(200, res.status, res.body)
 end
 
+-- Waits until the slow migration has written (it is then under the lock).
+local function wait_slow(srv, p)
+  assert.truthy(support.poll(20, function()
+    local t = srv:object("ConfigMap", "cozy-system", "runner-test")
+    return t and t.data and t.data.i
+  end), "the slow migration did not start: " .. p:stderr())
+end
+
+-- Is this request-log entry one of the runner's (not the spec's own)?
+local function ours(e)
+  return (e.user_agent or ""):match("^cozy%-migrate") ~= nil
+end
+
 describe("runner lock", function()
   local srv
   setup(function() srv = fake.start{ fixtures = { support.fixture(1) } } end)
@@ -71,9 +84,15 @@ describe("runner lock", function()
   it("runs each step exactly once with two runners started at the same moment (10 times)", function()
     for round = 1, 10 do
       srv:reset(support.fixture(1))
-      local a = support.start(support.args(srv, "counter", "run"))
-      local b = support.start(support.args(srv, "counter", "run"))
+      -- both released at once from a gate (started one after the other, the
+      -- second could find the first done, which is no race at all)
+      local gate = os.tmpname()
+      os.remove(gate)
+      local a = support.start(support.args(srv, "counter", "run"), nil, { gate = gate })
+      local b = support.start(support.args(srv, "counter", "run"), nil, { gate = gate })
+      support.open_gate(gate)
       local ra, rb = a:wait(60), b:wait(60)
+      os.remove(gate)
       a:cleanup(); b:cleanup()
       assert.equal(0, ra.code, "round " .. round .. ": " .. ra.stderr)
       assert.equal(0, rb.code, "round " .. round .. ": " .. rb.stderr)
@@ -84,7 +103,53 @@ describe("runner lock", function()
     end
   end)
 
-  it("stops before the next write when the lease is lost", function()
+  it("stops when another holder takes the lease", function()
+    srv:reset(support.fixture(1))
+    local p = support.start(support.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
+    finally(function() p:cleanup() end)
+    wait_slow(srv, p)
+    set_holder(srv, "thief")
+    local r = p:wait(20)
+    assert.equal(1, r.code, r.stderr)
+    assert.matches("lock lost", r.stderr)
+    assert.equal(1, support.version(srv))
+    assert.equal("thief", get_lease(srv).spec.holderIdentity)
+    assert.is_true(tonumber(srv:object("ConfigMap", "cozy-system", "runner-test").data.i) < 20000)
+    -- the theft, then the runner's renewal that found it: its test of the
+    -- holder failed (422), the loss noticed
+    local log = srv:requests()
+    local theft, noticed
+    for n, e in ipairs(log) do
+      if not theft and e.method == "PATCH" and e.path == LEASE_PATH and not ours(e) then theft = n end
+      if theft and not noticed and n > theft and ours(e) and e.method == "PATCH" and e.path == LEASE_PATH then
+        noticed = n
+      end
+    end
+    assert.truthy(theft, "the theft is not in the request log")
+    assert.truthy(noticed, "no renewal after the theft")
+    assert.equal(422, log[noticed].status)
+    local renewal = fake.json.decode(log[noticed].body)
+    assert.same({ op = "test", path = "/spec/holderIdentity" }, { op = renewal[1].op, path = renewal[1].path })
+    assert.equal(r.stderr:match("lock acquired holder=(%S+)"), renewal[1].value)
+    -- after the theft the runner wrote nothing but the migration's own
+    -- object (the writes in flight before it learnt of the loss: how many
+    -- is bounded on the fake alone, whose faults can hold them, below) and
+    -- its renewal, testing that it is still the holder, refused; once it
+    -- knew, not even a release (it would only be refused): no stamp, and the
+    -- thief keeps the lease
+    for n = theft + 1, #log do
+      local e = log[n]
+      if ours(e) and e.method ~= "GET" then
+        if e.path == LEASE_PATH then
+          assert.equal(noticed, n, "a lease write after the renewal that found the theft")
+        else
+          assert.equal("PATCH /api/v1/namespaces/cozy-system/configmaps/runner-test", e.method .. " " .. e.path)
+        end
+      end
+    end
+  end)
+
+  it("stops before the next write when the lease is lost #fakeonly", function()
     srv:reset(support.fixture(1))
     local p = support.start(support.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
     finally(function() p:cleanup(); srv:clear_faults() end)
@@ -111,9 +176,9 @@ describe("runner lock", function()
     local log = srv:requests()
     local theft, noticed
     for n, e in ipairs(log) do
-      local ours = (e.user_agent or ""):match("^cozy%-migrate") ~= nil
-      if not theft and e.method == "PATCH" and e.path == LEASE_PATH and not ours then theft = n end
-      if theft and not noticed and n > theft and ours and e.method == "PATCH" and e.path == LEASE_PATH then
+      local mine = ours(e)
+      if not theft and e.method == "PATCH" and e.path == LEASE_PATH and not mine then theft = n end
+      if theft and not noticed and n > theft and mine and e.method == "PATCH" and e.path == LEASE_PATH then
         noticed = n
       end
     end
@@ -145,7 +210,62 @@ describe("runner lock", function()
     for _, action in ipairs(held) do assert.equal("delay", action) end
   end)
 
-  it("stops before the next write when the lease cannot be renewed", function()
+  it("stops when it may no longer renew the lease", function()
+    srv:reset(support.fixture(1))
+    -- the runner as an identity that may do what the run needs (RBAC on a
+    -- real server, allow rules on the fake), then no longer patch the lease
+    local ns = "cozy-system"
+    local needs = {
+      { verb = "get", group = "", resource = "configmaps", namespace = ns },
+      { verb = "create", group = "", resource = "configmaps", namespace = ns },
+      { verb = "patch", group = "", resource = "configmaps", namespace = ns },
+      { verb = "get", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+      { verb = "create", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+      { verb = "update", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+      { verb = "patch", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+    }
+    local runner = support.restricted(srv, ns, "runner", needs)
+    local p = support.start(support.with_kubeconfig(support.args(srv, "slow", "run"), runner.kubeconfig),
+      { COZY_MIGRATE_LEASE_SECONDS = "3" })
+    finally(function() p:cleanup() end)
+    wait_slow(srv, p)
+    local revoked = {}
+    for _, rule in ipairs(needs) do
+      if not (rule.resource == "leases" and rule.verb == "patch") then revoked[#revoked + 1] = rule end
+    end
+    runner.grant(revoked)
+    -- grant returned once the authorizer refuses: what comes later meets it
+    local from = #srv:requests()
+    local r = p:wait(30)
+    assert.equal(1, r.code, r.stderr)
+    assert.matches("lock lost: not renewed for", r.stderr)
+    assert.equal(1, support.version(srv))
+    -- the renewals were refused, and nothing else stopped the run: no other
+    -- request of the runner failed (its writes wait for a renewal that is
+    -- due, so after the refused one it may send none)
+    local log = srv:requests()
+    local refused = 0
+    for n = from + 1, #log do
+      local e = log[n]
+      if ours(e) and e.method == "PATCH" and e.path == LEASE_PATH then
+        assert.equal(403, e.status)
+        refused = refused + 1
+      elseif ours(e) then
+        assert.equal(e.method .. " " .. e.path .. " 200", e.method .. " " .. e.path .. " " .. tostring(e.status))
+      end
+    end
+    -- (one or two: the run stops once two thirds of the lease passed since
+    -- the last renewal, which came up to a renewal interval before the
+    -- revocation)
+    assert.is_true(refused >= 1, "no renewal was refused")
+    -- a lost lock is not released (the release would be refused too): the
+    -- lease still names the runner, to expire
+    local holder = r.stderr:match("lock acquired holder=(%S+)")
+    assert.is_string(holder, r.stderr)
+    assert.equal(holder, get_lease(srv).spec.holderIdentity)
+  end)
+
+  it("stops before the next write when the lease cannot be renewed #fakeonly", function()
     srv:reset(support.fixture(1))
     local p = support.start(support.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
     finally(function() p:cleanup(); srv:clear_faults() end)

@@ -5,10 +5,13 @@ local lease = require "cozy.runner.lease"
 local sys = require "cozy.sys"
 local support = require "spec.helpers.cli"
 
+-- One API server for the file (a real one takes seconds to start); every
+-- test resets it to its own fixture.
+local srv
+setup(function() srv = fake.start{ fixtures = { support.fixture(1) } } end)
+teardown(function() if srv then srv:stop() end end)
+
 describe("cozy-migrate status", function()
-  local srv
-  setup(function() srv = fake.start{ fixtures = { support.fixture(1) } } end)
-  teardown(function() srv:stop() end)
 
   it("shows version, target, pending, lock and history; writes nothing", function()
     srv:reset(support.fixture(1))
@@ -69,9 +72,6 @@ describe("cozy-migrate status", function()
 end)
 
 describe("cozy-migrate check", function()
-  local srv
-  setup(function() srv = fake.start{ fixtures = { support.fixture(1) } } end)
-  teardown(function() srv:stop() end)
 
   it("passes with info findings and writes nothing", function()
     srv:reset(support.fixture(1, { support.configmap("runner-test", {}) }))
@@ -100,11 +100,25 @@ describe("cozy-migrate check", function()
 
   it("blocks on a denied permission the migration declared", function()
     srv:reset(support.fixture(1, { support.configmap("runner-test", {}) }))
-    srv:deny{ { verb = "patch", group = "apps", resource = "deployments" } }
-    finally(function() srv:deny{} end)
-    local r = support.run(support.args(srv, "checks", "check"))
+    -- an identity granted everything the check asks about but that one
+    -- permission (RBAC on a real server, allow rules on the fake)
+    local ns = "cozy-system"
+    local checker = support.restricted(srv, ns, "checker", {
+      -- the migration's declarations name no namespace: cluster-wide
+      { verb = "get", group = "", resource = "configmaps" },
+      { verb = "list", group = "", resource = "configmaps" },
+      { verb = "create", group = "", resource = "configmaps", namespace = ns },
+      { verb = "patch", group = "", resource = "configmaps", namespace = ns },
+      { verb = "get", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+      { verb = "create", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+      { verb = "patch", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+    })
+    local args = support.with_kubeconfig(support.args(srv, "checks", "check"), checker.kubeconfig)
+    local r = support.run(args)
     assert.equal(1, r.code, r.stdout)
+    assert.matches("allowed patch configmaps", r.stdout)
     assert.matches("DENIED%s+patch deployments.apps", r.stdout)
+    assert.equal(1, select(2, r.stdout:gsub("DENIED", "")), r.stdout) -- that one, and nothing else
     assert.matches("%[BLOCK%] 1%-inspect: not allowed: patch deployments.apps", r.stdout)
   end)
 

@@ -84,6 +84,12 @@ local function sent_writes(srv)
   return out
 end
 
+-- One API server for the whole file (a real one takes seconds to start):
+-- each block resets it to its own fixture before each test.
+local srv
+setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
+teardown(function() if srv then srv:stop() end end)
+
 local function count(haystack, needle)
   local n, i = 0, 1
   while true do
@@ -94,15 +100,9 @@ local function count(haystack, needle)
 end
 
 describe("no write is sent where none may be", function()
-  local srv, dir
-  setup(function()
-    srv = fake.start { fixtures = {}, tls = true, token = "t" }
-    dir = migration_dir("writer", writer_source())
-  end)
-  teardown(function()
-    srv:stop()
-    os.execute("rm -rf " .. support.quote(dir))
-  end)
+  local dir
+  setup(function() dir = migration_dir("writer", writer_source()) end)
+  teardown(function() os.execute("rm -rf " .. support.quote(dir)) end)
   before_each(function()
     srv:reset(support.fixture(1, {
       support.configmap("target", { keep = "me" }),
@@ -177,9 +177,9 @@ describe("no write is sent where none may be", function()
 end)
 
 describe("declared permissions", function()
-  local srv, dir
+  local dir
+  before_each(function() srv:reset("spec/fixtures/59-vmi-hotplug/cluster.json") end)
   setup(function()
-    srv = fake.start { fixtures = { "spec/fixtures/59-vmi-hotplug/cluster.json" }, tls = true, token = "t" }
     dir = migration_dir("lists-then-patches", [[
 return {
   description = "declares list only, then patches",
@@ -193,10 +193,7 @@ return {
 }
 ]])
   end)
-  teardown(function()
-    srv:stop()
-    os.execute("rm -rf " .. support.quote(dir))
-  end)
+  teardown(function() os.execute("rm -rf " .. support.quote(dir)) end)
 
   it("a request the migration did not declare fails before it is sent, naming the declaration", function()
     local res = srv:request("PATCH", "/api/v1/namespaces/cozy-system/configmaps/cozystack-version",
@@ -221,12 +218,12 @@ end)
 
 -- Runs `source` as migration 1 in this Lua state through the spec harness
 -- (the step executor), against srv. Returns ok, err, result.
-local function harness(srv, source, mode)
+local function harness(server, source, mode)
   local dir = migration_dir("probe", source)
   local m = runner.load_file(dir .. "/1-probe.lua")
   os.execute("rm -rf " .. support.quote(dir))
   local quiet = require("cozy.log").new{ stream = assert(io.open("/dev/null", "w")) }
-  return pcall(runner.run_migration, m, { kubeconfig = srv.kubeconfig, mode = mode or "run", log = quiet })
+  return pcall(runner.run_migration, m, { kubeconfig = server.kubeconfig, mode = mode or "run", log = quiet })
 end
 
 local function probe(body)
@@ -243,9 +240,6 @@ return {
 end
 
 describe("the context is a boundary", function()
-  local srv
-  setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
-  teardown(function() srv:stop() end)
   before_each(function()
     srv:reset(support.fixture(1, { support.configmap("target", { keep = "me" }) }))
     srv:clear_requests()
@@ -345,20 +339,38 @@ describe("the context is a boundary", function()
 end)
 
 describe("the spec harness runs what production runs", function()
-  local srv
-  setup(function()
-    srv = fake.start { fixtures = { "spec/fixtures/59-vmi-hotplug/cluster.json" }, tls = true, token = "t" }
-  end)
-  teardown(function() srv:stop() end)
+
+  -- The resourceVersion of each object as the run will read it, by its
+  -- path: a reset of the fake restarts resourceVersions, a real server's
+  -- never do, so the two runs' guards are compared as "the version read".
+  local function versions()
+    local out = {}
+    for _, o in ipairs(srv:objects()) do
+      local group, version = (o.apiVersion or ""):match("^(.-)/?([^/]+)$")
+      local plural = ({ VirtualMachine = "virtualmachines", VirtualMachineInstance = "virtualmachineinstances" })[o.kind]
+      if plural and group == "kubevirt.io" then
+        out[("/apis/%s/%s/namespaces/%s/%s/%s"):format(group, version, o.metadata.namespace, plural,
+          o.metadata.name)] = o.metadata.resourceVersion
+      end
+    end
+    return out
+  end
 
   -- The requests a migration made: everything but the engine's own
-  -- (the version ConfigMap and the Lease).
-  local function migration_requests()
+  -- (the version ConfigMap and the Lease); a guard on the resourceVersion
+  -- the object had before the run reads "<read>".
+  local function migration_requests(read)
     local out = {}
     for _, r in ipairs(srv:requests()) do
       if not r.path:find("cozystack-version", 1, true) and not r.path:find("/leases", 1, true) then
+        local body = r.body
+        if type(body) == "string" and read[r.path] then
+          body = body:gsub('("op":"test","path":"/metadata/resourceVersion","value":")(%d+)(")', function(a, v, b)
+            if v == read[r.path] then return a .. "<read>" .. b end
+          end)
+        end
         out[#out + 1] = { method = r.method, path = r.path, query = r.query, content_type = r.content_type,
-          body = r.body }
+          body = body }
       end
     end
     return out
@@ -366,19 +378,29 @@ describe("the spec harness runs what production runs", function()
 
   it("migration 59 sends the same requests through run_migration as through `cozy-migrate run`", function()
     srv:reset("spec/fixtures/59-vmi-hotplug/cluster.json")
+    local read = versions()
     srv:clear_requests()
     local m = runner.load_file("migrations/59-vmi-hotplug.lua")
     local quiet = require("cozy.log").new{ stream = assert(io.open("/dev/null", "w")) }
     runner.run_migration(m, { kubeconfig = srv.kubeconfig, log = quiet })
-    local by_harness = migration_requests()
+    local by_harness = migration_requests(read)
     local after_harness = srv:objects()
 
     srv:reset("spec/fixtures/59-vmi-hotplug/cluster.json")
+    read = versions()
     srv:clear_requests()
     local r = support.run({ "run", "--kubeconfig", srv.kubeconfig })
     assert.equal(0, r.code, r.stderr)
-    local by_run = migration_requests()
+    local by_run = migration_requests(read)
     assert.is_true(#by_harness > 5, "too few requests to compare: " .. #by_harness)
+    local guarded = 0
+    for _, req in ipairs(by_run) do
+      if req.method == "PATCH" then
+        assert.matches('"path":"/metadata/resourceVersion","value":"<read>"', req.body, 1, true)
+        guarded = guarded + 1
+      end
+    end
+    assert.is_true(guarded >= 5, guarded .. " guarded patches")
     -- the same requests; the patches run in parallel, so in any order
     local function sorted(list)
       local keys = {}
@@ -400,9 +422,6 @@ describe("the spec harness runs what production runs", function()
 end)
 
 describe("a migration's own error", function()
-  local srv
-  setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
-  teardown(function() srv:stop() end)
   before_each(function() srv:reset(support.fixture(1)) end)
 
   local function error_lines(text)
@@ -452,9 +471,6 @@ return {
 end)
 
 describe("a step's outcome", function()
-  local srv
-  setup(function() srv = fake.start { fixtures = {}, tls = true, token = "t" } end)
-  teardown(function() srv:stop() end)
 
   it("keeps the counts and warnings a migration reports, bounded", function()
     srv:reset(support.fixture(1))

@@ -99,18 +99,29 @@ end
 local Proc = {}
 Proc.__index = Proc
 
--- Starts cozy-migrate in the background; returns a Proc.
-function cli.start(args, env)
+-- Starts cozy-migrate in the background; returns a Proc. opts.gate: a
+-- path; the process waits until it exists before cozy-migrate starts, so
+-- that a spec can release several at the same moment (cli.open_gate).
+function cli.start(args, env, opts)
   local dir = cli.tmpdir()
+  local cmdline = command_line(args, merged_env(env))
+  if opts and opts.gate then
+    cmdline = ("while [ ! -e %s ]; do sleep 0.005; done; %s"):format(q(opts.gate), cmdline)
+  end
   os.execute(("sh -c %s >/dev/null 2>&1 </dev/null &"):format(q(
-    ("%s >%s 2>%s </dev/null & echo $! >%s; wait $!; echo $? >%s"):format(
-      command_line(args, merged_env(env)), q(dir .. "/out"), q(dir .. "/err"), q(dir .. "/pid"), q(dir .. "/rc")))))
+    ("(%s) >%s 2>%s </dev/null & echo $! >%s; wait $!; echo $? >%s"):format(
+      cmdline, q(dir .. "/out"), q(dir .. "/err"), q(dir .. "/pid"), q(dir .. "/rc")))))
   local self = setmetatable({ dir = dir }, Proc)
   assert(cli.poll(5, function()
     self.pid = tonumber((files.read(dir .. "/pid") or ""):match("%d+"))
     return self.pid
   end), "background cozy-migrate did not start")
   return self
+end
+
+-- Releases the processes started with opts.gate = path.
+function cli.open_gate(path)
+  files.write(path, "")
 end
 
 function Proc:done()
@@ -200,6 +211,116 @@ end
 function cli.version(srv)
   local cm = srv:object("ConfigMap", "cozy-system", "cozystack-version")
   return cm and tonumber(cm.data.version), cm
+end
+
+-- An identity that may do what `rules` grant and nothing else: rules in the
+-- fake's allow-rule shape, { verb, group, resource[, namespace][, name] }.
+-- On the real server a ServiceAccount `name` of `namespace` with its own
+-- token, RBAC granting `rules` (with a namespace a Role there, without one a
+-- ClusterRole) plus discovery and its own access reviews, as `cozy-migrate
+-- rbac` grants them; the spec's own requests (srv:request) stay the
+-- admin's. On the fake, allow-list mode with those rules (srv:allow), which
+-- binds every request, the spec's own included, and the fake's one token.
+-- Returns { kubeconfig = a kubeconfig of srv for the identity, grant =
+-- function(rules) that replaces the rules }; on the real server grant
+-- returns once the authorizer answers by the new rules (each granted rule
+-- allowed, each dropped one refused: a dropped rule must not be covered by
+-- a kept one). A reset removes the account and its RBAC, or ends the mode.
+function cli.restricted(srv, namespace, name, rules)
+  local json = require "cozy.json"
+  local REVIEWS = { verb = "create", group = "authorization.k8s.io", resource = "selfsubjectaccessreviews" }
+  if not srv.real then
+    local self = { kubeconfig = srv.kubeconfig }
+    function self.grant(new_rules)
+      local all = { REVIEWS }
+      for _, r in ipairs(new_rules) do all[#all + 1] = r end
+      srv:allow(all)
+    end
+    self.grant(rules)
+    return self
+  end
+  local minted = srv:control("POST", "/_real/token", { namespace = namespace, name = name })
+  local function call(method, path, body)
+    local res = srv:request(method, path, { body = body })
+    assert(res.status >= 200 and res.status < 300, ("%s %s answered %d: %s"):format(method, path, res.status, res.body))
+    return res.json
+  end
+  local RBAC = "/apis/rbac.authorization.k8s.io/v1"
+  local role_name = "spec-" .. name
+  local subjects = { { kind = "ServiceAccount", name = name, namespace = namespace } }
+  local made = {}  -- namespace ("" = cluster) -> true: its role and binding exist
+  -- the account's own access review: may it do what `r` names?
+  local function allowed(r)
+    local res = srv:request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", { token = minted.token,
+      body = { apiVersion = "authorization.k8s.io/v1", kind = "SelfSubjectAccessReview",
+        spec = { resourceAttributes = { verb = r.verb, group = r.group, resource = r.resource,
+          namespace = r.namespace, name = r.name } } } })
+    assert(res.status == 201, "access review answered " .. res.status .. ": " .. res.body)
+    return res.json.status.allowed == true
+  end
+  local current = {}
+  local self = { user = minted.user }
+  function self.grant(new_rules)
+    local by_ns = { [""] = {
+      { nonResourceURLs = { "/api", "/api/*", "/apis", "/apis/*", "/version" }, verbs = { "get" } },
+      { apiGroups = { REVIEWS.group }, resources = { REVIEWS.resource }, verbs = { REVIEWS.verb } },
+    } }
+    for _, r in ipairs(new_rules) do
+      local ns = r.namespace or ""
+      by_ns[ns] = by_ns[ns] or {}
+      table.insert(by_ns[ns], { apiGroups = { r.group }, resources = { r.resource }, verbs = { r.verb },
+        resourceNames = r.name and { r.name } or nil })
+    end
+    for ns in pairs(made) do by_ns[ns] = by_ns[ns] or {} end
+    for ns, list in pairs(by_ns) do
+      local kind, base = "ClusterRole", RBAC
+      if ns ~= "" then kind, base = "Role", RBAC .. "/namespaces/" .. ns end
+      local plural = kind == "Role" and "roles" or "clusterroles"
+      local role = { apiVersion = "rbac.authorization.k8s.io/v1", kind = kind,
+        metadata = { name = role_name, namespace = ns ~= "" and ns or nil }, rules = json.array(list) }
+      if made[ns] then
+        call("PUT", base .. "/" .. plural .. "/" .. role_name, role)
+      else
+        call("POST", base .. "/" .. plural, role)
+        call("POST", base .. "/" .. kind:lower() .. "bindings", { apiVersion = "rbac.authorization.k8s.io/v1",
+          kind = kind .. "Binding", metadata = { name = role_name, namespace = ns ~= "" and ns or nil },
+          roleRef = { apiGroup = "rbac.authorization.k8s.io", kind = kind, name = role_name }, subjects = subjects })
+        made[ns] = true
+      end
+    end
+    -- the authorizer reads RBAC from its informers: wait until it answers
+    -- by the new rules
+    local keep = {}
+    for _, r in ipairs(new_rules) do keep[json.encode(r)] = true end
+    local ok = cli.poll(30, function()
+      for _, r in ipairs(new_rules) do
+        if not allowed(r) then return false end
+      end
+      for _, r in ipairs(current) do
+        if not keep[json.encode(r)] and allowed(r) then return false end
+      end
+      return true
+    end, 0.05)
+    assert(ok, "the authorizer did not take up the new rules of " .. minted.user)
+    current = new_rules
+  end
+  self.grant(rules)
+  local text = assert(files.read(srv.kubeconfig))
+  local replaced, n = text:gsub("\n    token: [^\n]*\n", "\n    token: " .. minted.token .. "\n")
+  assert(n == 1, "the server's kubeconfig has no token line: " .. text)
+  self.kubeconfig = srv.dir .. "/kubeconfig-" .. namespace .. "-" .. name
+  files.write(self.kubeconfig, replaced)
+  return self
+end
+
+-- An args array with the value of its --kubeconfig replaced by `kubeconfig`.
+function cli.with_kubeconfig(args, kubeconfig)
+  local out = {}
+  for i, a in ipairs(args) do
+    out[i] = a
+    if args[i - 1] == "--kubeconfig" then out[i] = kubeconfig end
+  end
+  return out
 end
 
 function cli.history(cm)

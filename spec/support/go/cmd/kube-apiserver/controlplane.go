@@ -42,7 +42,10 @@ type controlPlane struct {
 	ext            apiextensionsclient.Interface
 	baseline       map[string]string // key -> resourceVersion of what exists before any fixture: never reset
 	mu             sync.Mutex        // serialises load and reset
+	uidMu          sync.Mutex        // guards uids and loaded while a load creates objects in parallel
 	uids           map[string]string
+	loaded         []loaded                                    // what the last load made, for the next reset
+	loadedFixture  []string                                    // the fixture it loaded (canonical), nil when a reset did not complete
 	kubevirtSource string                                      // KubeVirt's module source, for its generated CRD schemas
 	realCRDs       map[string]bool                             // names of the CRDs installed at start: a fixture's own give way
 	realCRDList    []*apiextensionsv1.CustomResourceDefinition // re-created by a reset when a spec deleted one

@@ -234,6 +234,15 @@ func (cp *controlPlane) restoreRealCRDs(ctx context.Context) error {
 	if err := cp.createCRDs(ctx, missing); err != nil {
 		return err
 	}
-	// the re-created CRDs are the baseline now
-	return cp.takeBaseline(ctx)
+	// the re-created CRDs are the baseline now (only they: a reset may have
+	// kept fixture objects, which stay the fixture's)
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, crd := range missing {
+		got, err := cp.ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cp.baseline[objectKey(gvr, "", crd.Name)] = got.ResourceVersion
+	}
+	return nil
 }

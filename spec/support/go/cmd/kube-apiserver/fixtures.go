@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -66,6 +67,64 @@ func parseFixtures(texts [][]byte) ([]*unstructured.Unstructured, error) {
 	return out, nil
 }
 
+// loaded is what a load made of one object (a fixture's, or a namespace
+// it uses without listing it): enough for a reset to the same fixtures to
+// keep the object when nothing changed it since.
+type loaded struct {
+	key        string   // objectKey of the live object
+	rv         string   // its resourceVersion once loaded, status included
+	fixtureUID string   // the uid the fixture gave it, if any
+	newUID     string   // the uid the server gave it
+	owners     []string // fixture uids its ownerReferences name that are fixture objects'
+	namespace  string   // its namespace; "" when cluster-scoped
+	crd        string   // the name of the CRD that serves it, for custom resources
+}
+
+// loadParallelism bounds the requests a load or a reset sends at once: the
+// API server answers several at a time even on two cores, so a fixture of
+// hundreds of objects loads in a fraction of the time one at a time takes.
+const loadParallelism = 8
+
+// parallel calls fn(i) for i in [0, n), at most loadParallelism at once,
+// and returns the first error.
+func parallel(n int, fn func(i int) error) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	sem := make(chan struct{}, loadParallelism)
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	return first
+}
+
+// canonical is the fixture as a list of its objects' JSON (keys sorted), to
+// tell a reset to the fixtures already loaded from one to others.
+func canonical(objs []*unstructured.Unstructured) ([]string, error) {
+	out := make([]string, len(objs))
+	for i, o := range objs {
+		b, err := json.Marshal(o.Object)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = string(b)
+	}
+	return out, nil
+}
+
 // load creates the fixture objects: namespaces and CRDs first (a CRD the
 // control plane installed gives way to the real one), owners before what
 // they own, each object's status kept as given. The server assigns its own
@@ -85,7 +144,131 @@ func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
 	if err != nil {
 		return err
 	}
+	return cp.place(ctx, objs, nil)
+}
+
+// resetTo replaces the state by the fixtures in texts. When they are the
+// fixtures loaded last (the usual reset: before each test of a block), a
+// fixture object nothing changed since it was loaded is kept as it is; one
+// that was changed or deleted is made again (as is what it owns, and what
+// its namespace or CRD holds, when those are made again), and everything else
+// a spec made is removed. So the state is the fixture's either way, and a
+// reset costs what the test changed rather than the fixture's size.
+func (cp *controlPlane) resetTo(ctx context.Context, texts [][]byte) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	objs, err := parseFixtures(texts)
+	if err != nil {
+		return fixtureError{err}
+	}
+	canon, err := canonical(objs)
+	if err != nil {
+		return fixtureError{err}
+	}
+	all, err := cp.everything(ctx)
+	if err != nil {
+		return err
+	}
+	var keep map[string]loaded
+	if cp.loadedFixture != nil && equalStrings(canon, cp.loadedFixture) {
+		keep = cp.unchanged(all)
+	}
+	cp.loadedFixture = nil
+	if err := cp.removeAll(ctx, all, keep); err != nil {
+		return err
+	}
+	if err := cp.place(ctx, objs, keep); err != nil {
+		return fixtureError{err}
+	}
+	return nil
+}
+
+// fixtureError is a reset's failure to load its fixtures (the state was
+// removed): the fixtures' fault, not the server's.
+type fixtureError struct{ error }
+
+func (e fixtureError) Unwrap() error { return e.error }
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// unchanged is what the last load made and still is as it was made: same
+// resourceVersion, not being deleted, its namespace, its CRD and its owners
+// (those the fixture made) unchanged too. By key.
+func (cp *controlPlane) unchanged(all []listed) map[string]loaded {
+	live := map[string]*unstructured.Unstructured{}
+	for i := range all {
+		live[all[i].key] = &all[i].obj
+	}
+	made := map[string]bool{}
+	byUID := map[string]string{}
+	for _, l := range cp.loaded {
+		made[l.key] = true
+		if l.fixtureUID != "" {
+			byUID[l.fixtureUID] = l.key
+		}
+	}
+	keep := map[string]loaded{}
+	for _, l := range cp.loaded {
+		if o, ok := live[l.key]; ok && o.GetResourceVersion() == l.rv && o.GetDeletionTimestamp() == nil {
+			keep[l.key] = l
+		}
+	}
+	nsKey := func(ns string) string {
+		return objectKey(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", ns)
+	}
+	crdKey := func(name string) string {
+		return objectKey(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, "", name)
+	}
+	// what depends on something made again is made again
+	for changed := true; changed; {
+		changed = false
+		for key, l := range keep {
+			var needs []string
+			if l.namespace != "" {
+				needs = append(needs, nsKey(l.namespace))
+			}
+			if l.crd != "" {
+				needs = append(needs, crdKey(l.crd))
+			}
+			for _, u := range l.owners {
+				needs = append(needs, byUID[u])
+			}
+			for _, n := range needs {
+				if _, kept := keep[n]; made[n] && !kept {
+					delete(keep, key)
+					changed = true
+					break
+				}
+			}
+		}
+	}
+	return keep
+}
+
+// place creates the fixture objects (all but those in keep, which stay as
+// they are) and records what it made for the next reset.
+func (cp *controlPlane) place(ctx context.Context, objs []*unstructured.Unstructured, keep map[string]loaded) error {
+	canon, err := canonical(objs)
+	if err != nil {
+		return err
+	}
 	cp.uids = map[string]string{}
+	cp.loaded = nil
+	for _, l := range keep {
+		if l.fixtureUID != "" {
+			cp.uids[l.fixtureUID] = l.newUID
+		}
+	}
 	var crds, namespaces, rest []*unstructured.Unstructured
 	needNS := map[string]bool{}
 	for _, o := range objs {
@@ -106,19 +289,76 @@ func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
 			rest = append(rest, o)
 		}
 	}
-	for _, o := range namespaces {
-		if err := cp.create(ctx, o, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, false); err != nil {
-			return err
+	nsGVR := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	// put creates one object unless it is kept; either way it is recorded
+	var custom map[string]bool // names of the CRDs served, once the fixture's are
+	put := func(o *unstructured.Unstructured, gvr schema.GroupVersionResource, namespaced, mayExist bool) error {
+		ns := ""
+		if namespaced {
+			ns = o.GetNamespace()
 		}
+		key := objectKey(gvr, ns, o.GetName())
+		l, kept := keep[key]
+		if !kept {
+			created, err := cp.create(ctx, o, gvr, mayExist)
+			if err != nil {
+				return err
+			}
+			if _, base := cp.baseline[key]; base {
+				return nil // a namespace of the server's own: never removed
+			}
+			l = loaded{key: key, rv: created.GetResourceVersion(), fixtureUID: string(o.GetUID()),
+				newUID: string(created.GetUID()), namespace: ns}
+			if name := gvr.Resource + "." + gvr.Group; custom[name] {
+				l.crd = name
+			}
+			for _, ref := range o.GetOwnerReferences() {
+				l.owners = append(l.owners, string(ref.UID))
+			}
+		}
+		cp.uidMu.Lock()
+		cp.loaded = append(cp.loaded, l)
+		cp.uidMu.Unlock()
+		return nil
 	}
-	for _, o := range crds {
-		gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-		if err := cp.create(ctx, o, gvr, false); err != nil {
+	if err := parallel(len(namespaces), func(i int) error {
+		return put(namespaces[i], nsGVR, false, false)
+	}); err != nil {
+		return err
+	}
+	if err := parallel(len(crds), func(i int) error {
+		if err := put(crds[i], crdGVR, false, false); err != nil {
 			return err
 		}
-		if err := cp.waitServed(ctx, o.GetName()); err != nil {
+		if err := cp.waitServed(ctx, crds[i].GetName()); err != nil {
 			return err
 		}
+		// the API server writes a new CRD's status (Established) after
+		// create: what the next reset compares with is the CRD once served
+		got, err := cp.ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crds[i].GetName(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		key := objectKey(crdGVR, "", crds[i].GetName())
+		cp.uidMu.Lock()
+		for j := range cp.loaded {
+			if cp.loaded[j].key == key {
+				cp.loaded[j].rv = got.ResourceVersion
+			}
+		}
+		cp.uidMu.Unlock()
+		return nil
+	}); err != nil {
+		return err
+	}
+	crdList, err := cp.ext.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	custom = map[string]bool{}
+	for _, c := range crdList.Items {
+		custom[c.Name] = true
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.disco))
 	type placed struct {
@@ -127,8 +367,6 @@ func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
 		namespaced bool
 	}
 	var pending, terminating []placed
-	nsGVR := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	for _, o := range namespaces {
 		if o.GetDeletionTimestamp() != nil {
 			terminating = append(terminating, placed{o, nsGVR, false})
@@ -164,38 +402,40 @@ func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
 		}
 	}
 	// Namespaces the fixture uses without listing them are made for it.
-	for ns, implicit := range needNS {
-		if !implicit {
+	var implicit []*unstructured.Unstructured
+	for ns, unlisted := range needNS {
+		if !unlisted {
 			continue
 		}
 		o := &unstructured.Unstructured{}
 		o.SetAPIVersion("v1")
 		o.SetKind("Namespace")
 		o.SetName(ns)
-		if err := cp.create(ctx, o, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, true); err != nil {
-			return err
-		}
+		implicit = append(implicit, o)
+	}
+	if err := parallel(len(implicit), func(i int) error {
+		return put(implicit[i], nsGVR, false, true)
+	}); err != nil {
+		return err
 	}
 	// Owners first: an object waits while it names the uid of a fixture
 	// object not yet created. A cycle is created as given.
 	for len(pending) > 0 {
-		var next []placed
+		var ready, next []placed
 		for _, p := range pending {
 			if cp.waitsForOwner(p.obj, fixtureUIDs) {
 				next = append(next, p)
-				continue
-			}
-			if err := cp.create(ctx, p.obj, p.gvr, false); err != nil {
-				return err
+			} else {
+				ready = append(ready, p)
 			}
 		}
-		if len(next) == len(pending) {
-			for _, p := range next {
-				if err := cp.create(ctx, p.obj, p.gvr, false); err != nil {
-					return err
-				}
-			}
-			break
+		if len(ready) == 0 {
+			ready, next = next, nil
+		}
+		if err := parallel(len(ready), func(i int) error {
+			return put(ready[i].obj, ready[i].gvr, ready[i].namespaced, false)
+		}); err != nil {
+			return err
 		}
 		pending = next
 	}
@@ -205,6 +445,7 @@ func (cp *controlPlane) load(ctx context.Context, texts [][]byte) error {
 			return fmt.Errorf("%s %s/%s: deleting it for its deletionTimestamp: %w", p.gvr.Resource, p.obj.GetNamespace(), p.obj.GetName(), err)
 		}
 	}
+	cp.loadedFixture = canon
 	return nil
 }
 
@@ -224,6 +465,8 @@ func terminatingAllowed(o *unstructured.Unstructured) error {
 }
 
 func (cp *controlPlane) waitsForOwner(o *unstructured.Unstructured, fixtureUIDs map[string]bool) bool {
+	cp.uidMu.Lock()
+	defer cp.uidMu.Unlock()
 	for _, ref := range o.GetOwnerReferences() {
 		uid := string(ref.UID)
 		if _, done := cp.uids[uid]; fixtureUIDs[uid] && !done && uid != string(o.GetUID()) {
@@ -234,19 +477,22 @@ func (cp *controlPlane) waitsForOwner(o *unstructured.Unstructured, fixtureUIDs 
 }
 
 // create makes one fixture object, then writes its status through the
-// status subresource when create dropped it.
-func (cp *controlPlane) create(ctx context.Context, o *unstructured.Unstructured, gvr schema.GroupVersionResource, mayExist bool) error {
+// status subresource when create dropped it; it returns the object as
+// stored at the end.
+func (cp *controlPlane) create(ctx context.Context, o *unstructured.Unstructured, gvr schema.GroupVersionResource, mayExist bool) (*unstructured.Unstructured, error) {
 	o = o.DeepCopy()
 	oldUID := string(o.GetUID())
 	for _, f := range []string{"uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"} {
 		unstructured.RemoveNestedField(o.Object, "metadata", f)
 	}
 	refs := o.GetOwnerReferences()
+	cp.uidMu.Lock()
 	for i := range refs {
 		if n, ok := cp.uids[string(refs[i].UID)]; ok {
 			refs[i].UID = types.UID(n)
 		}
 	}
+	cp.uidMu.Unlock()
 	if len(refs) > 0 {
 		o.SetOwnerReferences(refs)
 	}
@@ -257,25 +503,30 @@ func (cp *controlPlane) create(ctx context.Context, o *unstructured.Unstructured
 		created, err = client.Get(ctx, o.GetName(), metav1.GetOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("%s %s/%s: %w", gvr.Resource, o.GetNamespace(), o.GetName(), err)
+		return nil, fmt.Errorf("%s %s/%s: %w", gvr.Resource, o.GetNamespace(), o.GetName(), err)
 	}
 	if oldUID != "" {
+		cp.uidMu.Lock()
 		cp.uids[oldUID] = string(created.GetUID())
+		cp.uidMu.Unlock()
 	}
 	// The server owns the status of namespaces and CRDs.
 	if hasStatus && gvr.Resource != "namespaces" && gvr.Resource != "customresourcedefinitions" {
 		got, _, _ := unstructured.NestedFieldCopy(created.Object, "status")
 		if !equality.Semantic.DeepEqual(got, status) {
 			if err := unstructured.SetNestedField(created.Object, status, "status"); err != nil {
-				return err
+				return nil, err
 			}
-			_, err := client.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+			updated, err := client.UpdateStatus(ctx, created, metav1.UpdateOptions{})
 			if err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("status of %s %s/%s: %w", gvr.Resource, o.GetNamespace(), o.GetName(), err)
+				return nil, fmt.Errorf("status of %s %s/%s: %w", gvr.Resource, o.GetNamespace(), o.GetName(), err)
+			}
+			if err == nil {
+				created = updated
 			}
 		}
 	}
-	return nil
+	return created, nil
 }
 
 // resources lists every resource of the server's preferred versions that
@@ -412,42 +663,38 @@ func (cp *controlPlane) objects(ctx context.Context) ([]unstructured.Unstructure
 	return out, nil
 }
 
-// reset removes every object that is not in the baseline: namespaced ones
-// first, finalizers emptied (no controller runs here to honour them), then
-// the namespaces, finalized by hand as the namespace controller would.
-func (cp *controlPlane) reset(ctx context.Context) error {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	all, err := cp.everything(ctx)
-	if err != nil {
-		return err
-	}
-	var namespaces, crds []listed
-	for pass := 0; pass < 2; pass++ {
-		for _, l := range all {
-			if _, keep := cp.baseline[l.key]; keep {
-				continue
-			}
-			isNS := l.res.gvr.Resource == "namespaces" && l.res.gvr.Group == ""
-			isCRD := l.res.gvr.Resource == "customresourcedefinitions"
-			// pass 0: objects in namespaces and cluster-scoped objects;
-			// pass 1: CRDs, then namespaces
-			if (pass == 0) == (isNS || isCRD) {
-				continue
-			}
-			if isNS {
-				namespaces = append(namespaces, l)
-				continue
-			}
-			if isCRD {
-				crds = append(crds, l)
-			}
-			if err := cp.remove(ctx, l); err != nil {
-				return err
-			}
+// removeAll removes every object of all (everything, listed) that is
+// neither in the baseline nor in keep: namespaced ones first, finalizers
+// emptied (no controller runs here to honour them, so each is gone when its
+// delete answers), then the CRDs and the namespaces, finalized by hand as the
+// namespace controller would, and waited for. The caller holds cp.mu.
+func (cp *controlPlane) removeAll(ctx context.Context, all []listed, keep map[string]loaded) error {
+	var objects, namespaces, crds []listed
+	for _, l := range all {
+		if _, base := cp.baseline[l.key]; base {
+			continue
+		}
+		if _, kept := keep[l.key]; kept {
+			continue
+		}
+		switch {
+		case l.res.gvr.Resource == "namespaces" && l.res.gvr.Group == "":
+			namespaces = append(namespaces, l)
+		case l.res.gvr.Resource == "customresourcedefinitions":
+			crds = append(crds, l)
+		default:
+			objects = append(objects, l)
 		}
 	}
-	for _, l := range namespaces {
+	// objects in namespaces and cluster-scoped objects, then CRDs, then namespaces
+	if err := parallel(len(objects), func(i int) error { return cp.remove(ctx, objects[i]) }); err != nil {
+		return err
+	}
+	if err := parallel(len(crds), func(i int) error { return cp.remove(ctx, crds[i]) }); err != nil {
+		return err
+	}
+	if err := parallel(len(namespaces), func(i int) error {
+		l := namespaces[i]
 		if err := cp.remove(ctx, l); err != nil {
 			return err
 		}
@@ -460,11 +707,13 @@ func (cp *controlPlane) reset(ctx context.Context) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("finalizing namespace %s: %w", l.obj.GetName(), err)
 		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	for _, l := range append(crds, namespaces...) {
-		if err := cp.waitGone(ctx, l); err != nil {
-			return err
-		}
+	gone := append(crds, namespaces...)
+	if err := parallel(len(gone), func(i int) error { return cp.waitGone(ctx, gone[i]) }); err != nil {
+		return err
 	}
 	return cp.restoreRealCRDs(ctx)
 }
@@ -477,7 +726,9 @@ func (cp *controlPlane) remove(ctx context.Context, l listed) error {
 			return fmt.Errorf("emptying the finalizers of %s: %w", l.key, err)
 		}
 	}
-	err := client.Delete(ctx, l.obj.GetName(), metav1.DeleteOptions{})
+	// no grace period: no kubelet runs here to end a bound pod's
+	zero := int64(0)
+	err := client.Delete(ctx, l.obj.GetName(), metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) {
 		return fmt.Errorf("deleting %s: %w", l.key, err)
 	}

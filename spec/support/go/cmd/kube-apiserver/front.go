@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -49,7 +50,7 @@ type front struct {
 	writers writers
 
 	mu  sync.Mutex
-	log []logEntry
+	log []*logEntry // in arrival order, as the fake's
 }
 
 type logEntry struct {
@@ -59,7 +60,7 @@ type logEntry struct {
 	ContentType string         `json:"content_type"`
 	Body        *string        `json:"body"`
 	BodyBase64  string         `json:"body_base64,omitempty"`
-	Status      int            `json:"status"`
+	Status      *int           `json:"status"` // null while the request is in flight
 	UserAgent   string         `json:"user_agent"`
 	At          float64        `json:"at"`
 	Conn        string         `json:"conn"`
@@ -189,20 +190,29 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			entry.BodyBase64 = base64.StdEncoding.EncodeToString(body)
 		}
 	}
+	// A concurrent writer's or deleter's real write goes first, as the
+	// fake's rule acts before it serves the request.
 	if rule := f.writers.take(r); rule != nil {
 		entry.Fault = f.writers.act(r.Context(), f.cp.admin, rule, r.URL.Path)
 	}
-	rec := &statusRecorder{ResponseWriter: w}
-	f.proxy.ServeHTTP(rec, r)
-	entry.Status = rec.status
-	if entry.Status == 0 {
-		entry.Status = http.StatusOK
-	}
+	// Logged when it arrives, as the fake logs it, so that the log's order
+	// is the order the server saw the requests in (a watch, or a request
+	// held by the server, does not move behind the requests that came after
+	// it); its status is filled in once the answer is known.
 	f.mu.Lock()
-	f.log = append(f.log, entry)
+	f.log = append(f.log, &entry)
 	if len(f.log) > f.maxLog {
 		f.log = f.log[len(f.log)-f.maxLog:]
 	}
+	f.mu.Unlock()
+	rec := &statusRecorder{ResponseWriter: w}
+	f.proxy.ServeHTTP(rec, r)
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	f.mu.Lock()
+	entry.Status = &status
 	f.mu.Unlock()
 }
 
@@ -247,7 +257,10 @@ func (f *front) control(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
 	case r.URL.Path == "/_fake/requests" && r.Method == http.MethodGet:
 		f.mu.Lock()
-		out := append([]logEntry{}, f.log...)
+		out := make([]logEntry, len(f.log))
+		for i, e := range f.log {
+			out[i] = *e
+		}
 		f.mu.Unlock()
 		writeJSON(w, out)
 	case r.URL.Path == "/_fake/requests" && r.Method == http.MethodDelete:
@@ -259,15 +272,18 @@ func (f *front) control(w http.ResponseWriter, r *http.Request) {
 			controlError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		if err := f.cp.reset(ctx); err != nil {
-			controlError(w, http.StatusInternalServerError, "reset: "+err.Error())
-			return
-		}
+		var texts [][]byte
 		if len(bytes.TrimSpace(body)) > 0 {
-			if err := f.cp.load(ctx, [][]byte{body}); err != nil {
-				controlError(w, http.StatusBadRequest, "fixtures: "+err.Error())
-				return
+			texts = [][]byte{body}
+		}
+		if err := f.cp.resetTo(ctx, texts); err != nil {
+			var bad fixtureError
+			if errors.As(err, &bad) {
+				controlError(w, http.StatusBadRequest, "fixtures: "+bad.error.Error())
+			} else {
+				controlError(w, http.StatusInternalServerError, "reset: "+err.Error())
 			}
+			return
 		}
 		f.clearLog()
 		f.clearRules()
