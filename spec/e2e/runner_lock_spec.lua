@@ -32,6 +32,19 @@ local function wait_slow(srv, p)
   end), "the slow migration did not start: " .. p:stderr())
 end
 
+-- Waits for a run whose lease "thief" took: it exits 1 with "lock lost",
+-- unstamped, the thief holding the lease and the slow migration cut short.
+-- Returns the run's result.
+local function stopped_by_theft(srv, p)
+  local r = p:wait(20)
+  assert.equal(1, r.code, r.stderr)
+  assert.matches("lock lost", r.stderr)
+  assert.equal(1, support.version(srv))
+  assert.equal("thief", get_lease(srv).spec.holderIdentity)
+  assert.is_true(tonumber(srv:object("ConfigMap", "cozy-system", "runner-test").data.i) < 20000)
+  return r
+end
+
 -- Is this request-log entry one of the runner's (not the spec's own)?
 local function ours(e)
   return (e.user_agent or ""):match("^cozy%-migrate") ~= nil
@@ -109,12 +122,7 @@ describe("runner lock", function()
     finally(function() p:cleanup() end)
     wait_slow(srv, p)
     set_holder(srv, "thief")
-    local r = p:wait(20)
-    assert.equal(1, r.code, r.stderr)
-    assert.matches("lock lost", r.stderr)
-    assert.equal(1, support.version(srv))
-    assert.equal("thief", get_lease(srv).spec.holderIdentity)
-    assert.is_true(tonumber(srv:object("ConfigMap", "cozy-system", "runner-test").data.i) < 20000)
+    local r = stopped_by_theft(srv, p)
     -- the theft, then the runner's renewal that found it: its test of the
     -- holder failed (422), the loss noticed
     local log = srv:requests()
@@ -165,13 +173,7 @@ describe("runner lock", function()
     -- the log is then exactly what the runner did knowing the lease was lost.
     srv:faults { { method = "PATCH", path = "configmaps/runner-test$", times = -1, delay_ms = 1000 } }
     set_holder(srv, "thief")
-    local r = p:wait(20)
-    assert.equal(1, r.code, r.stderr)
-    assert.matches("lock lost", r.stderr)
-    assert.equal(1, support.version(srv))
-    assert.equal("thief", get_lease(srv).spec.holderIdentity)
-    local i = srv:object("ConfigMap", "cozy-system", "runner-test").data.i
-    assert.is_true(tonumber(i) < 20000)
+    stopped_by_theft(srv, p)
     -- from the request log: the theft, then the runner's renewal that found it ...
     local log = srv:requests()
     local theft, noticed
