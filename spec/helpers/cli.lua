@@ -213,6 +213,31 @@ function cli.version(srv)
   return cm and tonumber(cm.data.version), cm
 end
 
+-- The real server's ServiceAccount `name` of `namespace` (made if need be)
+-- with a fresh TokenRequest token, and a kubeconfig for it: the server's
+-- own, with that token in place of the admin's. Returns { kubeconfig,
+-- token, user }.
+function cli.account_kubeconfig(srv, namespace, name)
+  local minted = srv:control("POST", "/_real/token", { namespace = namespace, name = name })
+  local text = assert(files.read(srv.kubeconfig))
+  local replaced, n = text:gsub("\n    token: [^\n]*\n", "\n    token: " .. minted.token .. "\n")
+  assert(n == 1, "the server's kubeconfig has no token line: " .. text)
+  local path = srv.dir .. "/kubeconfig-" .. namespace .. "-" .. name
+  files.write(path, replaced)
+  return { kubeconfig = path, token = minted.token, user = minted.user }
+end
+
+-- Does the authorizer let `token` do what `r` names ({ verb, group,
+-- resource[, namespace][, name] })? Its own SelfSubjectAccessReview.
+function cli.authorized(srv, token, r)
+  local res = srv:request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", { token = token,
+    body = { apiVersion = "authorization.k8s.io/v1", kind = "SelfSubjectAccessReview",
+      spec = { resourceAttributes = { verb = r.verb, group = r.group, resource = r.resource,
+        namespace = r.namespace, name = r.name } } } })
+  assert(res.status == 201, "access review answered " .. res.status .. ": " .. res.body)
+  return res.json.status.allowed == true
+end
+
 -- An identity that may do what `rules` grant and nothing else: rules in the
 -- fake's allow-rule shape, { verb, group, resource[, namespace][, name] }.
 -- On the real server a ServiceAccount `name` of `namespace` with its own
@@ -239,7 +264,7 @@ function cli.restricted(srv, namespace, name, rules)
     self.grant(rules)
     return self
   end
-  local minted = srv:control("POST", "/_real/token", { namespace = namespace, name = name })
+  local account = cli.account_kubeconfig(srv, namespace, name)
   local function call(method, path, body)
     local res = srv:request(method, path, { body = body })
     assert(res.status >= 200 and res.status < 300, ("%s %s answered %d: %s"):format(method, path, res.status, res.body))
@@ -249,17 +274,9 @@ function cli.restricted(srv, namespace, name, rules)
   local role_name = "spec-" .. name
   local subjects = { { kind = "ServiceAccount", name = name, namespace = namespace } }
   local made = {}  -- namespace ("" = cluster) -> true: its role and binding exist
-  -- the account's own access review: may it do what `r` names?
-  local function allowed(r)
-    local res = srv:request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", { token = minted.token,
-      body = { apiVersion = "authorization.k8s.io/v1", kind = "SelfSubjectAccessReview",
-        spec = { resourceAttributes = { verb = r.verb, group = r.group, resource = r.resource,
-          namespace = r.namespace, name = r.name } } } })
-    assert(res.status == 201, "access review answered " .. res.status .. ": " .. res.body)
-    return res.json.status.allowed == true
-  end
+  local function allowed(r) return cli.authorized(srv, account.token, r) end
   local current = {}
-  local self = { user = minted.user }
+  local self = { user = account.user, kubeconfig = account.kubeconfig }
   function self.grant(new_rules)
     local by_ns = { [""] = {
       { nonResourceURLs = { "/api", "/api/*", "/apis", "/apis/*", "/version" }, verbs = { "get" } },
@@ -301,15 +318,10 @@ function cli.restricted(srv, namespace, name, rules)
       end
       return true
     end, 0.05)
-    assert(ok, "the authorizer did not take up the new rules of " .. minted.user)
+    assert(ok, "the authorizer did not take up the new rules of " .. account.user)
     current = new_rules
   end
   self.grant(rules)
-  local text = assert(files.read(srv.kubeconfig))
-  local replaced, n = text:gsub("\n    token: [^\n]*\n", "\n    token: " .. minted.token .. "\n")
-  assert(n == 1, "the server's kubeconfig has no token line: " .. text)
-  self.kubeconfig = srv.dir .. "/kubeconfig-" .. namespace .. "-" .. name
-  files.write(self.kubeconfig, replaced)
   return self
 end
 

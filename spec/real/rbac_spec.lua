@@ -14,7 +14,7 @@
 -- The real server alone can judge this: it runs as real/spec/real/rbac.
 local harness = require "spec.helpers"
 local json = require "cozy.json"
-local files = require "spec.helpers.files"
+local cli = require "spec.helpers.cli"
 
 local NAMESPACE = "cozy-system"
 local ACCOUNT = "cozystack-migration-hook"
@@ -65,19 +65,32 @@ local function apply(h, objects)
   end
 end
 
--- A kubeconfig for the ServiceAccount: the server and CA of the admin's, a
--- token from TokenRequest.
-local function account_kubeconfig(h)
-  local minted = h.srv:control("POST", "/_real/token", json.encode { namespace = NAMESPACE, name = ACCOUNT })
-  local path = h.srv.dir .. "/account.kubeconfig"
-  files.write(path, json.encode {
-    apiVersion = "v1", kind = "Config", ["current-context"] = "account",
-    clusters = { { name = "real", cluster = { server = h.srv.url,
-      ["certificate-authority-data"] = files.capture("base64 -w0 " .. files.quote(h.srv.ca)) } } },
-    users = { { name = "account", user = { token = minted.token } } },
-    contexts = { { name = "account", context = { cluster = "real", user = "account", namespace = NAMESPACE } } },
-  })
-  return path
+-- The permissions the RBAC objects grant the account, as access reviews ask
+-- them: { verb, group, resource, namespace (a Role's), name }.
+local function grants(objects)
+  local out = {}
+  for _, o in ipairs(objects) do
+    for _, rule in ipairs(o.rules or {}) do
+      for _, verb in ipairs(rule.resources and rule.verbs or {}) do
+        out[#out + 1] = { verb = verb, group = rule.apiGroups[1], resource = rule.resources[1],
+          namespace = o.metadata.namespace, name = rule.resourceNames and rule.resourceNames[1] or nil }
+      end
+    end
+  end
+  return out
+end
+
+-- The authorizer reads RBAC from its informers: waits until it allows the
+-- account everything `objects` grant, and refuses `taken` (a permission a
+-- previous case's RBAC, now deleted, still granted a moment ago).
+local function wait_authorizer(h, token, objects, taken)
+  local ok = cli.poll(30, function()
+    for _, p in ipairs(grants(objects)) do
+      if not cli.authorized(h.srv, token, p) then return false end
+    end
+    return not (taken and cli.authorized(h.srv, token, taken))
+  end, 0.05)
+  assert(ok, "the authorizer did not take up the generated RBAC")
 end
 
 local function version(h)
@@ -134,9 +147,13 @@ for _, case in ipairs(CASES) do
   describe(("migration %d under the RBAC cozy-migrate generates"):format(case.number), function()
     local h = harness.fake { server = "real", fixtures = { case.fixture } }
 
-    local function run(objects, rule, verb)
+    -- runs under the account with `objects` applied; `taken` is the
+    -- permission taken away from them, if any
+    local function run(objects, rule, verb, taken)
       apply(h, objects)
-      local kubeconfig = account_kubeconfig(h)
+      local account = cli.account_kubeconfig(h.srv, NAMESPACE, ACCOUNT)
+      wait_authorizer(h, account.token, objects, taken)
+      local kubeconfig = account.kubeconfig
       local state = rule and prepare(h, rule, verb) or "the fixture"
       -- a concurrent writer meets the first write: the re-read is asked for
       h:faults { { method = "PATCH", path = case.writes, times = 1, bump = true } }
@@ -166,8 +183,7 @@ for _, case in ipairs(CASES) do
 
     it("bootstrap RBAC grants every authenticated user what we leave out of the minimum", function()
       apply(h, { { apiVersion = "v1", kind = "ServiceAccount", metadata = { name = ACCOUNT, namespace = NAMESPACE } } })
-      local kubeconfig = account_kubeconfig(h)
-      local token = files.read(kubeconfig):match('"token":"([^"]+)"')
+      local token = cli.account_kubeconfig(h.srv, NAMESPACE, ACCOUNT).token
       assert.equal(200, h.srv:request("GET", "/apis", { token = token }).status)
       assert.equal(200, h.srv:request("GET", "/version", { token = token }).status)
       assert.equal(201, h.srv:request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", { token = token,
@@ -194,7 +210,9 @@ for _, case in ipairs(CASES) do
       for n, v in ipairs(variants) do
         if n > 1 then h:reset() end
         local objects = without(generated(h, case.target), v.kind, v.index, v.verb)
-        local r, state = run(objects, v.rule, v.verb)
+        local taken = { verb = v.verb, group = v.rule.apiGroups[1], resource = v.rule.resources[1],
+          namespace = v.kind == "Role" and NAMESPACE or nil, name = v.rule.resourceNames and v.rule.resourceNames[1] }
+        local r, state = run(objects, v.rule, v.verb, taken)
         local where = ("without %s, on %s"):format(v.what, state)
         assert.is_true(r.code ~= 0, ("run succeeded %s:\n%s"):format(where, r.stderr))
         -- the refusal, in the run's own words
