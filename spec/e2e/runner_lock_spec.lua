@@ -235,9 +235,10 @@ describe("runner lock", function()
     for _, rule in ipairs(needs) do
       if not (rule.resource == "leases" and rule.verb == "patch") then revoked[#revoked + 1] = rule end
     end
-    runner.grant(revoked)
-    -- grant returned once the authorizer refuses: what comes later meets it
+    -- from the revocation on: grant returns once the authorizer refuses, and
+    -- a renewal due while it waits for that may still be allowed
     local from = #srv:requests()
+    runner.grant(revoked)
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("lock lost: not renewed for", r.stderr)
@@ -250,8 +251,11 @@ describe("runner lock", function()
     for n = from + 1, #log do
       local e = log[n]
       if ours(e) and e.method == "PATCH" and e.path == LEASE_PATH then
-        assert.equal(403, e.status)
-        refused = refused + 1
+        -- allowed until the authorizer took up the revocation, refused after
+        if refused > 0 or e.status ~= 200 then
+          assert.equal(403, e.status)
+          refused = refused + 1
+        end
       elseif ours(e) then
         assert.equal(e.method .. " " .. e.path .. " 200", e.method .. " " .. e.path .. " " .. tostring(e.status))
       end
