@@ -611,16 +611,61 @@ static const char *opt_str(lua_State *L, int idx, const char *key, size_t *len) 
   return lua_tolstring(L, -1, len);
 }
 
-/* m:submit(method, path, opts) -> id: checked as t:request checks it. */
+/* A job for the request, in one allocation for its strings (the URL is
+** the server, the path and the query); NULL when out of memory. Pure C:
+** nothing here can raise, so nothing allocated can be stranded by an error. */
+static struct job *job_new(const char *server, const char *method, size_t method_len, const char *path,
+                           size_t path_len, const char *query, size_t query_len, const char *ctype,
+                           size_t ctype_len) {
+  size_t server_len = strlen(server);
+  size_t url_len = server_len + path_len + (query && *query ? 1 + query_len : 0);
+  size_t total = method_len + 1 + path_len + 1 + url_len + 1 + (ctype ? ctype_len + 1 : 0);
+  struct job *j = calloc(1, sizeof *j);
+  char *p = malloc(total);
+  if (j == NULL || p == NULL) {
+    free(j);
+    free(p);
+    return NULL;
+  }
+  j->method = p;
+  memcpy(p, method, method_len + 1);
+  p += method_len + 1;
+  j->path = p;
+  memcpy(p, path, path_len + 1);
+  p += path_len + 1;
+  j->url = p;
+  memcpy(p, server, server_len);
+  memcpy(p + server_len, path, path_len);
+  p += server_len + path_len;
+  if (query && *query) {
+    *p++ = '?';
+    memcpy(p, query, query_len);
+    p += query_len;
+  }
+  *p++ = '\0';
+  if (ctype) {
+    j->ctype = p;
+    memcpy(p, ctype, ctype_len + 1);
+  }
+  j->rc = CURLE_OK;
+  return j;
+}
+
+/* m:submit(method, path, opts) -> id: checked as t:request checks it.
+** Every option is read (an __index may raise) and the anchor stored (which
+** may raise out of memory) before the job is allocated; from there on
+** nothing raises but the allocation's own failure. */
 static int m_submit(lua_State *L) {
   struct cozy_multi *m = check_multi(L);
   struct cozy_transport *t = m->t;
-  size_t method_len, path_len, query_len = 0, ctype_len = 0, server_len, url_len, total;
+  size_t method_len, path_len, query_len = 0, ctype_len = 0;
   const char *method = luaL_checklstring(L, 2, &method_len);
   const char *path = luaL_checklstring(L, 3, &path_len);
   const char *query, *ctype;
+  int retry_safe;
+  double timeout;
+  lua_Integer id;
   struct job *j;
-  char *p;
   if (t->closed) return luaL_error(L, "transport is closed");
   luaL_argcheck(L, path[0] == '/', 3, "path must start with '/'");
   luaL_argcheck(L, method_len > 0 && strspn(method, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == method_len, 2,
@@ -652,6 +697,10 @@ static int m_submit(lua_State *L) {
   lua_getfield(L, 4, "timeout");
   if (!lua_isnil(L, -1) && (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0))
     return luaL_error(L, "option 'timeout' must be a number >= 0");
+  timeout = lua_isnil(L, -1) ? t->request_timeout : lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, 4, "retry_safe");
+  retry_safe = lua_toboolean(L, -1);
   lua_pop(L, 1);
   if (opt_function(L, 4, "before_attempt")) lua_rawseti(L, 5, A_BEFORE);
   else lua_pop(L, 1);
@@ -662,56 +711,24 @@ static int m_submit(lua_State *L) {
   lua_rawseti(L, 5, A_DECODE);
   lua_newtable(L);
   lua_rawseti(L, 5, A_ATTEMPTS);
+  id = m->next_id + 1;
+  lua_getiuservalue(L, 1, 1); /* 9: the anchors */
+  lua_pushvalue(L, 5);
+  lua_rawseti(L, 9, id);
 
-  server_len = strlen(t->kc.server);
-  url_len = server_len + path_len + (query && *query ? 1 + query_len : 0);
-  total = method_len + 1 + path_len + 1 + url_len + 1 + (ctype ? ctype_len + 1 : 0);
-  j = calloc(1, sizeof *j);
-  if (j == NULL) return luaL_error(L, "out of memory");
-  p = malloc(total);
-  if (p == NULL) {
-    free(j);
+  j = job_new(t->kc.server, method, method_len, path, path_len, query, query_len, ctype, ctype_len);
+  if (j == NULL) {
+    lua_pushnil(L); /* clearing a key never allocates */
+    lua_rawseti(L, 9, id);
     return luaL_error(L, "out of memory");
   }
-  j->method = p;
-  memcpy(p, method, method_len + 1);
-  p += method_len + 1;
-  j->path = p;
-  memcpy(p, path, path_len + 1);
-  p += path_len + 1;
-  j->url = p;
-  memcpy(p, t->kc.server, server_len);
-  memcpy(p + server_len, path, path_len);
-  p += server_len + path_len;
-  if (query && *query) {
-    *p++ = '?';
-    memcpy(p, query, query_len);
-    p += query_len;
-  }
-  *p++ = '\0';
-  if (ctype) {
-    j->ctype = p;
-    memcpy(p, ctype, ctype_len + 1);
-  }
   if (!lua_isnil(L, 8)) j->body = lua_tolstring(L, 8, &j->body_len);
-  lua_getfield(L, 4, "retry_safe");
-  j->retry_safe = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  lua_getfield(L, 4, "timeout");
-  j->timeout = lua_isnil(L, -1) ? t->request_timeout : lua_tonumber(L, -1);
-  lua_pop(L, 1);
+  j->retry_safe = retry_safe;
+  j->timeout = timeout;
   j->read = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-  lua_rawgeti(L, 5, A_BEFORE);
-  j->before = !lua_isnil(L, -1);
-  lua_rawgeti(L, 5, A_ON_RETRY);
-  j->on_retry = !lua_isnil(L, -1);
-  lua_pop(L, 2);
-  j->rc = CURLE_OK;
-  j->id = ++m->next_id;
-  /* anchored before it is queued: nothing below can fail */
-  lua_getiuservalue(L, 1, 1);
-  lua_pushvalue(L, 5);
-  lua_rawseti(L, -2, j->id);
+  j->before = lua_rawgeti(L, 5, A_BEFORE) != LUA_TNIL;
+  j->on_retry = lua_rawgeti(L, 5, A_ON_RETRY) != LUA_TNIL;
+  j->id = m->next_id = id;
   push_back(&m->ready, j);
   m->pending++;
   lua_pushinteger(L, j->id);
