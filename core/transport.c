@@ -82,11 +82,17 @@ static double opt_number(lua_State *L, int idx, const char *key, double dflt, do
 ** table is no guarantee (an __index may return a fresh string, an on_retry
 ** callback may change the table, and the collector frees what nothing
 ** holds). */
-static const char *opt_string(lua_State *L, int idx, const char *key) {
+static const char *opt_string(lua_State *L, int idx, const char *key, size_t *len) {
   lua_getfield(L, idx, key);
   if (lua_isnil(L, -1)) return NULL;
   if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "option '%s' must be a string", key);
-  return lua_tostring(L, -1);
+  return lua_tolstring(L, -1, len);
+}
+
+/* Pushes option `key`: nil or a function. */
+static void opt_function(lua_State *L, int idx, const char *key) {
+  lua_getfield(L, idx, key);
+  if (!lua_isnil(L, -1) && !lua_isfunction(L, -1)) luaL_error(L, "option '%s' must be a function", key);
 }
 
 /* 1 if s (len bytes) has a byte that may not appear in an HTTP request line
@@ -108,6 +114,46 @@ int cozy_decode_option(lua_State *L, int idx) {
   if (t == LUA_TNIL) return 0;
   if (t == LUA_TTABLE || (t == LUA_TBOOLEAN && lua_toboolean(L, idx))) return idx;
   return luaL_error(L, "option 'decode' must be true or a projection table");
+}
+
+/* t:request(method, path, opts) and m:submit(method, path, opts): the
+** arguments checked and the options read, all of them before the caller
+** allocates anything (an __index may raise). Leaves the COZY_REQ_* slots
+** on the stack. */
+void cozy_request_read(lua_State *L, const struct cozy_transport *t, struct cozy_request *rq) {
+  rq->method = luaL_checklstring(L, 2, &rq->method_len);
+  rq->path = luaL_checklstring(L, 3, &rq->path_len);
+  luaL_argcheck(L, rq->path[0] == '/', 3, "path must start with '/'");
+  luaL_argcheck(L, rq->method_len > 0 && strspn(rq->method, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == rq->method_len,
+                2, "method must be an HTTP method in capitals");
+  luaL_argcheck(L, !cozy_bad_http_text(rq->path, rq->path_len, 1), 3,
+                "path contains a space or a control character (CR, LF, NUL...)");
+  if (lua_isnoneornil(L, 4)) {
+    lua_settop(L, 3);
+    lua_newtable(L);
+  }
+  luaL_checktype(L, 4, LUA_TTABLE);
+  lua_settop(L, 4);
+  rq->query_len = rq->ctype_len = rq->body_len = 0;
+  rq->query = opt_string(L, 4, "query", &rq->query_len); /* COZY_REQ_QUERY */
+  if (rq->query && cozy_bad_http_text(rq->query, rq->query_len, 1))
+    luaL_argerror(L, 4, "query contains a space or a control character (CR, LF, NUL...)");
+  rq->ctype = opt_string(L, 4, "content_type", &rq->ctype_len); /* COZY_REQ_CTYPE */
+  if (rq->ctype && cozy_bad_http_text(rq->ctype, rq->ctype_len, 0))
+    luaL_argerror(L, 4,
+                  "content_type contains a control character (CR, LF, NUL...): "
+                  "it would split the Content-Type header");
+  if (rq->ctype && rq->ctype_len > 200) luaL_argerror(L, 4, "content_type is longer than 200 bytes");
+  rq->body = opt_string(L, 4, "body", &rq->body_len); /* COZY_REQ_BODY */
+  opt_function(L, 4, "before_attempt"); /* COZY_REQ_BEFORE */
+  opt_function(L, 4, "on_retry"); /* COZY_REQ_ON_RETRY */
+  lua_getfield(L, 4, "decode"); /* COZY_REQ_DECODE */
+  cozy_decode_option(L, COZY_REQ_DECODE);
+  rq->timeout = opt_number(L, 4, "timeout", t->request_timeout, 0);
+  lua_getfield(L, 4, "retry_safe");
+  rq->retry_safe = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  rq->read = strcmp(rq->method, "GET") == 0 || strcmp(rq->method, "HEAD") == 0;
 }
 
 /* Pushes an answer's body and what decoding it said: the text and nil; or,
@@ -176,8 +222,8 @@ static int t_new(lua_State *L) {
   if (global_rc != CURLE_OK)
     return luaL_error(L, "curl_global_init failed: %s", curl_easy_strerror(global_rc));
   lua_settop(L, 1);
-  path = opt_string(L, 1, "kubeconfig"); /* index 2 */
-  context = opt_string(L, 1, "context"); /* index 3 */
+  path = opt_string(L, 1, "kubeconfig", NULL); /* index 2 */
+  context = opt_string(L, 1, "context", NULL); /* index 3 */
   t = lua_newuserdatauv(L, sizeof *t, 0);
   memset(t, 0, sizeof *t);
   t->closed = 1; /* until fully set up, __gc has nothing to free */
@@ -272,195 +318,96 @@ static int t_close(lua_State *L) {
   return t_gc(L);
 }
 
-/* Asks opts.before_attempt (at index fn) whether the attempt may go:
-** nil or true sends it, a number of seconds waits (interruptibly) and asks
-** again, an error propagates. Returns COZY_GO with *deadline set for the
-** attempt, or why the watch stopped the wait. */
-static int ask_before_attempt(lua_State *L, struct cozy_transport *t, int fn, int attempt, const char *method,
-                              const char *path, double timeout, double *deadline, double *detail) {
+/* Asks before_attempt (COZY_REQ_BEFORE) whether the attempt may go, and
+** waits (interruptibly) for as long as it says. Returns COZY_GO with
+** a->deadline set for the attempt, or why the watch stopped the wait. */
+static int ask_before_attempt(lua_State *L, struct cozy_transport *t, const struct cozy_request *rq,
+                              struct cozy_attempts *a, double *detail) {
+  char err[160];
   for (;;) {
-    double wait;
+    double wait = 0;
     int r;
-    *deadline = cozy_attempt_deadline(t, cozy_monotime(), timeout);
-    lua_pushvalue(L, fn);
-    lua_createtable(L, 0, 4);
-    lua_pushinteger(L, attempt);
-    lua_setfield(L, -2, "attempt");
-    if (*deadline > 0) {
-      lua_pushnumber(L, *deadline);
-      lua_setfield(L, -2, "deadline");
-    }
-    lua_pushstring(L, method);
-    lua_setfield(L, -2, "method");
-    lua_pushstring(L, path);
-    lua_setfield(L, -2, "path");
+    a->deadline = cozy_attempt_deadline(t, cozy_monotime(), rq->timeout);
+    if (lua_isnil(L, COZY_REQ_BEFORE)) return COZY_GO;
+    lua_pushvalue(L, COZY_REQ_BEFORE);
+    cozy_push_before_info(L, rq, a, 0);
     lua_call(L, 1, 1);
     if (t->closed) return luaL_error(L, "transport closed by before_attempt");
-    if (lua_isnil(L, -1) || (lua_isboolean(L, -1) && lua_toboolean(L, -1))) {
-      lua_pop(L, 1);
-      /* the attempt must end by the deadline announced */
-      if (*deadline == 0 || *deadline > cozy_monotime()) return COZY_GO;
-      r = cozy_watch_poll(t->watch, cozy_monotime(), detail);
-      if (r != COZY_GO) return r;
-      return luaL_error(L, "before_attempt used up the attempt's time (timeout %f s)", timeout);
-    }
-    if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
-      return luaL_error(L, "before_attempt must return nil, true or a number of seconds to wait, not %s",
-                        luaL_typename(L, -1));
-    wait = lua_tonumber(L, -1);
-    lua_pop(L, 1);
+    r = cozy_before_answer(L, t, rq, a, &wait, detail, err, sizeof err);
+    if (r == COZY_BEFORE_ERROR) return luaL_error(L, "%s", err);
+    if (r != COZY_BEFORE_WAIT) return r;
     r = cozy_watch_sleep(t->watch, wait, detail);
     if (r != COZY_GO) return r;
   }
 }
 
-static int t_request(lua_State *L) {
-  struct cozy_transport *t = check_transport(L);
-  size_t method_len, path_len;
-  const char *method = luaL_checklstring(L, 2, &method_len);
-  const char *path = luaL_checklstring(L, 3, &path_len);
-  const char *query = NULL, *body = NULL, *ctype = NULL;
-  size_t body_len = 0;
-  int retry_safe = 0, read, n = 0, did_401 = 0, on_retry = 0, before = 0, attempts_idx, stopped = 0,
-      decode_idx;
-  double timeout, start, elapsed = 0;
-  const char *url;
+/* The server, the path and the query: pushed, and returned. */
+static const char *push_url(lua_State *L, const struct cozy_transport *t, const struct cozy_request *rq) {
   luaL_Buffer b;
-  CURLcode rc = CURLE_OK;
-  long status = 0;
-
-  luaL_argcheck(L, path[0] == '/', 3, "path must start with '/'");
-  luaL_argcheck(L, method_len > 0 && strspn(method, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == method_len, 2,
-                "method must be an HTTP method in capitals");
-  luaL_argcheck(L, !cozy_bad_http_text(path, path_len, 1), 3,
-                "path contains a space or a control character (CR, LF, NUL...)");
-  luaL_checktype(L, 4, LUA_TTABLE);
-  lua_settop(L, 4);
-  lua_getfield(L, 4, "on_retry"); /* index 5 */
-  on_retry = lua_isfunction(L, 5);
-  /* indexes 6, 7, 8: kept on the stack while the strings are in use */
-  query = opt_string(L, 4, "query");
-  if (query && cozy_bad_http_text(query, lua_rawlen(L, -1), 1))
-    return luaL_argerror(L, 4, "query contains a space or a control character (CR, LF, NUL...)");
-  ctype = opt_string(L, 4, "content_type");
-  if (ctype && cozy_bad_http_text(ctype, lua_rawlen(L, -1), 0))
-    return luaL_argerror(L, 4,
-                         "content_type contains a control character (CR, LF, NUL...): "
-                         "it would split the Content-Type header");
-  if (ctype && lua_rawlen(L, -1) > 200) return luaL_argerror(L, 4, "content_type is longer than 200 bytes");
-  lua_getfield(L, 4, "body");
-  if (!lua_isnil(L, -1)) body = luaL_checklstring(L, -1, &body_len);
-  lua_getfield(L, 4, "retry_safe");
-  retry_safe = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  timeout = opt_number(L, 4, "timeout", t->request_timeout, 0);
-  read = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-
   luaL_buffinit(L, &b);
   luaL_addstring(&b, t->kc.server);
-  luaL_addstring(&b, path);
-  if (query && *query) {
+  luaL_addlstring(&b, rq->path, rq->path_len);
+  if (rq->query && *rq->query) {
     luaL_addchar(&b, '?');
-    luaL_addstring(&b, query);
+    luaL_addlstring(&b, rq->query, rq->query_len);
   }
-  luaL_pushresult(&b); /* index 9 */
-  url = lua_tostring(L, 9);
-  lua_newtable(L); /* index 10: attempts */
-  attempts_idx = 10;
-  lua_getfield(L, 4, "before_attempt"); /* index 11 */
-  before = lua_isfunction(L, 11);
-  if (!before && !lua_isnil(L, 11)) return luaL_error(L, "option 'before_attempt' must be a function");
-  lua_getfield(L, 4, "decode"); /* index 12 */
-  decode_idx = cozy_decode_option(L, 12);
+  luaL_pushresult(&b);
+  return lua_tostring(L, -1);
+}
 
-  /* the caller's proc.watch: a signal or its deadline ends the request */
-  t->watch = cozy_watches(L);
-  start = cozy_monotime();
+#define T_URL (COZY_REQ_DECODE + 1)
+#define T_ATTEMPTS (COZY_REQ_DECODE + 2)
+
+/* Records the attempts entry on top as entry n; runs on_retry on it when
+** the request goes on. */
+static void record(lua_State *L, struct cozy_transport *t, int n, int again) {
+  lua_rawseti(L, T_ATTEMPTS, n);
+  if (!again || lua_isnil(L, COZY_REQ_ON_RETRY)) return;
+  lua_pushvalue(L, COZY_REQ_ON_RETRY);
+  lua_rawgeti(L, T_ATTEMPTS, n);
+  lua_call(L, 1, 0);
+  if (t->closed) luaL_error(L, "transport closed by on_retry");
+}
+
+/* Each attempt waits for a rate-limit token and before_attempt, goes out,
+** and cozy_after_attempt (transport_retry.c) says what follows; waits are
+** sleeps under the caller's watch. */
+static int t_request(lua_State *L) {
+  struct cozy_transport *t = check_transport(L);
+  struct cozy_request rq;
+  struct cozy_attempts a = {0};
+  enum cozy_after next = COZY_AFTER_DONE;
+  const char *url;
+  CURLcode rc = CURLE_OK;
+  long status = 0;
+  cozy_request_read(L, t, &rq);
+  url = push_url(L, t, &rq); /* T_URL */
+  lua_newtable(L); /* T_ATTEMPTS */
+  t->watch = cozy_watches(L); /* a signal or its deadline ends the request */
+  a.start = cozy_monotime();
   for (;;) {
-    const char *reason = NULL;
-    int transient = 0, unsent = 0, retry = 0, stop;
-    double delay = 0, deadline = 0, stop_detail = 0, now, left;
-    stop = cozy_ratelimit_wait(t, &stop_detail);
-    if (stop == COZY_GO && before)
-      stop = ask_before_attempt(L, t, 11, n + 1, method, path, timeout, &deadline, &stop_detail);
-    else if (stop == COZY_GO) deadline = cozy_attempt_deadline(t, cozy_monotime(), timeout);
-    now = cozy_monotime();
-    if (stop == COZY_GO) stop = cozy_watch_poll(t->watch, now, &stop_detail);
-    if (stop != COZY_GO) {
-      cozy_push_stop(L, stop, stop_detail, 0, now - start);
-      lua_rawseti(L, attempts_idx, n + 1);
-      stopped = 1;
-      break;
+    double detail = 0;
+    int stop = cozy_ratelimit_wait(t, &detail);
+    if (stop == COZY_GO) stop = ask_before_attempt(L, t, &rq, &a, &detail);
+    if (stop == COZY_GO) stop = cozy_watch_poll(t->watch, cozy_monotime(), &detail);
+    if (stop == COZY_GO) {
+      rc = cozy_http_perform(t, rq.method, url, rq.body, rq.body_len, rq.ctype, cozy_attempt_begin(t, &a),
+                             rq.read || rq.retry_safe, &status);
+      next = cozy_after_attempt(L, t, &rq, &a, &t->x, rc, status);
+      record(L, t, a.n, next == COZY_AFTER_REPLAY || next == COZY_AFTER_RETRY);
+      if (next == COZY_AFTER_DONE || next == COZY_AFTER_STOP) break;
+      if (next == COZY_AFTER_REPLAY) continue;
+      stop = cozy_watch_sleep(t->watch, a.delay, &detail);
+      if (stop == COZY_GO) continue;
     }
-    if (t->kc.token_file && t->token_refresh > 0 && now - t->token_read_at >= t->token_refresh)
-      cozy_http_reload_token(t);
-    /* what is left of the attempt's time; never 0, which libcurl reads as "no timeout" */
-    left = deadline > 0 ? deadline - cozy_monotime() : 0;
-    if (deadline > 0 && left < 0.002) left = 0.002;
-    rc = cozy_http_perform(t, method, url, body, body_len, ctype, left, read || retry_safe, &status);
-    n++;
-    elapsed = cozy_monotime() - start;
-    if (rc == CURLE_ABORTED_BY_CALLBACK && t->x.stop != COZY_GO) {
-      stop = t->x.stop;
-      stop_detail = t->x.stop_detail;
-    } else if (rc == CURLE_OPERATION_TIMEDOUT) {
-      /* cut to the watch's deadline (or a signal came): not a server timeout.
-      ** libcurl's millisecond timer may end it a hair before the deadline. */
-      stop = cozy_watch_poll(t->watch, cozy_monotime(), &stop_detail);
-      if (stop == COZY_GO && t->watch != NULL && t->watch->top != NULL && deadline == t->watch->deadline) {
-        stop = COZY_STOP_DEADLINE;
-        stop_detail = 0;
-      }
-    }
-    if (stop != COZY_GO) {
-      /* never retried: the caller is stopping */
-      cozy_push_stop(L, stop, stop_detail, 1, elapsed);
-      lua_rawseti(L, attempts_idx, n);
-      stopped = 1;
-      break;
-    }
-    if (rc != CURLE_OK) {
-      reason = cozy_curl_reason(rc, &transient, &unsent);
-      retry = transient && (read || retry_safe || unsent);
-    } else if (status == 401 && !did_401 && t->kc.token_file) {
-      /* the token may have been rotated under us: re-read it and try once more */
-      did_401 = 1;
-      cozy_http_reload_token(t);
-      cozy_push_attempt(L, &t->x, &t->resp, rc, status, NULL, elapsed);
-      lua_rawseti(L, attempts_idx, n);
-      if (on_retry) {
-        lua_pushvalue(L, 5);
-        lua_rawgeti(L, attempts_idx, n);
-        lua_call(L, 1, 0);
-        if (t->closed) return luaL_error(L, "transport closed by on_retry");
-      }
-      continue;
-    } else if (cozy_status_transient(status)) {
-      retry = status == 429 || read || retry_safe;
-    }
-    cozy_push_attempt(L, &t->x, &t->resp, rc, status, reason, elapsed);
-    if (retry) retry = cozy_retry_within_bounds(t, &t->resp, rc, n, elapsed, &delay);
-    if (retry) {
-      lua_pushnumber(L, delay);
-      lua_setfield(L, -2, "after_s");
-    }
-    lua_rawseti(L, attempts_idx, n);
-    if (!retry) break;
-    if (on_retry) {
-      lua_pushvalue(L, 5);
-      lua_rawgeti(L, attempts_idx, n);
-      lua_call(L, 1, 0);
-      if (t->closed) return luaL_error(L, "transport closed by on_retry");
-    }
-    stop = cozy_watch_sleep(t->watch, delay, &stop_detail);
-    if (stop != COZY_GO) {
-      cozy_push_stop(L, stop, stop_detail, 0, cozy_monotime() - start);
-      lua_rawseti(L, attempts_idx, n + 1);
-      stopped = 1;
-      break;
-    }
+    /* stopped before an attempt went out */
+    cozy_push_stop(L, stop, detail, 0, cozy_monotime() - a.start);
+    lua_rawseti(L, T_ATTEMPTS, a.n + 1);
+    next = COZY_AFTER_STOP;
+    break;
   }
-  cozy_push_results(L, &t->resp, stopped || rc != CURLE_OK, status, decode_idx, attempts_idx);
+  cozy_push_results(L, &t->resp, next == COZY_AFTER_STOP || rc != CURLE_OK, status,
+                    lua_isnil(L, COZY_REQ_DECODE) ? 0 : COZY_REQ_DECODE, T_ATTEMPTS);
   return 5;
 }
 

@@ -116,17 +116,72 @@ double cozy_ratelimit_take(struct cozy_transport *t, double now);
 int cozy_ratelimit_wait(struct cozy_transport *t, double *detail);
 double cozy_monotime(void);
 
-/* transport_retry.c: the retry rule (docs/transport.md, "Retries"), shared by
-** t:request and batches */
-const char *cozy_curl_reason(CURLcode rc, int *transient, int *unsent);
-int cozy_status_transient(long code);
-double cozy_backoff(struct cozy_transport *t, int n);
-/* Whether attempt n (ended at `elapsed` s from the first) may be retried
-** after *delay seconds: Retry-After or backoff, within max_attempts/max_time. */
-int cozy_retry_within_bounds(struct cozy_transport *t, const struct cozy_response *r, CURLcode rc, int n,
-                             double elapsed, double *delay);
-void cozy_push_attempt(lua_State *L, const struct cozy_exchange *x, const struct cozy_response *r,
-                       CURLcode rc, long status, const char *reason, double elapsed);
+/* One request as its caller described it to t:request or m:submit, its
+** options read and checked by cozy_request_read (transport.c), the one
+** option parser of both. The strings point into Lua values that stay on the
+** caller's stack at the COZY_REQ_* slots; a batch copies what it keeps. */
+struct cozy_request {
+  const char *method, *path, *query, *ctype, *body;
+  size_t method_len, path_len, query_len, ctype_len, body_len;
+  double timeout; /* of one attempt, seconds; 0 = none */
+  int retry_safe; /* the caller says a write may be sent again */
+  int read; /* GET or HEAD: always safe to send again */
+};
+
+/* The stack slots cozy_request_read fills above (self, method, path, opts):
+** the strings, the callbacks and the decode option (nil when absent). */
+enum {
+  COZY_REQ_QUERY = 5,
+  COZY_REQ_CTYPE,
+  COZY_REQ_BODY,
+  COZY_REQ_BEFORE,
+  COZY_REQ_ON_RETRY,
+  COZY_REQ_DECODE
+};
+void cozy_request_read(lua_State *L, const struct cozy_transport *t, struct cozy_request *rq);
+
+/* transport_retry.c: the retry rule (docs/transport.md, "Retries"), the one
+** engine of t:request and batches: they differ only in how they wait. */
+
+/* A request's progress across its attempts. */
+struct cozy_attempts {
+  int n; /* attempts made */
+  int did_401; /* the one token-refresh replay is spent */
+  double start; /* monotonic time the first attempt was asked for */
+  double deadline; /* by when the attempt in flight ends (0: unbounded) */
+  /* set by cozy_after_attempt */
+  int stop; /* COZY_AFTER_STOP: why the watch ended it, and its detail */
+  double stop_detail;
+  double delay; /* COZY_AFTER_RETRY: seconds to wait first */
+};
+
+enum cozy_after {
+  COZY_AFTER_DONE, /* an answer (or a failure) to hand over */
+  COZY_AFTER_STOP, /* the caller's watch ended it: never retried */
+  COZY_AFTER_REPLAY, /* a 401 with a re-readable token: re-read, send again now */
+  COZY_AFTER_RETRY /* transient: send again after a->delay */
+};
+
+/* Judges attempt a->n + 1, which ended with rc and status on x: counts it,
+** pushes its attempts entry and returns what comes next. */
+enum cozy_after cozy_after_attempt(lua_State *L, struct cozy_transport *t, const struct cozy_request *rq,
+                                   struct cozy_attempts *a, const struct cozy_exchange *x, CURLcode rc,
+                                   long status);
+/* Before an attempt goes: re-reads a token file that is due, and returns the
+** libcurl timeout of the attempt from what is left until a->deadline. */
+double cozy_attempt_begin(struct cozy_transport *t, const struct cozy_attempts *a);
+/* before_attempt, asked before every attempt: the caller pushes the
+** function and cozy_push_before_info's table, calls it its own way, and
+** reads the one result with cozy_before_answer (which pops it). That returns
+** COZY_BEFORE_GO, COZY_BEFORE_WAIT (*wait seconds, then ask again), a
+** COZY_STOP_* the watch said (*detail), or COZY_BEFORE_ERROR with the
+** message in err (not pushed: a batch frees its job before it raises). */
+enum { COZY_BEFORE_GO = COZY_GO, COZY_BEFORE_WAIT = -1, COZY_BEFORE_ERROR = -2 };
+/* { attempt=, deadline=, method=, path= [, id= (id > 0: a batch's)] } */
+void cozy_push_before_info(lua_State *L, const struct cozy_request *rq, const struct cozy_attempts *a,
+                           lua_Integer id);
+int cozy_before_answer(lua_State *L, struct cozy_transport *t, const struct cozy_request *rq,
+                       const struct cozy_attempts *a, double *wait, double *detail, char *err, size_t errlen);
 void cozy_push_stop(lua_State *L, int stop, double detail, int sent, double elapsed);
 double cozy_attempt_deadline(const struct cozy_transport *t, double now, double timeout);
 /* An answer's body for Lua, as text or decoded (transport.c) */

@@ -37,18 +37,15 @@ enum { A_BODY = 1, A_BEFORE = 2, A_ON_RETRY = 3, A_ATTEMPTS = 4, A_DECODE = 5 };
 struct job {
   struct job *next;
   lua_Integer id;
-  char *method, *path, *url, *ctype; /* one allocation, at method */
-  const char *body; /* anchored Lua string, or NULL */
-  size_t body_len;
-  int retry_safe, read, before, on_retry;
-  double timeout;
-  int n; /* attempts made */
-  int did_401;
+  /* method, path, ctype and url in one allocation, at rq.method; the body
+  ** an anchored Lua string; rq.query is not kept (it is in the url) */
+  struct cozy_request rq;
+  char *url;
+  struct cozy_attempts a;
+  int before, on_retry;
   int has_token; /* took its rate-limit token, waits for before_attempt */
   int stopped; /* ended by the watch */
-  double start; /* when its first attempt was asked for; 0: not yet */
   double ready_at; /* delayed: when it may go */
-  double deadline; /* of the attempt in flight (0: none) */
   CURLcode rc;
   long status;
   struct cozy_response *resp; /* from its first attempt on */
@@ -104,7 +101,7 @@ static void job_free(struct job *j) {
     cozy_response_free(j->resp);
     free(j->resp);
   }
-  free(j->method);
+  free((char *)j->rq.method);
   free(j);
 }
 
@@ -202,7 +199,8 @@ static void raise_msg(lua_State *L, const char *msg) {
   raise_top(L);
 }
 
-/* Takes job j (in no list) out of the batch for good: its callback raised. */
+/* Takes job j (in no list) out of the batch for good: handed over, or its
+** callback raised. */
 static void drop_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job *j) {
   lua_getiuservalue(L, m_idx, 1);
   lua_pushnil(L);
@@ -237,8 +235,8 @@ static void delay_job(struct cozy_multi *m, struct job *j, double at) {
 static void stop_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job *j, int stop, double detail,
                      int sent) {
   double now = cozy_monotime();
-  cozy_push_stop(L, stop, detail, sent, j->start > 0 ? now - j->start : 0);
-  add_attempt(L, m_idx, j, sent ? j->n : j->n + 1);
+  cozy_push_stop(L, stop, detail, sent, j->a.start > 0 ? now - j->a.start : 0);
+  add_attempt(L, m_idx, j, sent ? j->a.n : j->a.n + 1);
   j->stopped = 1;
   finish(m, j);
 }
@@ -256,7 +254,7 @@ static void stop_all(lua_State *L, int m_idx, struct cozy_multi *m, int stop, do
     curl_multi_remove_handle(m->multi, x->curl);
     cozy_exchange_finish(x, CURLE_ABORTED_BY_CALLBACK, &status); /* wipes the headers */
     m->in_flight--;
-    j->n++;
+    j->a.n++;
     stop_job(L, m_idx, m, j, stop, detail, 1);
   }
   while ((j = pop_front(&m->ready)) != NULL) stop_job(L, m_idx, m, j, stop, detail, 0);
@@ -267,47 +265,26 @@ static void stop_all(lua_State *L, int m_idx, struct cozy_multi *m, int stop, do
 }
 
 /* Asks before_attempt whether job j may go now. Returns COZY_GO with
-** j->deadline set, -1 when it was delayed (the callback asked for a wait),
+** j->a.deadline set, -1 when it was delayed (the callback asked for a wait),
 ** or why the watch says stop (*detail). Raises the callback's error. */
 static int ask_before(lua_State *L, int m_idx, struct cozy_multi *m, struct job *j, double *detail) {
-  struct cozy_transport *t = m->t;
-  double timeout = j->timeout;
+  char err[160];
+  double wait = 0;
   int r;
-  j->deadline = cozy_attempt_deadline(t, cozy_monotime(), j->timeout);
+  j->a.deadline = cozy_attempt_deadline(m->t, cozy_monotime(), j->rq.timeout);
   if (!j->before) return COZY_GO;
   push_anchor(L, m_idx, j);
   lua_rawgeti(L, -1, A_BEFORE);
-  lua_createtable(L, 0, 5);
-  lua_pushinteger(L, j->n + 1);
-  lua_setfield(L, -2, "attempt");
-  if (j->deadline > 0) {
-    lua_pushnumber(L, j->deadline);
-    lua_setfield(L, -2, "deadline");
-  }
-  lua_pushstring(L, j->method);
-  lua_setfield(L, -2, "method");
-  lua_pushstring(L, j->path);
-  lua_setfield(L, -2, "path");
-  lua_pushinteger(L, j->id);
-  lua_setfield(L, -2, "id");
+  cozy_push_before_info(L, &j->rq, &j->a, j->id);
   call_back(L, m_idx, m, j);
-  if (lua_isnil(L, -1) || (lua_isboolean(L, -1) && lua_toboolean(L, -1))) {
-    lua_pop(L, 2);
-    if (j->deadline == 0 || j->deadline > cozy_monotime()) return COZY_GO;
-    r = cozy_watch_poll(t->watch, cozy_monotime(), detail);
-    if (r != COZY_GO) return r;
+  r = cozy_before_answer(L, m->t, &j->rq, &j->a, &wait, detail, err, sizeof err);
+  lua_pop(L, 1); /* the anchor */
+  if (r == COZY_BEFORE_ERROR) {
     drop_job(L, m_idx, m, j);
-    lua_pushfstring(L, "before_attempt used up the attempt's time (timeout %f s)", timeout);
-    raise_top(L);
+    raise_msg(L, err);
   }
-  if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0)) {
-    const char *type = luaL_typename(L, -1);
-    drop_job(L, m_idx, m, j);
-    lua_pushfstring(L, "before_attempt must return nil, true or a number of seconds to wait, not %s", type);
-    raise_top(L);
-  }
-  delay_job(m, j, cozy_monotime() + lua_tonumber(L, -1));
-  lua_pop(L, 2);
+  if (r != COZY_BEFORE_WAIT) return r;
+  delay_job(m, j, cozy_monotime() + wait);
   return -1;
 }
 
@@ -334,7 +311,6 @@ static void process_result(lua_State *L, int m_idx, struct cozy_multi *m, struct
 static void start_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job *j) {
   struct cozy_transport *t = m->t;
   struct cozy_exchange *x = free_slot(m);
-  double now = cozy_monotime(), left;
   CURLcode rc;
   if (j->resp == NULL) {
     j->resp = calloc(1, sizeof *j->resp);
@@ -349,17 +325,12 @@ static void start_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job 
     drop_job(L, m_idx, m, j);
     raise_msg(L, "cannot set up an HTTP handle for the batch");
   }
-  if (t->kc.token_file && t->token_refresh > 0 && now - t->token_read_at >= t->token_refresh)
-    cozy_http_reload_token(t);
-  /* what is left of the attempt's time; never 0, which libcurl reads as "no timeout" */
-  left = j->deadline > 0 ? j->deadline - now : 0;
-  if (j->deadline > 0 && left < 0.002) left = 0.002;
   x->resp = j->resp;
   x->watch = t->watch;
   x->owner = j;
   m->in_flight++;
-  rc = cozy_exchange_prepare(t, x, j->method, j->url, j->body, j->body_len, j->ctype, left,
-                             j->read || j->retry_safe);
+  rc = cozy_exchange_prepare(t, x, j->rq.method, j->url, j->rq.body, j->rq.body_len, j->rq.ctype,
+                             cozy_attempt_begin(t, &j->a), j->rq.read || j->rq.retry_safe);
   if (rc == CURLE_OK) {
     CURLMcode mc = curl_multi_add_handle(m->multi, x->curl);
     if (mc == CURLM_OK) return;
@@ -373,68 +344,28 @@ static void start_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job 
   process_result(L, m_idx, m, j, x, rc, 0);
 }
 
-/* An attempt of j ended (rc, status): the retry rule says what comes next. */
+/* An attempt of j ended (rc, status): the retry rule (transport_retry.c)
+** says what comes next; a wait parks the job without holding its slot. */
 static void process_result(lua_State *L, int m_idx, struct cozy_multi *m, struct job *j,
                            struct cozy_exchange *x, CURLcode rc, long status) {
-  struct cozy_transport *t = m->t;
-  const char *reason = NULL;
-  int transient = 0, unsent = 0, retry = 0, stop = COZY_GO;
-  double stop_detail = 0, delay = 0, elapsed;
+  enum cozy_after next;
   x->owner = NULL;
   m->in_flight--;
-  j->n++;
   j->rc = rc;
   j->status = status;
-  elapsed = cozy_monotime() - j->start;
-  if (rc == CURLE_ABORTED_BY_CALLBACK && x->stop != COZY_GO) {
-    stop = x->stop;
-    stop_detail = x->stop_detail;
-  } else if (rc == CURLE_OPERATION_TIMEDOUT) {
-    stop = cozy_watch_poll(t->watch, cozy_monotime(), &stop_detail);
-    if (stop == COZY_GO && t->watch != NULL && t->watch->top != NULL && j->deadline == t->watch->deadline) {
-      stop = COZY_STOP_DEADLINE;
-      stop_detail = 0;
-    }
-  }
-  if (stop != COZY_GO) {
+  next = cozy_after_attempt(L, m->t, &j->rq, &j->a, x, rc, status);
+  add_attempt(L, m_idx, j, j->a.n);
+  if (next == COZY_AFTER_STOP) {
     /* the attempt's time was cut to the watch's deadline (or a signal came):
     ** that holds for the whole batch, even when libcurl's timer fired a hair
     ** before the watch's clock says so */
-    stop_job(L, m_idx, m, j, stop, stop_detail, 1);
-    m->stop = stop;
-    m->stop_detail = stop_detail;
+    j->stopped = 1;
+    finish(m, j);
+    m->stop = j->a.stop;
+    m->stop_detail = j->a.stop_detail;
     return;
   }
-  if (rc != CURLE_OK) {
-    reason = cozy_curl_reason(rc, &transient, &unsent);
-    retry = transient && (j->read || j->retry_safe || unsent);
-  } else if (status == 401 && !j->did_401 && t->kc.token_file) {
-    j->did_401 = 1;
-    cozy_http_reload_token(t);
-    cozy_push_attempt(L, x, j->resp, rc, status, NULL, elapsed);
-    add_attempt(L, m_idx, j, j->n);
-    if (j->on_retry) {
-      push_anchor(L, m_idx, j);
-      lua_rawgeti(L, -1, A_ON_RETRY);
-      lua_rawgeti(L, -2, A_ATTEMPTS);
-      lua_rawgeti(L, -1, j->n);
-      lua_remove(L, -2);
-      call_back(L, m_idx, m, j);
-      lua_pop(L, 2);
-    }
-    push_front(&m->ready, j);
-    return;
-  } else if (cozy_status_transient(status)) {
-    retry = status == 429 || j->read || j->retry_safe;
-  }
-  cozy_push_attempt(L, x, j->resp, rc, status, reason, elapsed);
-  if (retry) retry = cozy_retry_within_bounds(t, j->resp, rc, j->n, elapsed, &delay);
-  if (retry) {
-    lua_pushnumber(L, delay);
-    lua_setfield(L, -2, "after_s");
-  }
-  add_attempt(L, m_idx, j, j->n);
-  if (!retry) {
+  if (next == COZY_AFTER_DONE) {
     finish(m, j);
     return;
   }
@@ -442,12 +373,13 @@ static void process_result(lua_State *L, int m_idx, struct cozy_multi *m, struct
     push_anchor(L, m_idx, j);
     lua_rawgeti(L, -1, A_ON_RETRY);
     lua_rawgeti(L, -2, A_ATTEMPTS);
-    lua_rawgeti(L, -1, j->n);
+    lua_rawgeti(L, -1, j->a.n);
     lua_remove(L, -2);
     call_back(L, m_idx, m, j);
     lua_pop(L, 2);
   }
-  delay_job(m, j, cozy_monotime() + delay);
+  if (next == COZY_AFTER_REPLAY) push_front(&m->ready, j);
+  else delay_job(m, j, cozy_monotime() + j->a.delay);
 }
 
 /* Moves delayed jobs whose time has come to the front of the ready list;
@@ -481,7 +413,7 @@ static double start_ready(lua_State *L, int m_idx, struct cozy_multi *m) {
       j->has_token = 1;
     }
     pop_front(&m->ready);
-    if (j->start == 0) j->start = now;
+    if (j->a.start == 0) j->a.start = now;
     r = ask_before(L, m_idx, m, j, &detail);
     if (r == -1) continue; /* delayed, keeps its token */
     if (r != COZY_GO) {
@@ -526,12 +458,7 @@ static int hand_over(lua_State *L, int m_idx, struct cozy_multi *m) {
   cozy_push_results(L, j->resp, failed, j->status, lua_isnil(L, -1) ? 0 : anchor + 2, anchor + 1);
   lua_rotate(L, anchor, -3); /* the anchor, its attempts and decode option on top, */
   lua_pop(L, 3); /* and gone: the id, then the results */
-  lua_getiuservalue(L, m_idx, 1);
-  lua_pushnil(L);
-  lua_rawseti(L, -2, j->id);
-  lua_pop(L, 1);
-  m->pending--;
-  job_free(j);
+  drop_job(L, m_idx, m, j);
   return 6;
 }
 
@@ -597,29 +524,15 @@ static int m_wait(lua_State *L) {
   }
 }
 
-static int opt_function(lua_State *L, int idx, const char *key) {
-  lua_getfield(L, idx, key);
-  if (lua_isnil(L, -1)) return 0;
-  if (!lua_isfunction(L, -1)) return luaL_error(L, "option '%s' must be a function", key);
-  return 1;
-}
-
-static const char *opt_str(lua_State *L, int idx, const char *key, size_t *len) {
-  lua_getfield(L, idx, key);
-  if (lua_isnil(L, -1)) return NULL;
-  if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "option '%s' must be a string", key);
-  return lua_tolstring(L, -1, len);
-}
-
-/* A job for the request, in one allocation for its strings (the URL is
-** the server, the path and the query); NULL when out of memory. Pure C:
-** nothing here can raise, so nothing allocated can be stranded by an error. */
-static struct job *job_new(const char *server, const char *method, size_t method_len, const char *path,
-                           size_t path_len, const char *query, size_t query_len, const char *ctype,
-                           size_t ctype_len) {
+/* A job for the request, its method, path, content type and URL (the
+** server, the path and the query) copied in one allocation; NULL when out
+** of memory. Pure C: nothing here can raise, so nothing allocated can be
+** stranded by an error. */
+static struct job *job_new(const char *server, const struct cozy_request *rq) {
   size_t server_len = strlen(server);
-  size_t url_len = server_len + path_len + (query && *query ? 1 + query_len : 0);
-  size_t total = method_len + 1 + path_len + 1 + url_len + 1 + (ctype ? ctype_len + 1 : 0);
+  int has_query = rq->query && *rq->query;
+  size_t url_len = server_len + rq->path_len + (has_query ? 1 + rq->query_len : 0);
+  size_t total = rq->method_len + 1 + rq->path_len + 1 + url_len + 1 + (rq->ctype ? rq->ctype_len + 1 : 0);
   struct job *j = calloc(1, sizeof *j);
   char *p = malloc(total);
   if (j == NULL || p == NULL) {
@@ -627,107 +540,61 @@ static struct job *job_new(const char *server, const char *method, size_t method
     free(p);
     return NULL;
   }
-  j->method = p;
-  memcpy(p, method, method_len + 1);
-  p += method_len + 1;
-  j->path = p;
-  memcpy(p, path, path_len + 1);
-  p += path_len + 1;
+  j->rq = *rq;
+  j->rq.query = NULL;
+  j->rq.method = memcpy(p, rq->method, rq->method_len + 1);
+  p += rq->method_len + 1;
+  j->rq.path = memcpy(p, rq->path, rq->path_len + 1);
+  p += rq->path_len + 1;
   j->url = p;
   memcpy(p, server, server_len);
-  memcpy(p + server_len, path, path_len);
-  p += server_len + path_len;
-  if (query && *query) {
+  memcpy(p + server_len, rq->path, rq->path_len);
+  p += server_len + rq->path_len;
+  if (has_query) {
     *p++ = '?';
-    memcpy(p, query, query_len);
-    p += query_len;
+    memcpy(p, rq->query, rq->query_len);
+    p += rq->query_len;
   }
   *p++ = '\0';
-  if (ctype) {
-    j->ctype = p;
-    memcpy(p, ctype, ctype_len + 1);
-  }
+  if (rq->ctype) j->rq.ctype = memcpy(p, rq->ctype, rq->ctype_len + 1);
   j->rc = CURLE_OK;
   return j;
 }
 
-/* m:submit(method, path, opts) -> id: checked as t:request checks it.
-** Every option is read (an __index may raise) and the anchor stored (which
-** may raise out of memory) before the job is allocated; from there on
-** nothing raises but the allocation's own failure. */
+/* m:submit(method, path, opts) -> id: read by t:request's parser. Every
+** option is read (an __index may raise) and the anchor stored (which may
+** raise out of memory) before the job is allocated; from there on nothing
+** raises but the allocation's own failure. */
 static int m_submit(lua_State *L) {
   struct cozy_multi *m = check_multi(L);
   struct cozy_transport *t = m->t;
-  size_t method_len, path_len, query_len = 0, ctype_len = 0;
-  const char *method = luaL_checklstring(L, 2, &method_len);
-  const char *path = luaL_checklstring(L, 3, &path_len);
-  const char *query, *ctype;
-  int retry_safe;
-  double timeout;
-  lua_Integer id;
+  struct cozy_request rq;
+  lua_Integer id = m->next_id + 1;
   struct job *j;
   if (t->closed) return luaL_error(L, "transport is closed");
-  luaL_argcheck(L, path[0] == '/', 3, "path must start with '/'");
-  luaL_argcheck(L, method_len > 0 && strspn(method, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == method_len, 2,
-                "method must be an HTTP method in capitals");
-  luaL_argcheck(L, !cozy_bad_http_text(path, path_len, 1), 3,
-                "path contains a space or a control character (CR, LF, NUL...)");
-  if (lua_isnoneornil(L, 4)) {
-    lua_settop(L, 3);
-    lua_newtable(L);
-  }
-  luaL_checktype(L, 4, LUA_TTABLE);
-  lua_settop(L, 4);
-  lua_createtable(L, 5, 0); /* 5: the anchor */
-  query = opt_str(L, 4, "query", &query_len); /* 6 */
-  if (query && cozy_bad_http_text(query, query_len, 1))
-    return luaL_argerror(L, 4, "query contains a space or a control character (CR, LF, NUL...)");
-  ctype = opt_str(L, 4, "content_type", &ctype_len); /* 7 */
-  if (ctype && cozy_bad_http_text(ctype, ctype_len, 0))
-    return luaL_argerror(L, 4,
-                         "content_type contains a control character (CR, LF, NUL...): "
-                         "it would split the Content-Type header");
-  if (ctype && ctype_len > 200) return luaL_argerror(L, 4, "content_type is longer than 200 bytes");
-  lua_getfield(L, 4, "body"); /* 8 */
-  if (!lua_isnil(L, 8)) {
-    luaL_checklstring(L, 8, NULL);
-    lua_pushvalue(L, 8);
-    lua_rawseti(L, 5, A_BODY);
-  }
-  lua_getfield(L, 4, "timeout");
-  if (!lua_isnil(L, -1) && (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0))
-    return luaL_error(L, "option 'timeout' must be a number >= 0");
-  timeout = lua_isnil(L, -1) ? t->request_timeout : lua_tonumber(L, -1);
-  lua_pop(L, 1);
-  lua_getfield(L, 4, "retry_safe");
-  retry_safe = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  if (opt_function(L, 4, "before_attempt")) lua_rawseti(L, 5, A_BEFORE);
-  else lua_pop(L, 1);
-  if (opt_function(L, 4, "on_retry")) lua_rawseti(L, 5, A_ON_RETRY);
-  else lua_pop(L, 1);
-  lua_getfield(L, 4, "decode");
-  cozy_decode_option(L, lua_gettop(L));
-  lua_rawseti(L, 5, A_DECODE);
+  cozy_request_read(L, t, &rq);
+  lua_createtable(L, 5, 0); /* the anchor: the Lua values the job needs */
+  lua_pushvalue(L, COZY_REQ_BODY);
+  lua_rawseti(L, -2, A_BODY);
+  lua_pushvalue(L, COZY_REQ_BEFORE);
+  lua_rawseti(L, -2, A_BEFORE);
+  lua_pushvalue(L, COZY_REQ_ON_RETRY);
+  lua_rawseti(L, -2, A_ON_RETRY);
   lua_newtable(L);
-  lua_rawseti(L, 5, A_ATTEMPTS);
-  id = m->next_id + 1;
-  lua_getiuservalue(L, 1, 1); /* 9: the anchors */
-  lua_pushvalue(L, 5);
-  lua_rawseti(L, 9, id);
-
-  j = job_new(t->kc.server, method, method_len, path, path_len, query, query_len, ctype, ctype_len);
+  lua_rawseti(L, -2, A_ATTEMPTS);
+  lua_pushvalue(L, COZY_REQ_DECODE);
+  lua_rawseti(L, -2, A_DECODE);
+  lua_getiuservalue(L, 1, 1); /* the anchors */
+  lua_insert(L, -2);
+  lua_rawseti(L, -2, id);
+  j = job_new(t->kc.server, &rq);
   if (j == NULL) {
     lua_pushnil(L); /* clearing a key never allocates */
-    lua_rawseti(L, 9, id);
+    lua_rawseti(L, -2, id);
     return luaL_error(L, "out of memory");
   }
-  if (!lua_isnil(L, 8)) j->body = lua_tolstring(L, 8, &j->body_len);
-  j->retry_safe = retry_safe;
-  j->timeout = timeout;
-  j->read = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-  j->before = lua_rawgeti(L, 5, A_BEFORE) != LUA_TNIL;
-  j->on_retry = lua_rawgeti(L, 5, A_ON_RETRY) != LUA_TNIL;
+  j->before = !lua_isnil(L, COZY_REQ_BEFORE);
+  j->on_retry = !lua_isnil(L, COZY_REQ_ON_RETRY);
   j->id = m->next_id = id;
   push_back(&m->ready, j);
   m->pending++;
