@@ -16,6 +16,7 @@
 #include "lua.h"
 #include "lauxlib.h"
 
+#include "clock.h"
 #include "embedded.h"
 #include "host.h"
 #include "watch.h"
@@ -32,9 +33,7 @@ static int push_errno(lua_State *L, const char *what) {
 
 /* Seconds on a clock that never jumps, for durations and deadlines. */
 static int sys_monotime(lua_State *L) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+  lua_pushnumber(L, cozy_monotime());
   return 1;
 }
 

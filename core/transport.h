@@ -9,6 +9,7 @@
 
 #include "lua.h"
 
+#include "clock.h"
 #include "kubeconfig.h"
 #include "watch.h"
 
@@ -114,7 +115,6 @@ int cozy_http_reload_token(struct cozy_transport *t);
 double cozy_ratelimit_take(struct cozy_transport *t, double now);
 /* COZY_GO, or why the wait was cut short (t->watch said stop) */
 int cozy_ratelimit_wait(struct cozy_transport *t, double *detail);
-double cozy_monotime(void);
 
 /* One request as its caller described it to t:request or m:submit, its
 ** options read and checked by cozy_request_read (transport.c), the one

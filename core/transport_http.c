@@ -23,12 +23,6 @@
 #define COZY_MIGRATE_VERSION "0.0.0-dev"
 #endif
 
-double cozy_monotime(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Token bucket: `burst` requests at once, then `qps` per second. Retries
 ** take a token too: they are load on the apiserver like any request. */
 double cozy_ratelimit_take(struct cozy_transport *t, double now) {

@@ -55,6 +55,8 @@
 
 #include "watch.h"
 
+#include "clock.h"
+
 #define WATCH_MT "cozy.proc.watch"
 #define WATCH_COUNT 1000 /* instructions between checks */
 #define WATCH_SLICE 0.1 /* longest sleep between checks, seconds */
@@ -87,9 +89,7 @@ static int timer_made = 0; /* 1 made, -1 cannot be made (watches hook at once) *
 static const char registry_key = 'w';
 
 static double monotonic(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  return cozy_monotime();
 }
 
 struct cozy_watches *cozy_watches(lua_State *L) {
@@ -233,7 +233,7 @@ static void on_alarm(int sig) {
   errno = saved;
 }
 
-/* The deadline timer: CLOCK_MONOTONIC (sys.monotime's clock), SIGALRM. */
+/* The deadline timer: on COZY_CLOCK (sys.monotime's), SIGALRM. */
 static int make_timer(void) {
   struct sigaction sa;
   struct sigevent sev;
@@ -245,7 +245,7 @@ static int make_timer(void) {
   memset(&sev, 0, sizeof sev);
   sev.sigev_notify = SIGEV_SIGNAL;
   sev.sigev_signo = SIGALRM;
-  if (sigaction(SIGALRM, &sa, NULL) != 0 || timer_create(CLOCK_MONOTONIC, &sev, &deadline_timer) != 0) {
+  if (sigaction(SIGALRM, &sa, NULL) != 0 || timer_create(COZY_CLOCK, &sev, &deadline_timer) != 0) {
     timer_made = -1;
     return 0;
   }

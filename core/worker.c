@@ -26,6 +26,7 @@
 #include "lauxlib.h"
 #include "lualib.h"
 
+#include "clock.h"
 #include "host.h"
 
 #define WORKER_MT "cozy.worker"
@@ -37,7 +38,7 @@ struct shared {
   int refs; /* main handle + thread */
   int stop;
   int lost;
-  double last_ok; /* CLOCK_MONOTONIC seconds, 0 = never */
+  double last_ok; /* cozy_monotime() seconds, 0 = never */
   char message[512]; /* lost message, or the worker's error */
   int failed; /* the worker function raised */
   char *module, *func, *payload;
@@ -48,12 +49,6 @@ struct worker {
   pthread_t thread;
   int running;
 };
-
-static double monotonic_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void shared_release(struct shared *sh) {
   int last;
@@ -69,14 +64,14 @@ static void shared_release(struct shared *sh) {
   free(sh);
 }
 
-/* The mutex, and a condition variable whose timed waits use CLOCK_MONOTONIC
+/* The mutex, and a condition variable whose timed waits use COZY_CLOCK
 ** (the default, CLOCK_REALTIME, moves with NTP steps and `date -s`).
 ** 0 or an errno value; nothing to destroy on failure. */
 static int init_sync(struct shared *sh) {
   pthread_condattr_t attr;
   int rc = pthread_condattr_init(&attr);
   if (rc != 0) return rc;
-  rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  rc = pthread_condattr_setclock(&attr, COZY_CLOCK);
   if (rc == 0) rc = pthread_cond_init(&sh->cv, &attr);
   pthread_condattr_destroy(&attr);
   if (rc != 0) return rc;
@@ -101,18 +96,9 @@ static int chan_wait(lua_State *L) {
   lua_Number s = luaL_checknumber(L, 2);
   struct timespec deadline;
   int stop;
-  /* the condition variable waits on CLOCK_MONOTONIC (worker_start): a
-  ** wall-clock step must not stall or hurry renewals */
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  if (s > 0) {
-    double whole = (double)(time_t)s;
-    deadline.tv_sec += (time_t)s;
-    deadline.tv_nsec += (long)((s - whole) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-      deadline.tv_sec++;
-      deadline.tv_nsec -= 1000000000L;
-    }
-  }
+  /* the condition variable waits on COZY_CLOCK (init_sync): a wall-clock
+  ** step must not stall or hurry renewals */
+  deadline = cozy_monotime_after(s);
   pthread_mutex_lock(&sh->mu);
   while (!sh->stop && s > 0) {
     if (pthread_cond_timedwait(&sh->cv, &sh->mu, &deadline) == ETIMEDOUT) break;
@@ -126,7 +112,7 @@ static int chan_wait(lua_State *L) {
 static int chan_ok(lua_State *L) {
   struct shared *sh = check_channel(L);
   pthread_mutex_lock(&sh->mu);
-  sh->last_ok = monotonic_now();
+  sh->last_ok = cozy_monotime();
   pthread_mutex_unlock(&sh->mu);
   return 0;
 }
