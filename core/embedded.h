@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "lua.h"
+
 struct cozy_embedded {
   const char *name; /* module name (scripts) or file name (migrations) */
   const char *path; /* path in the source tree, as chunk names give it */
@@ -19,5 +21,11 @@ struct cozy_embedded {
 
 extern const struct cozy_embedded cozy_embedded_scripts[];
 extern const struct cozy_embedded cozy_embedded_migrations[];
+
+/* core/embedded.c: registers a loader for each runtime module in the
+** package.preload table on top of the stack */
+void cozy_embedded_preload(lua_State *L);
+/* sys.builtin_migrations() */
+int cozy_builtin_migrations(lua_State *L);
 
 #endif

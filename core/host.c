@@ -3,16 +3,8 @@
 ** the runtime compiled from scripts/, all reached through package.preload
 ** (as Neovim does), so nothing is a global. Debian's Lua paths stay in
 ** package.path/cpath, so Lua C modules (busted's) load against the exported
-** Lua API of this executable.
-**
-** Development switch: with COZY_MIGRATE_SCRIPTS=DIR set, a runtime module is
-** read from DIR (the scripts/ folder of a source tree) instead of the copy
-** compiled in, so edits need no rebuild.
+** Lua API of this executable. The compiled-in files are core/embedded.c's.
 */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "lua.h"
 #include "lauxlib.h"
 #include "lualib.h"
@@ -23,40 +15,30 @@
 
 extern const luaL_Reg cozy_c_modules[];
 
-/* Pushes the function of an embedded entry's binary chunk, compiled at build
-** time from the tree's file (cmake/luac.c, debug information kept, so messages
-** still name path:LINE), or an error message; returns the load status. Mode
-** "b", and only here, for bytes that are part of this binary: everything read
-** at run time is loaded as text. */
-int cozy_load_embedded_chunk(lua_State *L, const struct cozy_embedded *e) {
-  const char *chunkname = lua_pushfstring(L, "@%s", e->path);
-  int status = luaL_loadbufferx(L, (const char *)e->chunk, e->chunk_size, chunkname, "b");
-  lua_remove(L, -2); /* the chunk name */
-  return status;
+/* The message handler: tostring of non-string errors (structured API errors
+** carry a __tostring), plus a traceback. */
+static int msghandler(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
 }
 
-/* Loader for one embedded runtime module; upvalue 1 is its index. */
-static int load_embedded(lua_State *L) {
-  const struct cozy_embedded *e = &cozy_embedded_scripts[lua_tointeger(L, lua_upvalueindex(1))];
-  const char *dir = getenv(COZY_MIGRATE_SCRIPTS_ENV);
+int cozy_host_pcall(lua_State *L, int nargs, int nresults) {
+  int base = lua_gettop(L) - nargs; /* the function's index */
   int status;
-  if (dir != NULL && *dir != '\0') {
-    /* e->path is "scripts/<rel>"; read <dir>/<rel> */
-    const char *rel = strchr(e->path, '/');
-    const char *file = lua_pushfstring(L, "%s%s", dir, rel ? rel : e->path);
-    status = luaL_loadfilex(L, file, "t");
-  } else {
-    status = cozy_load_embedded_chunk(L, e);
-  }
-  if (status != LUA_OK) return luaL_error(L, "error loading module '%s': %s", e->name, lua_tostring(L, -1));
-  lua_pushstring(L, e->name);
-  lua_call(L, 1, 1);
-  return 1;
+  lua_pushcfunction(L, msghandler); /* a light C function: pushing it cannot raise */
+  lua_insert(L, base);
+  status = lua_pcall(L, nargs, nresults, base);
+  lua_remove(L, base);
+  return status;
 }
 
 void cozy_host_open(lua_State *L) {
   const luaL_Reg *m;
-  int i;
   luaL_openlibs(L);
   cozy_watch_cover_coroutines(L);
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
@@ -64,10 +46,6 @@ void cozy_host_open(lua_State *L) {
     lua_pushcfunction(L, m->func);
     lua_setfield(L, -2, m->name);
   }
-  for (i = 0; cozy_embedded_scripts[i].name != NULL; i++) {
-    lua_pushinteger(L, i);
-    lua_pushcclosure(L, load_embedded, 1);
-    lua_setfield(L, -2, cozy_embedded_scripts[i].name);
-  }
+  cozy_embedded_preload(L);
   lua_pop(L, 1);
 }

@@ -9,9 +9,10 @@
 
 void cozy_host_open(lua_State *L);
 
-struct cozy_embedded;
-/* The one loader of binary chunks: an embedded entry's, built into this binary. */
-int cozy_load_embedded_chunk(lua_State *L, const struct cozy_embedded *e);
+/* lua_pcall(L, nargs, nresults) under the one message handler of the main
+** state and the worker thread's alike: an error comes back as its string
+** (tostring through __tostring for a structured error) with a traceback. */
+int cozy_host_pcall(lua_State *L, int nargs, int nresults);
 
 /* C modules of the engine (core/modules.c). */
 int luaopen_cozy_json(lua_State *L);

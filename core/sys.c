@@ -157,57 +157,12 @@ static int sys_compare(lua_State *L) {
   return 1;
 }
 
-/* A built-in migration's load(env): its chunk as compiled at build time
-** (cmake/luac.c, from the same text, debug information kept), with env as
-** its _ENV, as load(source, "@path", "t", env) would return it; or nil and
-** a message. Parsing the text at every start cost `list` an eighth of its
-** instructions. The bytecode never reaches Lua as a string that a caller
-** could swap for another: only the function it makes. Upvalue 1 is the
-** migration's index. */
-static int builtin_load(lua_State *L) {
-  const struct cozy_embedded *e = &cozy_embedded_migrations[lua_tointeger(L, lua_upvalueindex(1))];
-  luaL_checkany(L, 1);
-  lua_settop(L, 1);
-  if (cozy_load_embedded_chunk(L, e) != LUA_OK) {
-    lua_pushnil(L);
-    lua_insert(L, -2);
-    return 2;
-  }
-  lua_pushvalue(L, 1);
-  if (lua_setupvalue(L, -2, 1) == NULL) lua_pop(L, 1); /* a chunk always has _ENV; as load does */
-  return 1;
-}
-
-/* The migrations compiled into this build: { {name=, path=, source=, sha256=, load=}, ... };
-** sha256 is the source's, computed at build time; load is builtin_load. */
-static int sys_builtin_migrations(lua_State *L) {
-  int i;
-  lua_newtable(L);
-  for (i = 0; cozy_embedded_migrations[i].name != NULL; i++) {
-    const struct cozy_embedded *e = &cozy_embedded_migrations[i];
-    lua_createtable(L, 0, 5);
-    lua_pushstring(L, e->name);
-    lua_setfield(L, -2, "name");
-    lua_pushstring(L, e->path);
-    lua_setfield(L, -2, "path");
-    lua_pushlstring(L, (const char *)e->source, e->source_size);
-    lua_setfield(L, -2, "source");
-    lua_pushstring(L, e->sha256);
-    lua_setfield(L, -2, "sha256");
-    lua_pushinteger(L, i);
-    lua_pushcclosure(L, builtin_load, 1);
-    lua_setfield(L, -2, "load");
-    lua_rawseti(L, -2, i + 1);
-  }
-  return 1;
-}
-
 static const luaL_Reg sys_funcs[] = {
     {"monotime", sys_monotime}, {"time", sys_time},
     {"sleep", sys_sleep},       {"getpid", sys_getpid},
     {"hostname", sys_hostname}, {"sha256", sys_sha256},
     {"listdir", sys_listdir},   {"stat", sys_stat},
-    {"realpath", sys_realpath}, {"builtin_migrations", sys_builtin_migrations},
+    {"realpath", sys_realpath}, {"builtin_migrations", cozy_builtin_migrations},
     {"compare", sys_compare},   {NULL, NULL}};
 
 int luaopen_cozy_sys(lua_State *L) {
