@@ -1,7 +1,8 @@
 /*
 ** cozy-migrate: the platform migration runner.
 ** Like lua.c, main only creates the state and runs everything inside one
-** protected call (pmain); errors reach one message handler and one report path,
+** protected call (pmain); errors reach one message handler (host.c's, which
+** the worker thread's state uses too) and one report path,
 ** and the exit status is derived from the result.
 */
 #include <stdio.h>
@@ -34,28 +35,15 @@ static int report(lua_State *L, int status) {
   return status;
 }
 
-/* The one message handler: tostring of non-string errors (structured API
-** errors carry a __tostring), plus a traceback. */
-static int msghandler(lua_State *L) {
-  const char *msg = lua_tostring(L, 1);
-  if (msg == NULL) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
-  luaL_traceback(L, L, msg, 1);
-  return 1;
-}
-
 static int pmain(lua_State *L) {
   int argc = (int)lua_tointeger(L, 1);
   char **argv = (char **)lua_touserdata(L, 2);
   int status, i;
   luaL_checkversion(L);
   cozy_host_open(L);
-  lua_pushcfunction(L, msghandler);
   lua_getglobal(L, "require");
   lua_pushliteral(L, "cozy.cli");
-  status = lua_pcall(L, 1, 1, 3);
+  status = cozy_host_pcall(L, 1, 1);
   if (status != LUA_OK) return lua_error(L);
   lua_getfield(L, -1, "main");
   lua_createtable(L, argc, 1);
@@ -63,7 +51,7 @@ static int pmain(lua_State *L) {
     lua_pushstring(L, argv[i]);
     lua_rawseti(L, -2, i);
   }
-  status = lua_pcall(L, 1, 1, 3);
+  status = cozy_host_pcall(L, 1, 1);
   if (status != LUA_OK) return lua_error(L);
   /* The exit status cozy.cli.main returned (nil: success), checked here,
   ** inside the protected call: a bad value is an error like any other,

@@ -130,16 +130,6 @@ static int chan_lost(lua_State *L) {
 static const luaL_Reg channel_methods[] = {
     {"wait", chan_wait}, {"ok", chan_ok}, {"lost", chan_lost}, {NULL, NULL}};
 
-static int worker_msghandler(lua_State *L) {
-  const char *msg = lua_tostring(L, 1);
-  if (msg == NULL) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
-  luaL_traceback(L, L, msg, 1);
-  return 1;
-}
-
 static int worker_pmain(lua_State *L) {
   struct shared *sh = (struct shared *)lua_touserdata(L, 1);
   struct shared **ud;
@@ -172,10 +162,9 @@ static void *worker_main(void *arg) {
     set_message(sh, "cannot create state: not enough memory");
     pthread_mutex_unlock(&sh->mu);
   } else {
-    lua_pushcfunction(L, worker_msghandler);
     lua_pushcfunction(L, worker_pmain);
     lua_pushlightuserdata(L, sh);
-    if (lua_pcall(L, 1, 0, 1) != LUA_OK) {
+    if (cozy_host_pcall(L, 1, 0) != LUA_OK) {
       pthread_mutex_lock(&sh->mu);
       sh->failed = 1;
       set_message(sh, lua_tostring(L, -1));
