@@ -12,7 +12,7 @@
 **           w:stop() -> true, or nil and the worker's error (joins the thread)
 **   worker: module[func](payload, chan)
 **           chan:wait(seconds) -> true when stop was asked (returns early)
-**           chan:ok()          -- record a success now
+**           chan:ok([t])       -- record a success at monotime t (default now)
 **           chan:lost(message) -- tell main the work failed for good
 */
 #include <errno.h>
@@ -109,10 +109,14 @@ static int chan_wait(lua_State *L) {
   return 1;
 }
 
+/* chan:ok([t]): a success at monotonic time t (default now). A lease
+** renewal counts from before it was sent, not from its answer; the record
+** never moves back. */
 static int chan_ok(lua_State *L) {
   struct shared *sh = check_channel(L);
+  double t = (double)luaL_optnumber(L, 2, (lua_Number)cozy_monotime());
   pthread_mutex_lock(&sh->mu);
-  sh->last_ok = cozy_monotime();
+  if (t > sh->last_ok) sh->last_ok = t;
   pthread_mutex_unlock(&sh->mu);
   return 0;
 }

@@ -8,7 +8,10 @@
 -- timeout, then exit 3. Expired means renewTime + leaseDurationSeconds is
 -- more than CLOCK_SKEW seconds in the past by our clock, or we watched the
 -- Lease not change for a whole duration (the second rule protects against a skewed clock, as client-go
--- leader election does).
+-- leader election does). Every timing decision counts from the earliest time
+-- the server could have stamped: the monotonic time taken before the request
+-- that took or renewed the Lease was sent, never its answer. A conflict
+-- backs off within the lock timeout; any other refusal fails at once.
 --
 -- Keeping it: a worker thread (cozy.worker, its own Lua state and kube
 -- client) renews it every duration/3 with a JSON patch that tests the
@@ -98,12 +101,6 @@ local function leases_of(client)
   return client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" })
 end
 
--- A 409, or a 422 from a failed JSON-patch op (our test); a 422 that names
--- refused fields (details.causes) is the Lease itself refused, not a race.
-local function is_conflict(e)
-  return type(e) == "table" and (e.code == 409 or e.code == 422 and not kerrors.is_invalid_object(e))
-end
-
 local function new_spec(identity, duration, transitions, now)
   local t = lease.microtime(now)
   return {
@@ -112,68 +109,147 @@ local function new_spec(identity, duration, transitions, now)
   }
 end
 
+-- Is a failed create or takeover of the Lease worth another try? a 409 (another runner's create or write got in first), or a
+-- 422 without causes on the takeover when the re-read shows the Lease moved
+-- on (our test of its resourceVersion failed). A 422 on the create (nothing
+-- of ours to test: the server refused the Lease itself, as a
+-- ValidatingAdmissionPolicy does), a 422 that names refused fields, a 422
+-- without causes while the Lease did not move, a 403...: no retry can change
+-- it, and looping on it would only flood the server.
+local function is_conflict(e, leases, opts, rv)
+  if not kerrors.is_error(e) then return false end
+  if e.code == 409 then return true end
+  if e.code ~= 422 or rv == nil or kerrors.is_invalid_object(e) then return false end
+  local fresh = leases:find(opts.namespace, lease.NAME)
+  return fresh == nil or fresh.metadata.resourceVersion ~= rv
+end
+
+-- The same growing, jittered, capped waits as the update engine's conflict
+-- loop (client.update_policy, kube.defaults.update), bounded by `deadline`.
+local function backoff(client)
+  local policy = client.update_policy
+    or { base_delay = 0.01, factor = 3, max_delay = 2, jitter = 0.5 }
+  local delay = policy.base_delay
+  return function(deadline)
+    local d = math.min(delay, policy.max_delay) * (1 - policy.jitter / 2 + policy.jitter * math.random())
+    delay = delay * policy.factor
+    return math.max(0, math.min(d, deadline - sys.monotime()))
+  end
+end
+
+-- Sends the create (obj == nil) or the resourceVersion-guarded takeover of
+-- the Lease. Returns ok, the answer or the error, and the monotonic time taken
+-- before the request left: the server stamps renewTime = `now`, so another
+-- runner counts our lease from then, however long the answer takes (or the
+-- transport's retries of it, which resend the same body).
+local function send_take(leases, opts, obj, transitions)
+  local sent = sys.monotime()
+  local spec = new_spec(opts.identity, opts.duration, transitions, sys.time())
+  local ok, res
+  if obj == nil then
+    ok, res = pcall(leases.create, leases, {
+      apiVersion = "coordination.k8s.io/v1", kind = "Lease",
+      metadata = { name = lease.NAME, namespace = opts.namespace }, spec = spec,
+    })
+  else
+    ok, res = pcall(leases.json_patch, leases, opts.namespace, lease.NAME, {
+      { op = "test", path = "/metadata/resourceVersion", value = obj.metadata.resourceVersion },
+      { op = "add", path = "/spec", value = spec },
+    })
+  end
+  return ok, res, sent
+end
+
+-- Shares of the lease, counted from before a request was sent:
+-- a take of the lock counts only if answered within the first third (when
+-- the first renewal is due); the holder stops writing once two thirds passed
+-- without a renewal (Holder:check), so a renewal answered later than that
+-- does not count either.
+local TAKE_ANSWER_LIMIT = 1 / 3
+local UNRENEWED_LIMIT = 2 / 3
+
 -- Takes the lock or raises errors kind "locked" (exit 3) after `timeout`
--- seconds; kind "interrupted" if a signal arrives while waiting.
--- opts: namespace, identity, duration, timeout, log. Returns the Lease.
+-- seconds; kind "interrupted" if a signal arrives while waiting; an API
+-- error (exit 1) when the server refuses the Lease for a reason no retry
+-- changes. opts: namespace, identity, duration, timeout, log. Returns the
+-- Lease and the monotonic time its validity counts from (before the request
+-- that took it was sent).
 function lease.acquire(client, opts)
   local leases = leases_of(client)
   local log = opts.log
-  local deadline = sys.monotime() + (opts.timeout or 300)
+  local timeout = opts.timeout or 300
+  local deadline = sys.monotime() + timeout
+  local wait_after = backoff(client)
   local waiting_logged = false
   local observed_rv, observed_at
+  -- why the last take did not give us the lock, and whether the server may
+  -- still name us its holder (an answer that came too late)
+  local failed, maybe_ours
   while true do
     if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
     local obj = leases:find(opts.namespace, lease.NAME)
-    local now = sys.time()
-    if obj == nil then
-      local ok, res = pcall(leases.create, leases, {
-        apiVersion = "coordination.k8s.io/v1", kind = "Lease",
-        metadata = { name = lease.NAME, namespace = opts.namespace },
-        spec = new_spec(opts.identity, opts.duration, 0, now),
-      })
-      if ok then
-        log:info("lock acquired", { lease = lease.NAME, holder = opts.identity })
-        return res
-      end
-      if not is_conflict(res) then error(res, 0) end
-    else
-      local holder = holder_of(obj)
+    local take, transitions, holder, remaining = obj == nil, 0, nil, nil
+    if obj then
+      holder = holder_of(obj)
       local rv = obj.metadata.resourceVersion
       if rv ~= observed_rv then observed_rv, observed_at = rv, sys.monotime() end
-      local remaining = lease.remaining(obj, now)
+      remaining = lease.remaining(obj, sys.time())
       local stale = sys.monotime() - observed_at > (tonumber(obj.spec and obj.spec.leaseDurationSeconds) or opts.duration)
-      local free = holder == nil or holder == opts.identity
-      if free or remaining < -lease.CLOCK_SKEW or stale then
-        local transitions = math.tointeger(obj.spec and obj.spec.leaseTransitions) or 0
-        if holder ~= opts.identity then transitions = transitions + 1 end
-        local ok, res = pcall(leases.json_patch, leases, opts.namespace, lease.NAME, {
-          { op = "test", path = "/metadata/resourceVersion", value = rv },
-          { op = "add", path = "/spec", value = new_spec(opts.identity, opts.duration, transitions, now) },
-        })
-        if ok then
-          if not free then
+      take = holder == nil or holder == opts.identity or remaining < -lease.CLOCK_SKEW or stale
+      transitions = math.tointeger(obj.spec and obj.spec.leaseTransitions) or 0
+      if holder ~= opts.identity then transitions = transitions + 1 end
+    end
+    if take and failed and sys.monotime() >= deadline then
+      if maybe_ours then lease.release(client, opts) end
+      errors.raise("locked", ("could not take the lock %s/%s within %ss: %s")
+        :format(opts.namespace, lease.NAME, tostring(timeout), failed))
+    elseif take then
+      local ok, res, sent = send_take(leases, opts, obj, transitions)
+      if ok then
+        local age = sys.monotime() - sent
+        if age <= opts.duration * TAKE_ANSWER_LIMIT then
+          if holder ~= nil and holder ~= opts.identity then
             log:warn("lock taken over from an expired holder", { lease = lease.NAME, previous = holder,
               renewed = obj.spec.renewTime, expired_for_s = ("%.1f"):format(-remaining) })
           else
             log:info("lock acquired", { lease = lease.NAME, holder = opts.identity })
           end
-          return res
+          return res, sent
         end
-        if not is_conflict(res) then error(res, 0) end
+        -- another runner counts this lease from `sent`: by now it may have
+        -- found it expired and taken it, so it is not ours to write under
+        failed = ("the server answered its last take after %.1fs, past a third of the %ds lease")
+          :format(age, opts.duration)
+        maybe_ours = true
+        log:warn("lock answer came too late to count on: taking it again", { lease = lease.NAME,
+          answered_after_s = ("%.1f"):format(age), lease_s = opts.duration })
       else
-        local left = deadline - sys.monotime()
-        if left <= 0 then
-          errors.raise("locked", ("lock %s/%s is held by %s (renewed %s); gave up after %ss")
-            :format(opts.namespace, lease.NAME, holder, tostring(obj.spec.renewTime), tostring(opts.timeout)),
-            { holder = holder })
+        if not is_conflict(res, leases, opts, obj and obj.metadata.resourceVersion) then
+          if kerrors.is_error(res) then
+            res.message = ("cannot take the lock %s/%s (not a conflict, so not retried): %s")
+              :format(opts.namespace, lease.NAME, tostring(res.message))
+          end
+          error(res, 0)
         end
-        if not waiting_logged then
-          log:info("waiting for the lock", { lease = lease.NAME, holder = holder,
-            timeout_s = opts.timeout, expires_in_s = ("%.1f"):format(remaining) })
-          waiting_logged = true
-        end
-        sys.sleep(math.min(1, left, math.max(0.05, remaining + 0.05)))
+        failed = "the server kept refusing it: " .. tostring(res)
+        local wait = wait_after(deadline)
+        log:info("lock write refused, backing off", { lease = lease.NAME, code = res.code, reason = res.reason,
+          retry_in_s = ("%.2f"):format(wait) })
+        sys.sleep(wait)
       end
+    else
+      local left = deadline - sys.monotime()
+      if left <= 0 then
+        errors.raise("locked", ("lock %s/%s is held by %s (renewed %s); gave up after %ss")
+          :format(opts.namespace, lease.NAME, holder, tostring(obj.spec.renewTime), tostring(timeout)),
+          { holder = holder })
+      end
+      if not waiting_logged then
+        log:info("waiting for the lock", { lease = lease.NAME, holder = holder,
+          timeout_s = timeout, expires_in_s = ("%.1f"):format(remaining) })
+        waiting_logged = true
+      end
+      sys.sleep(math.min(1, left, math.max(0.05, remaining + 0.05)))
     end
   end
 end
@@ -216,16 +292,27 @@ function lease.renew_loop(payload, chan)
   connect.retry = { max_attempts = 3, max_time = interval, base_delay = 0.1, max_delay = interval / 2 }
   local client = kube.connect(connect)
   local leases = leases_of(client)
-  local last_ok = sys.monotime()
-  chan:ok()
-  while not chan:wait(interval) do
+  -- the lease counts from before the request that took it (lease.acquire),
+  -- and each renewal from before it was sent, never from an answer: the
+  -- server stamps the renewTime we send, and other runners count from that
+  local last_ok = cfg.acquired_at
+  local sent = last_ok
+  chan:ok(last_ok)
+  while not chan:wait(math.max(0, sent + interval - sys.monotime())) do
+    sent = sys.monotime()
     local ok, err = pcall(leases.json_patch, leases, cfg.namespace, lease.NAME, {
       { op = "test", path = "/spec/holderIdentity", value = cfg.identity },
       { op = "add", path = "/spec/renewTime", value = lease.microtime(sys.time()) },
     })
-    if ok then
-      last_ok = sys.monotime()
-      chan:ok()
+    local age = sys.monotime() - sent
+    if ok and age > cfg.duration * UNRENEWED_LIMIT then
+      -- fail closed: by the time it came, too little of the lease is left
+      -- to write under, and another runner may already count it expired
+      log:warn("lock renewal answered too late to count on", { lease = lease.NAME,
+        answered_after_s = ("%.1f"):format(age), lease_s = cfg.duration })
+    elseif ok then
+      last_ok = sent
+      chan:ok(sent)
       log:debug("lock renewed", { lease = lease.NAME })
     elseif type(err) == "table" and (err.code == 422 or err.code == 404) then
       chan:lost(("lock %s is no longer held by %s: %s"):format(lease.NAME, cfg.identity, tostring(err)))
@@ -243,16 +330,19 @@ end
 local Holder = {}
 Holder.__index = Holder
 
--- Starts renewing in the background. connect: plain-data kube.connect options.
-function lease.hold(opts, connect)
+-- Starts renewing in the background. connect: plain-data kube.connect
+-- options; acquired_at: what lease.acquire returned, the monotonic time the
+-- lock counts from.
+function lease.hold(opts, connect, acquired_at)
+  if type(acquired_at) ~= "number" then error("lease.hold: acquired_at (lease.acquire's second result) is required", 2) end
   local worker = require "cozy.worker"
   local payload = json.encode({
     connect = { kubeconfig = connect.kubeconfig, context = connect.context,
       request_timeout = connect.request_timeout },
-    namespace = opts.namespace, identity = opts.identity, duration = opts.duration,
+    namespace = opts.namespace, identity = opts.identity, duration = opts.duration, acquired_at = acquired_at,
     log_format = opts.log.format, verbosity = opts.log.verbosity,
   })
-  return setmetatable({ opts = opts, started = sys.monotime(),
+  return setmetatable({ opts = opts, started = acquired_at,
     worker = worker.start("cozy.runner.lease", "renew_loop", payload) }, Holder)
 end
 
@@ -264,15 +354,15 @@ function Holder:check()
   local last = self.worker:last_ok() or self.started
   local age = sys.monotime() - last
   -- leave a third of the duration as margin for the write itself
-  if age > self.opts.duration * 2 / 3 then
+  if age > self.opts.duration * UNRENEWED_LIMIT then
     errors.raise("lost", ("lock lost: not renewed for %.1fs (duration %ds)"):format(age, self.opts.duration))
   end
 end
 
 -- Until when (cozy.sys monotonic time) the lock is certainly ours: no other
 -- runner may take it over before the last successful renewal (or the
--- acquisition) plus the lease duration; one second of that is kept as
--- margin for the renewal's own round trip.
+-- acquisition), counted from before it was sent, plus the lease duration;
+-- one second of that is kept as margin.
 function Holder:held_until()
   return (self.worker:last_ok() or self.started) + self.opts.duration - 1
 end
