@@ -414,16 +414,38 @@ static int load_token_file(struct cozy_kubeconfig *kc, struct cozy_config_error 
   return check_token(err, file, field, context, &kc->token);
 }
 
-/* The selected context, cluster and user, from the loaded files. */
-static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kubeconfig *kc) {
+/* get_str for a key that must be there: 1 with *v, or -1 (missing: failed). */
+static int get_required(struct loader *ld, struct kfile *f, yaml_node_t *map, const char *key,
+                        const char *where, const char **v) {
+  char field[256];
+  int r = get_str(ld, f, map, key, where, v);
+  if (r != 0) return r < 0 ? -1 : 1;
+  join(field, sizeof field, where, key);
+  return fail(ld->err, f->path, field, "%s: %s is missing", f->path, field);
+}
+
+/* Fails when `key`, which cozy-migrate does not support, is set (not empty). */
+static int refuse_set(struct loader *ld, struct kfile *f, yaml_node_t *map, const char *key,
+                      const char *where) {
+  char field[256];
+  const char *v;
+  int r = get_str(ld, f, map, key, where, &v);
+  if (r < 0) return -1;
+  if (r == 0 || !*v) return 0;
+  join(field, sizeof field, where, key);
+  return fail(ld->err, f->path, field, "%s: %s is not supported", f->path, field);
+}
+
+/* The context `want` names, else current-context of the first file that
+** sets it: its namespace, cluster and user (names) into kc. */
+static int from_context(struct loader *ld, const char *want, struct cozy_kubeconfig *kc) {
   struct cozy_config_error *err = ld->err;
   const char *ctxname = want, *v;
   const char *first = ld->files[0].path;
-  char where[256], field[256];
-  yaml_node_t *ctx = NULL, *cl = NULL, *us = NULL, *n;
+  char where[256];
+  yaml_node_t *ctx = NULL;
   struct kfile *f;
   int i, r;
-
   if (ctxname == NULL || *ctxname == '\0') {
     ctxname = NULL;
     for (i = 0; i < ld->nfiles && ctxname == NULL; i++) {
@@ -444,30 +466,25 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
   snprintf(where, sizeof where, "contexts[%s].context", ctxname);
   if ((r = get_str(ld, f, ctx, "namespace", where, &v)) < 0) return -1;
   if (r == 1 && *v && dup_to(err, f->path, &kc->namespace, v) < 0) return -1;
-  if ((r = get_str(ld, f, ctx, "cluster", where, &v)) <= 0) {
-    if (r == 0) {
-      join(field, sizeof field, where, "cluster");
-      fail(err, f->path, field, "%s: %s is missing", f->path, field);
-    }
-    return -1;
-  }
+  if (get_required(ld, f, ctx, "cluster", where, &v) < 0) return -1;
   if (dup_to(err, f->path, &kc->cluster, v) < 0) return -1;
   if ((r = get_str(ld, f, ctx, "user", where, &v)) < 0) return -1;
   if (r == 1 && dup_to(err, f->path, &kc->user, v) < 0) return -1;
+  return 0;
+}
 
-  /* cluster */
-  f = find_named(ld, "clusters", "cluster", kc->cluster, &cl);
+/* The context's cluster: server, TLS verification and CA into kc. */
+static int from_cluster(struct loader *ld, struct cozy_kubeconfig *kc) {
+  struct cozy_config_error *err = ld->err;
+  const char *first = ld->files[0].path, *v;
+  char where[256], field[256];
+  yaml_node_t *cl = NULL, *n;
+  struct kfile *f = find_named(ld, "clusters", "cluster", kc->cluster, &cl);
   snprintf(where, sizeof where, "clusters[%s].cluster", kc->cluster);
   if (f == NULL || cl == NULL || cl->type != YAML_MAPPING_NODE)
     return fail(err, first, where, "%s: cluster \"%s\" (of context \"%s\") not found in clusters", first,
-                kc->cluster, ctxname);
-  if ((r = get_str(ld, f, cl, "server", where, &v)) <= 0) {
-    if (r == 0) {
-      join(field, sizeof field, where, "server");
-      fail(err, f->path, field, "%s: %s is missing", f->path, field);
-    }
-    return -1;
-  }
+                kc->cluster, kc->context);
+  if (get_required(ld, f, cl, "server", where, &v) < 0) return -1;
   join(field, sizeof field, where, "server");
   if (strncmp(v, "https://", 8) != 0 && strncmp(v, "http://", 7) != 0)
     return fail(err, f->path, field, "%s: %s must be an http:// or https:// URL", f->path, field);
@@ -483,45 +500,79 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
       return fail(err, f->path, field, "%s: %s must be true or false", f->path, field);
   }
   if (get_blob(ld, f, cl, "certificate-authority", where, &kc->ca) < 0) return -1;
-  if ((r = get_str(ld, f, cl, "proxy-url", where, &v)) < 0) return -1;
-  if (r == 1 && *v) {
-    join(field, sizeof field, where, "proxy-url");
-    return fail(err, f->path, field, "%s: %s is not supported", f->path, field);
-  }
-  if ((r = get_str(ld, f, cl, "tls-server-name", where, &v)) < 0) return -1;
-  if (r == 1 && *v) {
-    join(field, sizeof field, where, "tls-server-name");
-    return fail(err, f->path, field, "%s: %s is not supported", f->path, field);
-  }
+  if (refuse_set(ld, f, cl, "proxy-url", where) < 0) return -1;
+  return refuse_set(ld, f, cl, "tls-server-name", where);
+}
 
-  /* user: no user means anonymous */
+/* Fails when the user sets a kind of authentication cozy-migrate refuses. */
+static int refuse_plugins(struct loader *ld, struct kfile *f, yaml_node_t *us, const char *where) {
+  static const struct {
+    const char *key, *what;
+  } plugins[] = {{"exec", "exec credential"}, {"auth-provider", "auth-provider"}};
+  char field[256];
+  size_t i;
+  for (i = 0; i < sizeof plugins / sizeof plugins[0]; i++) {
+    if (is_null(map_get(&f->doc, us, plugins[i].key))) continue;
+    join(field, sizeof field, where, plugins[i].key);
+    return fail(ld->err, f->path, field,
+                "%s: %s: %s plugins are not supported by cozy-migrate; "
+                "use a token, tokenFile or client certificate",
+                f->path, field, plugins[i].what);
+  }
+  if (!is_null(map_get(&f->doc, us, "username")) || !is_null(map_get(&f->doc, us, "password"))) {
+    join(field, sizeof field, where, "username");
+    return fail(ld->err, f->path, field, "%s: %s: basic authentication is not supported", f->path, field);
+  }
+  return 0;
+}
+
+/* The user's token (`token`, then `tokenFile`, which takes precedence as in
+** client-go) into kc. */
+static int user_token(struct loader *ld, struct kfile *f, yaml_node_t *us, const char *where,
+                      struct cozy_kubeconfig *kc) {
+  struct cozy_config_error *err = ld->err;
+  char field[256];
+  const char *v;
+  int r;
+  if ((r = get_str(ld, f, us, "token", where, &v)) < 0) return -1;
+  if (r == 1 && *v) {
+    /* the scalar's own length: a "\0" escape must not cut the token short */
+    struct cozy_blob raw;
+    char context[768];
+    raw.data = (char *)v;
+    raw.len = map_get(&f->doc, us, "token")->data.scalar.length;
+    join(field, sizeof field, where, "token");
+    snprintf(context, sizeof context, "%s: %s", f->path, field);
+    if (check_token(err, f->path, field, context, &raw) < 0) return -1;
+    if (dup_to(err, f->path, &kc->token.data, v) < 0) return -1;
+    kc->token.len = raw.len;
+  }
+  if ((r = get_str(ld, f, us, "tokenFile", where, &v)) < 0) return -1;
+  if (r == 0 || !*v) return 0;
+  kc->token_file = resolve_path(f, v);
+  cozy_blob_free(&kc->token);
+  join(field, sizeof field, where, "tokenFile");
+  if (kc->token_file == NULL) return fail(err, f->path, field, "%s: out of memory", f->path);
+  return load_token_file(kc, err, f->path, field);
+}
+
+/* The context's user (none: anonymous): its client certificate and token. */
+static int from_user(struct loader *ld, struct cozy_kubeconfig *kc) {
+  struct cozy_config_error *err = ld->err;
+  const char *first = ld->files[0].path;
+  char where[256], field[256];
+  yaml_node_t *us = NULL;
+  struct kfile *f;
   if (kc->user == NULL) return 0;
   f = find_named(ld, "users", "user", kc->user, &us);
   snprintf(where, sizeof where, "users[%s].user", kc->user);
   if (f == NULL)
     return fail(err, first, where, "%s: user \"%s\" (of context \"%s\") not found in users", first, kc->user,
-                ctxname);
+                kc->context);
   if (us == NULL || is_null(us)) return 0;
   if (us->type != YAML_MAPPING_NODE)
     return fail(err, f->path, where, "%s: %s must be a mapping", f->path, where);
-  if (!is_null(map_get(&f->doc, us, "exec"))) {
-    join(field, sizeof field, where, "exec");
-    return fail(err, f->path, field,
-                "%s: %s: exec credential plugins are not supported by cozy-migrate; "
-                "use a token, tokenFile or client certificate",
-                f->path, field);
-  }
-  if (!is_null(map_get(&f->doc, us, "auth-provider"))) {
-    join(field, sizeof field, where, "auth-provider");
-    return fail(err, f->path, field,
-                "%s: %s: auth-provider plugins are not supported by cozy-migrate; "
-                "use a token, tokenFile or client certificate",
-                f->path, field);
-  }
-  if (!is_null(map_get(&f->doc, us, "username")) || !is_null(map_get(&f->doc, us, "password"))) {
-    join(field, sizeof field, where, "username");
-    return fail(err, f->path, field, "%s: %s: basic authentication is not supported", f->path, field);
-  }
+  if (refuse_plugins(ld, f, us, where) < 0) return -1;
   if (get_blob(ld, f, us, "client-certificate", where, &kc->cert) < 0) return -1;
   if (get_blob(ld, f, us, "client-key", where, &kc->key) < 0) return -1;
   if ((kc->cert.data == NULL) != (kc->key.data == NULL)) {
@@ -529,31 +580,13 @@ static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kube
     return fail(err, f->path, field, "%s: %s is missing (a client certificate needs its key)", f->path,
                 field);
   }
-  if ((r = get_str(ld, f, us, "token", where, &v)) < 0) return -1;
-  if (r == 1 && *v) {
-    /* the scalar's own length: a "\0" escape must not cut the token short */
-    struct cozy_blob raw;
-    raw.data = (char *)v;
-    raw.len = map_get(&f->doc, us, "token")->data.scalar.length;
-    join(field, sizeof field, where, "token");
-    {
-      char context[768];
-      snprintf(context, sizeof context, "%s: %s", f->path, field);
-      if (check_token(err, f->path, field, context, &raw) < 0) return -1;
-    }
-    if (dup_to(err, f->path, &kc->token.data, v) < 0) return -1;
-    kc->token.len = raw.len;
-  }
-  if ((r = get_str(ld, f, us, "tokenFile", where, &v)) < 0) return -1;
-  if (r == 1 && *v) {
-    /* as in client-go, the file's token takes precedence over `token` */
-    kc->token_file = resolve_path(f, v);
-    cozy_blob_free(&kc->token);
-    join(field, sizeof field, where, "tokenFile");
-    if (kc->token_file == NULL) return fail(err, f->path, field, "%s: out of memory", f->path);
-    if (load_token_file(kc, err, f->path, field) < 0) return -1;
-  }
-  return 0;
+  return user_token(ld, f, us, where, kc);
+}
+
+/* The selected context, cluster and user, from the loaded files. */
+static int from_kubeconfig(struct loader *ld, const char *want, struct cozy_kubeconfig *kc) {
+  if (from_context(ld, want, kc) < 0 || from_cluster(ld, kc) < 0) return -1;
+  return from_user(ld, kc);
 }
 
 static char *sa_path(const char *dir, const char *name) {
