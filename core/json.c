@@ -353,8 +353,6 @@ static const char *skip_number(Decoder *d, const char *p) {
   return q;
 }
 
-static const char *decode_value(Decoder *d, const char *p);
-
 static int too_deep(Decoder *d, const char *p) {
   return decode_error(d, p, "nesting deeper than " COZY_JSON_STR(COZY_JSON_MAX_DEPTH));
 }
@@ -364,71 +362,29 @@ static void enter(Decoder *d, const char *p) {
   luaL_checkstack(d->L, 4, "cozy.json: nesting");
 }
 
-static const char *decode_object(Decoder *d, const char *p) {
-  lua_State *L = d->L;
-  enter(d, p);
-  p = skip_space(p + 1);
-  /* room for a few keys saves rehashes on the way (and keeps the table's
-  ** parts together for encode); the many `{}` of managedFields get none */
-  lua_createtable(L, 0, *p == '}' ? 0 : 4);
-  lua_pushvalue(L, COZY_JSON_OBJECT_MT);
-  lua_setmetatable(L, -2);
-  if (*p == '}') {
-    d->depth--;
-    return p + 1;
-  }
-  for (;;) {
-    if (*p != '"') unexpected(d, p, "a string (object key)");
-    p = skip_space(decode_string(d, p));
-    if (*p != ':') unexpected(d, p, "':'");
-    p = decode_value(d, skip_space(p + 1));
-    lua_rawset(L, -3); /* a repeated key: the last one wins, as in cjson */
-    p = skip_space(p);
-    if (*p == ',') p = skip_space(p + 1);
-    else if (*p == '}') break;
-    else unexpected(d, p, "',' or '}'");
-  }
-  d->depth--;
-  return p + 1;
-}
-
-static const char *decode_array(Decoder *d, const char *p) {
-  lua_State *L = d->L;
-  lua_Integer n = 0;
-  enter(d, p);
-  lua_newtable(L);
-  lua_pushvalue(L, COZY_JSON_ARRAY_MT);
-  lua_setmetatable(L, -2);
-  p = skip_space(p + 1);
-  if (*p == ']') {
-    d->depth--;
-    return p + 1;
-  }
-  for (;;) {
-    p = skip_space(decode_value(d, p));
-    lua_rawseti(L, -2, ++n);
-    if (*p == ',') p = skip_space(p + 1);
-    else if (*p == ']') break;
-    else unexpected(d, p, "',' or ']'");
-  }
-  d->depth--;
-  return p + 1;
-}
-
 static const char *decode_literal(Decoder *d, const char *p, const char *word, size_t len) {
   if ((size_t)(d->e - p) < len || memcmp(p, word, len) != 0) unexpected(d, p, "a JSON value");
   return p + len;
 }
 
-/* Pushes the value at p (no leading space); returns what follows it. */
-static const char *decode_value(Decoder *d, const char *p) {
+/* The scalar at p (no leading space), checked, and pushed when `build`;
+** returns what follows it. The one grammar of scalars for decoding and
+** skipping: forced inline, each use gets its own copy with `build` fixed. */
+static ALWAYS_INLINE const char *walk_scalar(Decoder *d, const char *p, int build) {
+  int escaped;
   switch (*p) {
-    case '{': return decode_object(d, p);
-    case '[': return decode_array(d, p);
-    case '"': return decode_string(d, p);
-    case 't': lua_pushboolean(d->L, 1); return decode_literal(d, p, "true", 4);
-    case 'f': lua_pushboolean(d->L, 0); return decode_literal(d, p, "false", 5);
-    case 'n': lua_pushlightuserdata(d->L, NULL); return decode_literal(d, p, "null", 4);
+    case '"':
+      if (build) return decode_string(d, p);
+      return scan_string(d, p, &escaped) + 1;
+    case 't':
+      if (build) lua_pushboolean(d->L, 1);
+      return decode_literal(d, p, "true", 4);
+    case 'f':
+      if (build) lua_pushboolean(d->L, 0);
+      return decode_literal(d, p, "false", 5);
+    case 'n':
+      if (build) lua_pushlightuserdata(d->L, NULL);
+      return decode_literal(d, p, "null", 4);
     case '-':
     case '0':
     case '1':
@@ -439,7 +395,7 @@ static const char *decode_value(Decoder *d, const char *p) {
     case '6':
     case '7':
     case '8':
-    case '9': return decode_number(d, p);
+    case '9': return build ? decode_number(d, p) : skip_number(d, p);
     default: return unexpected(d, p, "a JSON value"), p;
   }
 }
@@ -466,7 +422,7 @@ static ALWAYS_INLINE const char *skip_key(Decoder *d, const char *p) {
 static const char *skip_value(Decoder *d, const char *p) {
   char closer[COZY_JSON_MAX_DEPTH + 1];
   const int base = d->depth;
-  int depth = base, escaped;
+  int depth = base;
   for (;;) {
     switch (*p) { /* p is at a value */
       case '{':
@@ -481,22 +437,7 @@ static const char *skip_value(Decoder *d, const char *p) {
         }
         if (closer[depth] == '}') p = skip_key(d, p);
         continue; /* at its first value */
-      case '"': p = scan_string(d, p, &escaped) + 1; break;
-      case 't': p = decode_literal(d, p, "true", 4); break;
-      case 'f': p = decode_literal(d, p, "false", 5); break;
-      case 'n': p = decode_literal(d, p, "null", 4); break;
-      case '-':
-      case '0':
-      case '1':
-      case '2':
-      case '3':
-      case '4':
-      case '5':
-      case '6':
-      case '7':
-      case '8':
-      case '9': p = skip_number(d, p); break;
-      default: unexpected(d, p, "a JSON value");
+      default: p = walk_scalar(d, p, 0);
     }
     /* a value ends at p: close the levels it completes, up to the next value */
     for (;;) {
@@ -615,17 +556,44 @@ static const Proj *compile_projection(lua_State *L, int idx, ProjSpace *space) {
   return node;
 }
 
-static const char *decode_projected(Decoder *d, const char *p, const Proj *proj);
+/* The one walk that builds values: a full decode is the walk under KEEP,
+** a projected one under a compiled projection, whose skipped parts go to
+** skip_value. Under KEEP no key is looked up and no value skipped. */
+static const char *decode_value(Decoder *d, const char *p, const Proj *proj);
 
-/* Pushes the value at p as sub (KEEP or a node) projects it. */
-static const char *decode_with(Decoder *d, const char *p, const Proj *sub) {
-  return sub == KEEP ? decode_value(d, p) : decode_projected(d, p, sub);
+/* The key at p (its opening quote) of an object that proj projects: pushed
+** when kept, with its projection in *sub (NULL: skipped, nothing pushed);
+** returns the start of its value. */
+static ALWAYS_INLINE const char *decode_key(Decoder *d, const char *p, const Proj *proj, const Proj **sub) {
+  int escaped;
+  const char *q;
+  if (*p != '"') unexpected(d, p, "a string (object key)");
+  q = scan_string(d, p, &escaped);
+  if (proj == KEEP) {
+    *sub = KEEP;
+    push_string(d, p, q, escaped);
+  } else if (!escaped) {
+    *sub = key_projection(proj, p + 1, (size_t)(q - p - 1));
+    if (*sub) push_string(d, p, q, 0);
+  } else { /* named by its decoded text, as a Lua table would be */
+    size_t len;
+    const char *key;
+    push_string(d, p, q, 1);
+    key = lua_tolstring(d->L, -1, &len);
+    *sub = key_projection(proj, key, len);
+    if (!*sub) lua_pop(d->L, 1);
+  }
+  p = skip_space(q + 1);
+  if (*p != ':') unexpected(d, p, "':'");
+  return skip_space(p + 1);
 }
 
-static const char *decode_object_projected(Decoder *d, const char *p, const Proj *proj) {
+static const char *decode_object(Decoder *d, const char *p, const Proj *proj) {
   lua_State *L = d->L;
   enter(d, p);
   p = skip_space(p + 1);
+  /* room for a few keys saves rehashes on the way (and keeps the table's
+  ** parts together for encode); the many `{}` of managedFields get none */
   lua_createtable(L, 0, *p == '}' ? 0 : 4);
   lua_pushvalue(L, COZY_JSON_OBJECT_MT);
   lua_setmetatable(L, -2);
@@ -635,26 +603,9 @@ static const char *decode_object_projected(Decoder *d, const char *p, const Proj
   }
   for (;;) {
     const Proj *sub;
-    int escaped;
-    const char *q;
-    if (*p != '"') unexpected(d, p, "a string (object key)");
-    q = scan_string(d, p, &escaped);
-    if (!escaped) {
-      sub = key_projection(proj, p + 1, (size_t)(q - p - 1));
-      if (sub) push_string(d, p, q, 0);
-    } else { /* named by its decoded text, as a Lua table would be */
-      size_t len;
-      const char *key;
-      push_string(d, p, q, 1);
-      key = lua_tolstring(L, -1, &len);
-      sub = key_projection(proj, key, len);
-      if (!sub) lua_pop(L, 1);
-    }
-    p = skip_space(q + 1);
-    if (*p != ':') unexpected(d, p, "':'");
-    p = skip_space(p + 1);
+    p = decode_key(d, p, proj, &sub);
     if (sub) {
-      p = decode_with(d, p, sub);
+      p = decode_value(d, p, sub);
       lua_rawset(L, -3); /* a repeated key: the last one wins, as in cjson */
     } else {
       p = skip_value(d, p);
@@ -668,13 +619,14 @@ static const char *decode_object_projected(Decoder *d, const char *p, const Proj
   return p + 1;
 }
 
-static const char *decode_array_projected(Decoder *d, const char *p, const Proj *proj) {
+static const char *decode_array(Decoder *d, const char *p, const Proj *proj) {
   lua_State *L = d->L;
+  const Proj *each = proj == KEEP ? KEEP : proj->star;
   lua_Integer n = 0;
   enter(d, p);
   /* an array projected by a table without "*" would come out empty, and a
   ** migration would read "no volumes" where there are some: refuse it */
-  if (!proj->star) decode_error(d, p, "projection has no \"*\" entry for this array");
+  if (!each) decode_error(d, p, "projection has no \"*\" entry for this array");
   lua_newtable(L);
   lua_pushvalue(L, COZY_JSON_ARRAY_MT);
   lua_setmetatable(L, -2);
@@ -684,7 +636,7 @@ static const char *decode_array_projected(Decoder *d, const char *p, const Proj 
     return p + 1;
   }
   for (;;) {
-    p = skip_space(decode_with(d, p, proj->star));
+    p = skip_space(decode_value(d, p, each));
     lua_rawseti(L, -2, ++n);
     if (*p == ',') p = skip_space(p + 1);
     else if (*p == ']') break;
@@ -694,11 +646,13 @@ static const char *decode_array_projected(Decoder *d, const char *p, const Proj 
   return p + 1;
 }
 
-static const char *decode_projected(Decoder *d, const char *p, const Proj *proj) {
+/* Pushes the value at p (no leading space) as proj (KEEP or a node)
+** projects it; returns what follows it. A scalar is kept as it is. */
+static const char *decode_value(Decoder *d, const char *p, const Proj *proj) {
   switch (*p) {
-    case '{': return decode_object_projected(d, p, proj);
-    case '[': return decode_array_projected(d, p, proj);
-    default: return decode_value(d, p);
+    case '{': return decode_object(d, p, proj);
+    case '[': return decode_array(d, p, proj);
+    default: return walk_scalar(d, p, 1);
   }
 }
 
@@ -772,7 +726,7 @@ static int decode_text(lua_State *L, const char *s, size_t len, int proj_idx) {
   d.last_word = len >= 8 ? s + len - 8 : s;
   d.depth = 0;
   p = skip_space(s);
-  p = proj ? decode_projected(&d, p, proj) : decode_value(&d, p);
+  p = decode_value(&d, p, proj ? proj : KEEP);
   p = skip_space(p);
   if (p != d.e) unexpected(&d, p, "the end of input");
   return 1;
