@@ -5,6 +5,7 @@
 */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -137,10 +138,11 @@ static int sys_stat(lua_State *L) {
 ** (KUBECONFIG) are made absolute first. */
 static int sys_realpath(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
-  char *r = realpath(path, NULL);
-  if (r == NULL) return push_errno(L, path);
-  lua_pushstring(L, r);
-  free(r);
+  /* into a buffer the collector owns, not realpath's malloc'd one, which a
+  ** memory error raised while the result is pushed would strand */
+  char *resolved = lua_newuserdatauv(L, PATH_MAX, 0);
+  if (realpath(path, resolved) == NULL) return push_errno(L, path);
+  lua_pushstring(L, resolved);
   return 1;
 }
 

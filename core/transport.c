@@ -282,6 +282,11 @@ static void set_str(lua_State *L, const char *k, const char *v) {
   lua_setfield(L, -2, k);
 }
 
+static void set_num(lua_State *L, const char *k, double v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, k);
+}
+
 static int t_info(lua_State *L) {
   struct cozy_transport *t = check_transport(L);
   lua_newtable(L);
@@ -300,12 +305,9 @@ static int t_info(lua_State *L) {
               : t->kc.token.data ? "token"
                                  : "none");
   set_str(L, "ca", t->kc.ca.data ? "configured" : t->kc.insecure ? "none" : "system");
-  lua_pushnumber(L, t->request_timeout);
-  lua_setfield(L, -2, "request_timeout");
-  lua_pushnumber(L, t->qps);
-  lua_setfield(L, -2, "qps");
-  lua_pushnumber(L, t->burst);
-  lua_setfield(L, -2, "burst");
+  set_num(L, "request_timeout", t->request_timeout);
+  set_num(L, "qps", t->qps);
+  set_num(L, "burst", t->burst);
   lua_pushinteger(L, (lua_Integer)t->max_response_bytes);
   lua_setfield(L, -2, "max_response_bytes");
   return 1;
