@@ -70,29 +70,20 @@ int cozy_read_file(const char *path, size_t max, struct cozy_blob *out) {
   FILE *f = fopen(path, "rb");
   char *buf = NULL;
   size_t len = 0, cap = 0, n;
+  int e = 0; /* why it failed: one cleanup for every way out */
   if (f == NULL) return -1;
   for (;;) {
-    if (len > max) {
-      /* one byte past the limit was read: the file is larger than allowed */
-      OPENSSL_cleanse(buf, cap);
-      free(buf);
-      fclose(f);
-      errno = EFBIG;
-      return -1;
+    if (len > max) { /* one byte past the limit was read: the file is larger than allowed */
+      e = EFBIG;
+      break;
     }
     if (cap - len < 4096) {
       /* grow by copying so a secret never lingers in a freed block */
       size_t ncap = cap ? cap * 2 : 8192;
       char *nbuf = malloc(ncap + 1);
       if (nbuf == NULL) {
-        int e = errno;
-        if (buf) {
-          OPENSSL_cleanse(buf, cap);
-          free(buf);
-        }
-        fclose(f);
-        errno = e;
-        return -1;
+        e = ENOMEM;
+        break;
       }
       if (buf) {
         memcpy(nbuf, buf, len);
@@ -104,17 +95,20 @@ int cozy_read_file(const char *path, size_t max, struct cozy_blob *out) {
     }
     n = fread(buf + len, 1, (cap - len < max + 1 - len) ? cap - len : max + 1 - len, f);
     len += n;
-    if (n == 0) break;
+    if (n == 0) {
+      if (ferror(f)) e = errno ? errno : EIO;
+      break;
+    }
   }
-  if (ferror(f)) {
-    int e = errno ? errno : EIO;
-    OPENSSL_cleanse(buf, cap);
-    free(buf);
-    fclose(f);
+  fclose(f);
+  if (e != 0) {
+    if (buf) {
+      OPENSSL_cleanse(buf, cap);
+      free(buf);
+    }
     errno = e;
     return -1;
   }
-  fclose(f);
   buf[len] = '\0';
   out->data = buf;
   out->len = len;
@@ -328,7 +322,7 @@ static int load_file(struct loader *ld, const char *path, int must_exist) {
   yaml_parser_t parser;
   yaml_node_t *root;
   const char *slash;
-  int loaded;
+  int rc = -1;
   if (ld->nfiles >= MAX_FILES)
     return fail(ld->err, path, "", "too many kubeconfig files (at most %d)", MAX_FILES);
   if (cozy_read_file(path, COZY_MAX_KUBECONFIG_BYTES, &text) != 0) {
@@ -338,29 +332,25 @@ static int load_file(struct loader *ld, const char *path, int must_exist) {
                   path, COZY_MAX_KUBECONFIG_BYTES);
     return fail(ld->err, path, "", "%s: cannot read kubeconfig: %s", path, strerror(errno));
   }
-  if (check_depth(ld, path, &text) != 0) {
-    cozy_blob_free(&text);
-    return -1;
-  }
   memset(f, 0, sizeof *f);
+  if (check_depth(ld, path, &text) != 0) goto done;
   f->path = strdup(path);
   slash = strrchr(path, '/');
   f->dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : NULL;
   if (f->path == NULL || (slash != NULL && f->dir == NULL) || !yaml_parser_initialize(&parser)) {
-    free(f->path);
-    free(f->dir);
-    cozy_blob_free(&text);
-    return fail(ld->err, path, "", "%s: out of memory", path);
+    fail(ld->err, path, "", "%s: out of memory", path);
+    goto done;
   }
   yaml_parser_set_input_string(&parser, (const unsigned char *)text.data, text.len);
-  loaded = yaml_parser_load(&parser, &f->doc);
-  if (!loaded)
+  if (yaml_parser_load(&parser, &f->doc)) rc = 0;
+  else
     fail(ld->err, path, "", "%s: malformed YAML at line %lu column %lu: %s", path,
          (unsigned long)parser.problem_mark.line + 1, (unsigned long)parser.problem_mark.column + 1,
          parser.problem ? parser.problem : "parse error");
   yaml_parser_delete(&parser);
+done: /* the one way out while text (and the file's names) are held */
   cozy_blob_free(&text); /* the document has its own copies (wiped by loader_free) */
-  if (!loaded) {
+  if (rc != 0) {
     free(f->path);
     free(f->dir);
     return -1;
