@@ -83,22 +83,40 @@ describe("t:multi", function()
     assert.equal(16, #support.api_requests(srv))
   end)
 
-  it("checks its arguments as t:request does", function()
+  -- t:request and m:submit read their arguments with one parser
+  -- (cozy_request_read): each bad call is refused the same way by both.
+  it("checks its arguments as t:request does, with the same messages", function()
     assert.has_error(function() t:multi { concurrency = 0 } end,
       "option 'concurrency' must be an integer from 1 to 64")
     assert.has_error(function() t:multi { concurrency = 2.5 } end,
       "option 'concurrency' must be an integer from 1 to 64")
     local m <close> = t:multi {}
-    assert.has_error(function() m:submit("get", "/api", {}) end)
-    assert.has_error(function() m:submit("GET", "api", {}) end)
-    assert.has_error(function() m:submit("GET", "/api\r\nX: y", {}) end)
-    assert.has_error(function() m:submit("GET", "/api", { query = "a b" }) end)
-    assert.has_error(function() m:submit("PATCH", "/api", { content_type = "a\nb", body = "{}" }) end)
-    assert.has_error(function() m:submit("GET", "/api", { before_attempt = 1 }) end,
-      "option 'before_attempt' must be a function")
+    local cases = {
+      { { "get", "/api", {} }, "method must be an HTTP method in capitals" },
+      { { "GET", "api", {} }, "path must start with '/'" },
+      { { "GET", "/api\r\nX: y", {} }, "path contains a space or a control character" },
+      { { "GET", "/api", { query = "a b" } }, "query contains a space or a control character" },
+      { { "PATCH", "/api", { content_type = "a\nb", body = "{}" } }, "content_type contains a control character" },
+      { { "GET", "/api", { before_attempt = 1 } }, "option 'before_attempt' must be a function" },
+      { { "GET", "/api", { on_retry = 1 } }, "option 'on_retry' must be a function" },
+      { { "POST", "/api", { body = 1 } }, "option 'body' must be a string" },
+      { { "GET", "/api", { timeout = -1 } }, "option 'timeout' must be >= 0" },
+      { { "GET", "/api", { decode = false } }, "option 'decode' must be true or a projection table" },
+    }
+    local calls = {
+      request = function(args) return t:request(table.unpack(args)) end,
+      submit = function(args) return m:submit(table.unpack(args)) end,
+    }
+    for _, case in ipairs(cases) do
+      for name, call in pairs(calls) do
+        local ok, err = pcall(call, case[1])
+        assert.is_false(ok, name .. " accepted what should fail with: " .. case[2])
+        assert.truthy(tostring(err):find(case[2], 1, true), name .. ": " .. tostring(err))
+      end
+    end
     assert.equal(0, m:pending())
     m:close()
-    assert.has_error(function() m:submit("GET", "/api", {}) end)
+    assert.has_error(function() m:submit("GET", "/api", {}) end, "calling 'submit' on bad self (batch is closed)")
     assert.equal(0, m:pending())
   end)
 
