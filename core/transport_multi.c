@@ -71,6 +71,11 @@ struct cozy_multi {
   double stop_detail;
   int closed;
   struct cozy_multi *next_open; /* in t->multis */
+  /* the job out of every list while C code works on it (between two of
+  ** its places): a memory error raised meanwhile leaves it here, and the
+  ** batch's next m:submit, m:wait or close takes it out, so it is freed on
+  ** that way out too */
+  struct job *loose;
 };
 
 static void push_back(struct list *l, struct job *j) {
@@ -131,6 +136,8 @@ static void multi_cleanup(struct cozy_multi *m) {
   }
   free(m->slots);
   m->slots = NULL;
+  if (m->loose) job_free(m->loose);
+  m->loose = NULL;
   free_list(m->ready.head);
   free_list(m->delayed);
   free_list(m->done.head);
@@ -158,10 +165,14 @@ int cozy_multi_busy(const struct cozy_transport *t) {
   return 0;
 }
 
+static void drop_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job *j);
+
+/* The batch at index 1, usable; a job a raised error left loose is dropped. */
 static struct cozy_multi *check_multi(lua_State *L) {
   struct cozy_multi *m = luaL_checkudata(L, 1, MULTI_MT);
   if (m->closed) luaL_argerror(L, 1, "batch is closed");
   if (m->busy) luaL_error(L, "batch used from a callback of one of its own requests");
+  if (m->loose) drop_job(L, 1, m, m->loose);
   return m;
 }
 
@@ -183,6 +194,13 @@ static void add_attempt(lua_State *L, int m_idx, const struct job *j, int n) {
 
 static void finish(struct cozy_multi *m, struct job *j) {
   push_back(&m->done, j);
+  m->loose = NULL;
+}
+
+/* Back to the front of the ready list (a stop or a replay comes first). */
+static void requeue(struct cozy_multi *m, struct job *j) {
+  push_front(&m->ready, j);
+  m->loose = NULL;
 }
 
 /* lua_error and luaL_error never return (they longjmp); saying so lets the
@@ -207,6 +225,7 @@ static void drop_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job *
   lua_rawseti(L, -2, j->id);
   lua_pop(L, 1);
   m->pending--;
+  if (m->loose == j) m->loose = NULL;
   job_free(j);
 }
 
@@ -230,11 +249,13 @@ static void delay_job(struct cozy_multi *m, struct job *j, double at) {
   j->ready_at = at;
   j->next = m->delayed;
   m->delayed = j;
+  m->loose = NULL;
 }
 
 static void stop_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job *j, int stop, double detail,
                      int sent) {
   double now = cozy_monotime();
+  m->loose = j;
   cozy_push_stop(L, stop, detail, sent, j->a.start > 0 ? now - j->a.start : 0);
   add_attempt(L, m_idx, j, sent ? j->a.n : j->a.n + 1);
   j->stopped = 1;
@@ -328,6 +349,7 @@ static void start_job(lua_State *L, int m_idx, struct cozy_multi *m, struct job 
   x->resp = j->resp;
   x->watch = t->watch;
   x->owner = j;
+  m->loose = NULL;
   m->in_flight++;
   rc = cozy_exchange_prepare(t, x, j->rq.method, j->url, j->rq.body, j->rq.body_len, j->rq.ctype,
                              cozy_attempt_begin(t, &j->a), j->rq.read || j->rq.retry_safe);
@@ -350,6 +372,7 @@ static void process_result(lua_State *L, int m_idx, struct cozy_multi *m, struct
                            struct cozy_exchange *x, CURLcode rc, long status) {
   enum cozy_after next;
   x->owner = NULL;
+  m->loose = j;
   m->in_flight--;
   j->rc = rc;
   j->status = status;
@@ -378,7 +401,7 @@ static void process_result(lua_State *L, int m_idx, struct cozy_multi *m, struct
     call_back(L, m_idx, m, j);
     lua_pop(L, 2);
   }
-  if (next == COZY_AFTER_REPLAY) push_front(&m->ready, j);
+  if (next == COZY_AFTER_REPLAY) requeue(m, j);
   else delay_job(m, j, cozy_monotime() + j->a.delay);
 }
 
@@ -412,12 +435,12 @@ static double start_ready(lua_State *L, int m_idx, struct cozy_multi *m) {
       if (wait > 0) return now + wait;
       j->has_token = 1;
     }
-    pop_front(&m->ready);
+    m->loose = pop_front(&m->ready);
     if (j->a.start == 0) j->a.start = now;
     r = ask_before(L, m_idx, m, j, &detail);
     if (r == -1) continue; /* delayed, keeps its token */
     if (r != COZY_GO) {
-      push_front(&m->ready, j); /* ends with all the others */
+      requeue(m, j); /* ends with all the others */
       stop_all(L, m_idx, m, r, detail);
       return 0;
     }
@@ -448,7 +471,7 @@ static void collect(lua_State *L, int m_idx, struct cozy_multi *m) {
 /* Pushes the results of a done job and frees it: id, status, body,
 ** attempts, warnings, decode_error (t:request's). */
 static int hand_over(lua_State *L, int m_idx, struct cozy_multi *m) {
-  struct job *j = pop_front(&m->done);
+  struct job *j = m->loose = pop_front(&m->done);
   int failed = j->stopped || j->rc != CURLE_OK, anchor;
   lua_pushinteger(L, j->id);
   push_anchor(L, m_idx, j);
