@@ -67,6 +67,11 @@
 #include "host.h"
 #include "json.h"
 
+/* The compiled projections of json_projection.c, by their short names. */
+typedef CozyJsonProj Proj;
+#define KEEP COZY_JSON_KEEP
+#define key_projection cozy_json_key_projection
+
 /* From lua-cjson's fpconv.c (exported by liblua5.4-cjson.a, no header):
 ** strtod that ignores the C library's locale; luaopen_cjson initialises it. */
 double fpconv_strtod(const char *nptr, char **endptr);
@@ -455,107 +460,6 @@ static const char *skip_value(Decoder *d, const char *p) {
   }
 }
 
-/* Projection: a table tree saying which parts to build (json.decode's
-** second argument; checked by check_projection before decoding starts).
-** In an object, key k is built with projection proj[k], else proj["*"];
-** `true` builds the whole subtree, a table descends, no entry skips the
-** value. Every element of an array is built with proj["*"]. A scalar met
-** by a table projection is kept as it is.
-**
-** Decoding uses the tables compiled into Proj nodes (compile_projection):
-** most keys of a projected object are skipped, and looking a key up in
-** its Lua table first made it a Lua string, hashed and interned, about 300
-** instructions a key. A node finds the key's bytes among its names, and
-** only a key that is kept becomes a Lua string. */
-typedef struct Proj Proj;
-
-typedef struct ProjKey {
-  const char *name; /* a key of the projection table, which holds it */
-  size_t len;
-  const Proj *sub; /* its projection: KEEP for true, else its table's node */
-} ProjKey;
-
-struct Proj {
-  const ProjKey *keys; /* the keys but "*", sorted by length, then bytes */
-  size_t nkeys;
-  const Proj *star; /* proj["*"]: NULL (skip), KEEP or a node */
-};
-
-/* The projection `true`: the whole value is built. */
-static const Proj keep_whole = {NULL, 0, NULL};
-#define KEEP (&keep_whole)
-
-static int compare_keys(const void *a, const void *b) {
-  const ProjKey *x = a, *y = b;
-  if (x->len != y->len) return x->len < y->len ? -1 : 1;
-  return memcmp(x->name, y->name, x->len);
-}
-
-/* The projection of the key `name` (its decoded bytes) in an object that
-** proj projects: its entry, else proj["*"], NULL when it is skipped. */
-static const Proj *key_projection(const Proj *proj, const char *name, size_t len) {
-  size_t lo = 0, hi = proj->nkeys;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    const ProjKey *k = &proj->keys[mid];
-    int c = k->len != len ? (k->len < len ? -1 : 1) : memcmp(k->name, name, len);
-    if (c == 0) return k->sub;
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
-  }
-  return proj->star;
-}
-
-/* Room for the compiled projection, as check_projection counted it: one
-** node per table it visited, one key per entry. */
-typedef struct ProjSpace {
-  size_t nodes, keys; /* counted */
-  Proj *node; /* the next free ones */
-  ProjKey *key;
-} ProjSpace;
-
-/* Compiles the projection table at idx (checked) into the next node of
-** space, and its table entries into the nodes after it. A node's keys must
-** be contiguous, so the tables of its entries wait on the Lua stack until
-** all its keys are written, and are compiled after. The names point into
-** the projection's key strings, which argument 2 holds until decode
-** returns; a table reached twice is compiled twice, as check_projection
-** visits it twice. */
-static const Proj *compile_projection(lua_State *L, int idx, ProjSpace *space) {
-  Proj *node = space->node++;
-  ProjKey *keys = space->key;
-  int top = lua_gettop(L), waiting = top;
-  size_t i, n = 0;
-  luaL_checkstack(L, 3, "cozy.json: projection");
-  for (lua_pushnil(L); lua_next(L, idx); n++) {
-    keys[n].name = lua_tolstring(L, -2, &keys[n].len); /* a string key: no conversion */
-    if (lua_type(L, -1) == LUA_TTABLE) {
-      keys[n].sub = NULL; /* its table waits below the key */
-      lua_insert(L, -2);
-      luaL_checkstack(L, 3, "cozy.json: projection");
-    } else {
-      keys[n].sub = KEEP;
-      lua_pop(L, 1);
-    }
-  }
-  space->key += n;
-  for (i = 0; i < n; i++)
-    if (!keys[i].sub) keys[i].sub = compile_projection(L, ++waiting, space);
-  lua_settop(L, top);
-  node->star = NULL;
-  for (i = 0; i < n; i++) {
-    if (keys[i].len == 1 && keys[i].name[0] == '*') {
-      node->star = keys[i].sub;
-      keys[i] = keys[--n];
-      break;
-    }
-  }
-  qsort(keys, n, sizeof(ProjKey), compare_keys);
-  node->keys = keys;
-  node->nkeys = n;
-  return node;
-}
-
 /* The one walk that builds values: a full decode is the walk under KEEP,
 ** a projected one under a compiled projection, whose skipped parts go to
 ** skip_value. Under KEEP no key is looked up and no value skipped. */
@@ -656,77 +560,20 @@ static const char *decode_value(Decoder *d, const char *p, const Proj *proj) {
   }
 }
 
-/* Checks the projection at idx (a table) before any byte is decoded: keys
-** are strings, values true or tables, nesting at most COZY_JSON_MAX_DEPTH
-** (which also stops a cycle). On a fault, returns what is wrong and leaves
-** the path of the offending entry (e.g. "items.*.spec") on the stack. */
-static const char *check_projection(lua_State *L, int idx, int depth, ProjSpace *space) {
-  luaL_checkstack(L, 4, "cozy.json: projection");
-  if (depth > COZY_JSON_MAX_DEPTH) {
-    lua_pushliteral(L, "...");
-    return "nested deeper than " COZY_JSON_STR(COZY_JSON_MAX_DEPTH);
-  }
-  space->nodes++;
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    int key = lua_gettop(L) - 1, t = lua_type(L, -1);
-    const char *fault = NULL;
-    space->keys++;
-    if (lua_type(L, key) != LUA_TSTRING) {
-      lua_pushfstring(L, "[%s]", luaL_typename(L, key));
-      lua_replace(L, key);
-      lua_settop(L, key); /* the path stays, nothing else piles up */
-      return "a key that is not a string";
-    }
-    if (t == LUA_TTABLE) {
-      fault = check_projection(L, key + 1, depth + 1, space);
-      if (fault) {
-        lua_pushfstring(L, "%s.%s", lua_tostring(L, key), lua_tostring(L, -1));
-        lua_replace(L, key);
-        lua_settop(L, key);
-        return fault;
-      }
-    } else if (!(t == LUA_TBOOLEAN && lua_toboolean(L, -1))) {
-      lua_settop(L, key);
-      return t == LUA_TBOOLEAN ? "false, expected true or a table" : "not true or a table";
-    }
-    lua_pop(L, 1);
-  }
-  return NULL;
-}
-
 /* Decodes s[0..len) (s[len] must be the '\0' every Lua string ends with)
 ** with the projection argument at proj_idx (none, nil, true or a table);
 ** pushes the value. */
 static int decode_text(lua_State *L, const char *s, size_t len, int proj_idx) {
+  const Proj *proj = cozy_json_projection(L, proj_idx); /* first: it may set the top */
   Decoder d;
   const char *p;
-  const Proj *proj = NULL;
-  if (!lua_isnoneornil(L, proj_idx)) {
-    int t = lua_type(L, proj_idx);
-    if (t == LUA_TTABLE) {
-      ProjSpace space = {0, 0, NULL, NULL};
-      lua_settop(L, proj_idx);
-      const char *fault = check_projection(L, proj_idx, 1, &space);
-      if (fault)
-        return luaL_argerror(L, proj_idx,
-                             lua_pushfstring(L, "projection: %s is %s", lua_tostring(L, -1), fault));
-      /* above it: the compiled projection, until decode returns; Proj and
-      ** ProjKey hold pointers and sizes, so the keys after the nodes are aligned */
-      space.node = lua_newuserdatauv(L, space.nodes * sizeof(Proj) + space.keys * sizeof(ProjKey), 0);
-      space.key = (ProjKey *)(space.node + space.nodes);
-      proj = compile_projection(L, proj_idx, &space);
-    } else if (!(t == LUA_TBOOLEAN && lua_toboolean(L, proj_idx))) {
-      return luaL_typeerror(L, proj_idx, "projection table or true");
-    }
-  }
   d.L = L;
   d.s = s;
   d.e = s + len;
   d.last_word = len >= 8 ? s + len - 8 : s;
   d.depth = 0;
   p = skip_space(s);
-  p = decode_value(&d, p, proj ? proj : KEEP);
+  p = decode_value(&d, p, proj);
   p = skip_space(p);
   if (p != d.e) unexpected(&d, p, "the end of input");
   return 1;

@@ -81,6 +81,59 @@ void cozy_json_text_room(lua_State *L, CozyJsonScratch *s, size_t need);
 /* Makes room for one more key above the `used` keys of s's key stack. */
 void cozy_json_key_room(lua_State *L, CozyJsonScratch *s, size_t used);
 
+/* Projections (core/json_projection.c): a table tree saying which parts
+** to build (json.decode's second argument; checked before decoding starts).
+** In an object, key k is built with projection proj[k], else proj["*"];
+** `true` builds the whole subtree, a table descends, no entry skips the
+** value. Every element of an array is built with proj["*"]. A scalar met
+** by a table projection is kept as it is.
+**
+** Decoding uses the tables compiled into CozyJsonProj nodes: most keys of
+** a projected object are skipped, and looking a key up in its Lua table
+** first made it a Lua string, hashed and interned, about 300 instructions
+** a key. A node finds the key's bytes among its names, and
+** only a key that is kept becomes a Lua string. */
+typedef struct CozyJsonProj CozyJsonProj;
+
+typedef struct CozyJsonProjKey {
+  const char *name; /* a key of the projection table, which holds it */
+  size_t len;
+  const CozyJsonProj *sub; /* its projection: COZY_JSON_KEEP for true, else its table's node */
+} CozyJsonProjKey;
+
+struct CozyJsonProj {
+  const CozyJsonProjKey *keys; /* the keys but "*", sorted by length, then bytes */
+  size_t nkeys;
+  const CozyJsonProj *star; /* proj["*"]: NULL (skip), COZY_JSON_KEEP or a node */
+};
+
+/* The projection `true` (and no projection): the whole value is built. */
+extern const CozyJsonProj cozy_json_keep;
+#define COZY_JSON_KEEP (&cozy_json_keep)
+
+/* The projection argument at idx (none, nil, true or a table), checked and
+** compiled: COZY_JSON_KEEP, or the root node of a compiled table, held in a
+** userdata pushed above idx (the stack is cut to idx first) until the
+** caller returns. Raises an argument error naming the offending entry. */
+const CozyJsonProj *cozy_json_projection(lua_State *L, int idx);
+
+/* The projection of the key `name` (its decoded bytes) in an object that
+** proj projects: its entry, else proj["*"], NULL when it is skipped. Inline:
+** a projected decode looks up every key. */
+static inline const CozyJsonProj *cozy_json_key_projection(const CozyJsonProj *proj, const char *name,
+                                                           size_t len) {
+  size_t lo = 0, hi = proj->nkeys;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    const CozyJsonProjKey *k = &proj->keys[mid];
+    int c = k->len != len ? (k->len < len ? -1 : 1) : memcmp(k->name, name, len);
+    if (c == 0) return k->sub;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return proj->star;
+}
+
 int cozy_json_encode(lua_State *L);
 int cozy_json_copy(lua_State *L); /* json_value.c */
 int cozy_json_diff(lua_State *L);
