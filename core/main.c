@@ -13,6 +13,7 @@
 #include "lualib.h"
 
 #include "host.h"
+#include "signals.h"
 
 static const char *progname = "cozy-migrate";
 
@@ -74,7 +75,9 @@ static int pmain(lua_State *L) {
 
 int main(int argc, char **argv) {
   int status, result;
-  lua_State *L = luaL_newstate();
+  lua_State *L;
+  cozy_signals_startup(); /* before anything opens a descriptor */
+  L = luaL_newstate();
   if (L == NULL) {
     l_message(argv[0], "cannot create state: not enough memory");
     return EXIT_FAILURE;

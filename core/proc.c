@@ -1,16 +1,19 @@
 /*
 ** cozy.proc: child processes and signals for the runner.
-** - spawn: runs a legacy migration script with a given environment and hands
-**   each line it writes (stdout and stderr) to a Lua callback, so its output
-**   becomes log lines as it happens, not after it exits.
-** - trap/signalled: SIGTERM and SIGINT only set a flag; the runner polls it
-**   at safe points (between steps, before each write), so a step is never
-**   left half stamped. The flag is the one process-wide mutable value, as
-**   a signal handler can touch nothing else safely.
+** - spawn: runs a legacy migration script in its own process group with a
+**   given environment and hands each line it writes (stdout and stderr) to
+**   a Lua callback, so its output becomes log lines as it happens. The
+**   group is stopped (SIGTERM, then SIGKILL after a grace) on the step's
+**   deadline, on the runner's SIGTERM/SIGINT, and once the script exits:
+**   a background child it left cannot hold the runner (and the lock).
+** - trap/signalled: the stop flag of core/signals.c, for the runner's safe
+**   points (between steps, before each write).
 ** - watch/pending_stop (core/watch.c): under an armed watch the flag, or a
 **   deadline, also stops Lua code that never writes and the transport's waits.
 */
-#define _GNU_SOURCE /* pipe2 */
+#define _GNU_SOURCE /* pipe2, dup3, close_range */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -18,6 +21,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,45 +29,30 @@
 #include "lua.h"
 #include "lauxlib.h"
 
+#include "clock.h"
 #include "host.h"
+#include "signals.h"
 #include "watch.h"
-
-static volatile sig_atomic_t caught_signal = 0;
-
-static void on_signal(int sig) {
-  int saved = errno;
-  caught_signal = sig;
-  cozy_watch_alarm(sig);
-  errno = saved;
-}
-
-/* For the watches (core/watch.c): what stops Lua code and the transport. */
-int cozy_caught_signal(void) {
-  return caught_signal;
-}
 
 /* proc.trap(): from now on SIGTERM and SIGINT set the flag instead of
 ** killing the process. */
 static int proc_trap(lua_State *L) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0)
-    return luaL_error(L, "sigaction: %s", strerror(errno));
+  int rc = cozy_signals_trap();
+  if (rc != 0) return luaL_error(L, "sigaction: %s", strerror(rc));
   return 0;
 }
 
 /* proc.signalled() -> signal number caught since the last reset, or nil */
 static int proc_signalled(lua_State *L) {
-  if (caught_signal == 0) lua_pushnil(L);
-  else lua_pushinteger(L, caught_signal);
+  int sig = cozy_signals_caught();
+  if (sig == 0) lua_pushnil(L);
+  else lua_pushinteger(L, sig);
   return 1;
 }
 
 static int proc_reset_signal(lua_State *L) {
   (void)L;
-  caught_signal = 0;
+  cozy_signals_reset();
   return 0;
 }
 
@@ -101,19 +90,176 @@ static char **string_array(lua_State *L, int idx, const char *what) {
   return v;
 }
 
-struct line_buffer {
-  luaL_Buffer b;
-  int open;
+/*
+** proc.spawn(argv, env, on_line [, opts]) -> how, code [, stopped]
+** argv: { path, args... }; env: array of "K=V" (nil: inherit ours);
+** on_line(stream, line) with stream "stdout" or "stderr"; a line longer
+** than LINE_CAP bytes comes in pieces of that size, a partial last line at
+** end of file. how is "exit" (code = status) or "signal" (code = signal).
+** opts.cwd: the child's working directory (argv[1] is made absolute first,
+** so a relative path still names the same file and $0 is a full path).
+** opts.deadline: a sys.monotime() value; opts.grace: seconds between the
+** SIGTERM and the SIGKILL of the group (default STOP_GRACE).
+** The child runs in its own process group, with fds 0-2 only and default
+** signal dispositions. The group gets SIGTERM, then SIGKILL after the grace:
+** on the deadline (stopped = "deadline"), on the runner's SIGTERM/SIGINT
+** (that signal; stopped = "signal"), and once the script has exited, for
+** whatever it left running; output is read until the group is gone.
+*/
+#define LINE_CAP 65536 /* bytes held per stream: the longest line delivered whole */
+#define STOP_GRACE 5.0 /* seconds from SIGTERM to SIGKILL of the group */
+#define DRAIN_AFTER_KILL                                                                                     \
+  1.0 /* seconds to read after SIGKILL: a process that left the group may hold a pipe */
+#define SUPERVISE_SLICE 0.1 /* longest wait between looks at the flag, the deadline and the child */
+
+struct stream {
+  int fd; /* -1 once closed */
   const char *name;
+  char *buf; /* LINE_CAP bytes, a userdata on the stack */
+  size_t len; /* bytes of a line not yet complete */
 };
 
+struct spawn {
+  char **argv, **envp;
+  const char *cwd;
+  double deadline, grace;
+  int cb, errslot;
+  pid_t pid;
+  struct stream st[2];
+  int stop; /* COZY_GO, or why the runner stopped the group */
+  int exited, status; /* the script has exited (left a zombie, so the group id stays ours) */
+  double term_at, kill_at; /* when the group got SIGTERM, SIGKILL; 0: not yet */
+};
+
+/* The absolute form of path, kept alive as a string on the stack. */
+static const char *absolute(lua_State *L, const char *path) {
+  char *r = realpath(path, NULL);
+  if (r == NULL) luaL_error(L, "%s: %s", path, strerror(errno));
+  lua_pushstring(L, r);
+  free(r);
+  return lua_tostring(L, -1);
+}
+
+static double opt_seconds(lua_State *L, int opts, const char *field, double def) {
+  double v = def;
+  if (lua_getfield(L, opts, field) != LUA_TNIL) {
+    if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
+      luaL_error(L, "spawn: '%s' must be a number >= 0", field);
+    v = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Reads the arguments into sp; everything it pushes stays on the stack
+** (strings, the line buffers), so nothing needs freeing. Raises before any
+** descriptor or process exists. */
+static void spawn_arguments(lua_State *L, struct spawn *sp) {
+  int i;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 3, LUA_TFUNCTION);
+  if (!lua_isnoneornil(L, 4)) luaL_checktype(L, 4, LUA_TTABLE);
+  lua_settop(L, 4); /* what follows is pushed above the arguments */
+  memset(sp, 0, sizeof *sp);
+  sp->argv = string_array(L, 1, "argv");
+  if (sp->argv[0] == NULL) luaL_argerror(L, 1, "empty argv");
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    sp->envp = string_array(L, 2, "env");
+  }
+  sp->grace = STOP_GRACE;
+  if (!lua_isnil(L, 4)) {
+    if (lua_getfield(L, 4, "cwd") != LUA_TNIL) {
+      sp->cwd = absolute(L, luaL_checkstring(L, -1));
+      sp->argv[0] = (char *)absolute(L, sp->argv[0]);
+    }
+    sp->deadline = opt_seconds(L, 4, "deadline", 0);
+    sp->grace = opt_seconds(L, 4, "grace", STOP_GRACE);
+  }
+  for (i = 0; i < 2; i++) {
+    sp->st[i].fd = -1;
+    sp->st[i].name = i == 0 ? "stdout" : "stderr";
+    sp->st[i].buf = (char *)lua_newuserdatauv(L, LINE_CAP, 0);
+  }
+  sp->cb = 3;
+  lua_pushnil(L);
+  sp->errslot = lua_gettop(L);
+}
+
+static void close_pair(int p[2]) {
+  close(p[0]);
+  close(p[1]);
+}
+
+/* stdout, stderr and the exec report pipes, all O_CLOEXEC; raises with
+** none left open. */
+static void open_pipes(lua_State *L, int out[2], int err[2], int report[2]) {
+  int e;
+  if (pipe2(out, O_CLOEXEC) != 0) goto none;
+  if (pipe2(err, O_CLOEXEC) != 0) goto one;
+  if (pipe2(report, O_CLOEXEC) != 0) goto two;
+  return;
+two:
+  e = errno;
+  close_pair(err);
+  errno = e;
+one:
+  e = errno;
+  close_pair(out);
+  errno = e;
+none:
+  luaL_error(L, "pipe: %s", strerror(errno));
+}
+
+/* Every descriptor from `from` up is closed (close_range, else one by one
+** up to the limit). Async-signal-safe. */
+static void close_from(int from) {
+  struct rlimit rl;
+  long fd, max = 65536;
+  if (close_range((unsigned)from, ~0U, 0) == 0) return;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (1u << 20))
+    max = (long)rl.rlim_cur;
+  for (fd = from; fd < max; fd++) close((int)fd);
+}
+
+/* The child, after fork: only async-signal-safe calls until exec. It gets
+** fds 0-2 and nothing else (no API socket, no pipe of another child); the
+** exec report pipe is kept at fd 3, closed by a successful exec. fds 0-2
+** of the runner are always open (cozy_signals_startup), so the pipes are
+** above them. */
+static void child_exec(const struct spawn *sp, int out_w, int err_w, int report_w) {
+  int report[2] = {0, 0}, null;
+  ssize_t w;
+  setpgid(0, 0);
+  cozy_signals_child_defaults();
+  dup2(out_w, 1);
+  dup2(err_w, 2);
+  null = open("/dev/null", O_RDONLY);
+  if (null >= 0) dup2(null, 0);
+  if (report_w != 3) report_w = dup3(report_w, 3, O_CLOEXEC) == 3 ? 3 : report_w;
+  close_from(report_w == 3 ? 4 : 3);
+  /* strerror is not async-signal-safe (locale, a static buffer): the child
+  ** reports which call failed and its errno; the parent formats */
+  if (sp->cwd != NULL && chdir(sp->cwd) != 0) {
+    report[0] = 1;
+  } else if (sp->envp) {
+    execve(sp->argv[0], sp->argv, sp->envp);
+  } else {
+    execv(sp->argv[0], sp->argv);
+  }
+  report[1] = errno;
+  w = write(report_w, report, sizeof report);
+  (void)w;
+  _exit(127);
+}
+
+/* Runs protected: pushes the line's strings (which allocate, so may raise)
+** and calls on_line(name, line). */
 struct line {
   const char *name, *s;
   size_t len;
 };
 
-/* Runs protected: pushes the line's strings (which allocate, so may raise)
-** and calls on_line(name, line). */
 static int call_on_line(lua_State *L) {
   const struct line *ln = lua_touserdata(L, 2);
   lua_pushvalue(L, 1);
@@ -125,216 +271,188 @@ static int call_on_line(lua_State *L) {
 
 /* Calls on_line(name, line) protected; the first error is kept at errslot.
 ** Only non-allocating pushes happen outside the protected call, so nothing
-** here raises past proc_spawn's buffers, pipes and child. */
-static void emit_line(lua_State *L, int cb, int errslot, const char *name, const char *s, size_t len) {
+** here raises past proc_spawn's pipes and child. */
+static void emit_line(lua_State *L, const struct spawn *sp, const char *name, const char *s, size_t len) {
   struct line ln;
   ln.name = name;
   ln.s = s;
   ln.len = len;
   if (!lua_checkstack(L, 5)) return; /* cannot happen: spawn uses a few slots */
   lua_pushcfunction(L, call_on_line);
-  lua_pushvalue(L, cb);
+  lua_pushvalue(L, sp->cb);
   lua_pushlightuserdata(L, &ln);
   if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
-    if (lua_isnil(L, errslot)) lua_replace(L, errslot);
+    if (lua_isnil(L, sp->errslot)) lua_replace(L, sp->errslot);
     else lua_pop(L, 1);
   }
 }
 
-/*
-** proc.spawn(argv, env, on_line [, opts]) -> how, code
-** argv: { path, args... }; env: array of "K=V" (nil: inherit ours);
-** on_line(stream, line) with stream "stdout" or "stderr".
-** opts.cwd: the child's working directory (a legacy script runs from its
-** own directory); argv[1] is then made absolute first, so a relative path
-** still names the same file and the script's $0 is a full path.
-** how is "exit" (code = status) or "signal" (code = signal number).
-** If the runner's signal flag is set while the child runs, the signal is
-** forwarded to the child once (a deleted Job's pod gets SIGTERM; the
-** script should see it too). A partial last line is delivered at EOF.
-*/
-/* The absolute form of path, kept alive as a userdata-backed string on the
-** stack (realpath's malloc'd result is copied, then freed). */
-static const char *absolute(lua_State *L, const char *path) {
-  char *r = realpath(path, NULL);
-  if (r == NULL) luaL_error(L, "%s: %s", path, strerror(errno));
-  lua_pushstring(L, r);
-  free(r);
-  return lua_tostring(L, -1);
+/* The child's exec report: nothing (exec worked) or why it failed, given
+** as the child's own stderr line; it exits 127, as a shell's would. */
+static void read_exec_report(lua_State *L, const struct spawn *sp, int report_r) {
+  int report[2] = {0, 0};
+  ssize_t n;
+  while ((n = read(report_r, report, sizeof report)) < 0 && errno == EINTR) {}
+  close(report_r);
+  if (n == (ssize_t)sizeof report) {
+    char msg[512];
+    int len = report[0] == 1
+        ? snprintf(msg, sizeof msg, "chdir failed: %s: %s", sp->cwd, strerror(report[1]))
+        : snprintf(msg, sizeof msg, "exec failed: %s: %s", sp->argv[0], strerror(report[1]));
+    if (len < 0) len = 0;
+    if ((size_t)len >= sizeof msg) len = (int)sizeof msg - 1;
+    emit_line(L, sp, "stderr", msg, (size_t)len);
+  }
+}
+
+/* Delivers what is buffered (a partial last line) and closes the stream. */
+static void stream_close(lua_State *L, const struct spawn *sp, struct stream *st) {
+  if (st->len > 0) emit_line(L, sp, st->name, st->buf, st->len);
+  st->len = 0;
+  close(st->fd);
+  st->fd = -1;
+}
+
+/* Reads what is there and delivers each complete line. Linear in the output:
+** only the bytes just read are scanned, and only they are moved (the part
+** after their last newline); a full buffer without one is delivered as is. */
+static void stream_read(lua_State *L, const struct spawn *sp, struct stream *st) {
+  ssize_t n = read(st->fd, st->buf + st->len, LINE_CAP - st->len);
+  size_t start = 0, j;
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    stream_close(L, sp, st);
+    return;
+  }
+  for (j = st->len; j < st->len + (size_t)n; j++) {
+    if (st->buf[j] == '\n') {
+      emit_line(L, sp, st->name, st->buf + start, j - start);
+      start = j + 1;
+    }
+  }
+  st->len += (size_t)n;
+  if (start == 0 && st->len == LINE_CAP) {
+    emit_line(L, sp, st->name, st->buf, st->len);
+    start = st->len;
+  }
+  memmove(st->buf, st->buf + start, st->len - start);
+  st->len -= start;
+}
+
+/* Whether a process other than the (exited, unreaped) leader is still in
+** the group: the leftovers of a script that exited. */
+static int group_has_others(pid_t pgid) {
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  int found = 0;
+  if (d == NULL) return 0; /* no /proc: the grace then SIGKILL still apply on a stop */
+  while (!found && (e = readdir(d)) != NULL) {
+    char path[64], stat[512], *p;
+    FILE *f;
+    long pid = strtol(e->d_name, &p, 10), pgrp;
+    if (*p != '\0' || pid <= 0 || pid == (long)pgid) continue;
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    f = fopen(path, "re");
+    if (f == NULL) continue;
+    p = fgets(stat, sizeof stat, f) ? strrchr(stat, ')') : NULL; /* the name may hold spaces and ')' */
+    fclose(f);
+    if (p != NULL && sscanf(p, ") %*c %*d %ld", &pgrp) == 1 && pgrp == (long)pgid) found = 1;
+  }
+  closedir(d);
+  return found;
+}
+
+static void signal_group(struct spawn *sp, int sig, double now) {
+  kill(-sp->pid, sig);
+  if (sig == SIGKILL) sp->kill_at = now;
+  else if (sp->term_at == 0) sp->term_at = now;
+}
+
+/* One look at the child: a stop (the runner's signal, the deadline) while
+** the script runs, its exit (seen without reaping it, so that the group id
+** cannot be reused while we signal it), the grace. Returns 1 once all is
+** over: the script exited, its output closed, nothing left in its group. */
+static int supervise(struct spawn *sp, double now) {
+  if (!sp->exited) {
+    siginfo_t info;
+    int sig = cozy_signals_caught();
+    if (sp->stop == COZY_GO && (sig != 0 || (sp->deadline > 0 && now >= sp->deadline))) {
+      sp->stop = sig != 0 ? COZY_STOP_SIGNAL : COZY_STOP_DEADLINE;
+      signal_group(sp, sig != 0 ? sig : SIGTERM, now);
+    }
+    memset(&info, 0, sizeof info);
+    if (waitid(P_PID, (id_t)sp->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == sp->pid) {
+      sp->exited = 1;
+      signal_group(sp, SIGTERM, now); /* what it left running (once: a stop already sent it) */
+    }
+  }
+  if (sp->term_at > 0 && sp->kill_at == 0 && now >= sp->term_at + sp->grace) signal_group(sp, SIGKILL, now);
+  if (!sp->exited || sp->st[0].fd >= 0 || sp->st[1].fd >= 0) return 0;
+  return sp->kill_at > 0 || !group_has_others(sp->pid);
+}
+
+/* Until supervise says it is over: output delivered as it comes. After the
+** SIGKILL, a pipe still open is held by a process that left the group: it is
+** read a little longer, then closed. */
+static void supervise_loop(lua_State *L, struct spawn *sp) {
+  for (;;) {
+    struct pollfd pfd[2];
+    double now = cozy_monotime(), wait = SUPERVISE_SLICE;
+    int i, n = 0;
+    if (supervise(sp, now)) return;
+    for (i = 0; i < 2; i++) {
+      if (sp->st[i].fd >= 0 && sp->kill_at > 0 && now >= sp->kill_at + DRAIN_AFTER_KILL)
+        stream_close(L, sp, &sp->st[i]);
+      if (sp->st[i].fd < 0) continue;
+      pfd[n].fd = sp->st[i].fd;
+      pfd[n].events = POLLIN;
+      pfd[n].revents = 0;
+      n++;
+    }
+    if (n == 0) wait = SUPERVISE_SLICE / 10; /* only the exit or the group's end is awaited */
+    if (sp->deadline > 0 && sp->stop == COZY_GO && sp->deadline - now < wait) wait = sp->deadline - now;
+    if (wait < 0.001) wait = 0.001;
+    if (poll(pfd, (nfds_t)n, (int)(wait * 1000)) <= 0) continue; /* EINTR: a signal, seen above */
+    for (i = 0; i < 2; i++) {
+      struct stream *st = &sp->st[i];
+      int k;
+      for (k = 0; k < n; k++) {
+        if (st->fd >= 0 && pfd[k].fd == st->fd && (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+          stream_read(L, sp, st);
+      }
+    }
+  }
 }
 
 static int proc_spawn(lua_State *L) {
-  char **argv, **envp = NULL;
-  const char *cwd = NULL;
-  int out[2], err[2], exec_err[2], status, forwarded = 0, i, errslot, cb;
-  pid_t pid;
-  struct pollfd pfd[2];
-  char *pending[2] = {NULL, NULL};
-  size_t pending_len[2] = {0, 0};
-  const char *names[2] = {"stdout", "stderr"};
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, 3, LUA_TFUNCTION);
-  if (!lua_isnoneornil(L, 4)) luaL_checktype(L, 4, LUA_TTABLE);
-  lua_settop(L, 4); /* what follows is pushed above the arguments */
-  argv = string_array(L, 1, "argv");
-  if (argv[0] == NULL) return luaL_argerror(L, 1, "empty argv");
-  if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
-    envp = string_array(L, 2, "env");
+  struct spawn sp;
+  int out[2], err[2], report[2], status;
+  spawn_arguments(L, &sp);
+  open_pipes(L, out, err, report);
+  sp.pid = fork();
+  if (sp.pid < 0) {
+    int e = errno;
+    close_pair(out);
+    close_pair(err);
+    close_pair(report);
+    return luaL_error(L, "fork: %s", strerror(e));
   }
-  if (!lua_isnil(L, 4)) {
-    if (lua_getfield(L, 4, "cwd") != LUA_TNIL) {
-      cwd = absolute(L, luaL_checkstring(L, -1));
-      argv[0] = (char *)absolute(L, argv[0]);
-    } else {
-      lua_pop(L, 1);
-    }
-  }
-  cb = 3;
-  lua_pushnil(L);
-  errslot = lua_gettop(L);
-  if (pipe2(out, O_CLOEXEC) != 0) return luaL_error(L, "pipe: %s", strerror(errno));
-  if (pipe2(err, O_CLOEXEC) != 0) {
-    close(out[0]);
-    close(out[1]);
-    return luaL_error(L, "pipe: %s", strerror(errno));
-  }
-  /* exec_err: the child writes exec's errno here; a successful exec closes
-  ** it (O_CLOEXEC), so the parent reads either an errno or end of file. */
-  if (pipe2(exec_err, O_CLOEXEC) != 0) {
-    close(out[0]);
-    close(out[1]);
-    close(err[0]);
-    close(err[1]);
-    return luaL_error(L, "pipe: %s", strerror(errno));
-  }
-  pid = fork();
-  if (pid < 0) {
-    close(out[0]);
-    close(out[1]);
-    close(err[0]);
-    close(err[1]);
-    close(exec_err[0]);
-    close(exec_err[1]);
-    return luaL_error(L, "fork: %s", strerror(errno));
-  }
-  if (pid == 0) {
-    /* child: only async-signal-safe calls until exec */
-    sigset_t none;
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGALRM, SIG_DFL);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    dup2(out[1], 1);
-    dup2(err[1], 2);
-    i = open("/dev/null", O_RDONLY);
-    if (i >= 0) {
-      dup2(i, 0);
-      if (i > 2) close(i);
-    }
-    {
-      /* strerror is not async-signal-safe (locale, a static buffer): the
-      ** child reports which call failed and its errno; the parent formats */
-      int report[2] = {0, 0};
-      ssize_t w;
-      if (cwd != NULL && chdir(cwd) != 0) {
-        report[0] = 1;
-      } else {
-        if (envp) execve(argv[0], argv, envp);
-        else execv(argv[0], argv);
-      }
-      report[1] = errno;
-      w = write(exec_err[1], report, sizeof report);
-      (void)w;
-    }
-    _exit(127);
-  }
+  if (sp.pid == 0) child_exec(&sp, out[1], err[1], report[1]);
+  setpgid(sp.pid, sp.pid); /* as the child does: whichever runs first */
   close(out[1]);
   close(err[1]);
-  close(exec_err[1]);
-  {
-    int report[2] = {0, 0};
-    ssize_t n;
-    while ((n = read(exec_err[0], report, sizeof report)) < 0 && errno == EINTR) {}
-    close(exec_err[0]);
-    if (n == (ssize_t)sizeof report) {
-      /* reported as the child's own stderr line; it exits 127, as a shell's */
-      char msg[512];
-      int len = report[0] == 1
-          ? snprintf(msg, sizeof msg, "chdir failed: %s: %s", cwd, strerror(report[1]))
-          : snprintf(msg, sizeof msg, "exec failed: %s: %s", argv[0], strerror(report[1]));
-      if (len < 0) len = 0;
-      if ((size_t)len >= sizeof msg) len = (int)sizeof msg - 1;
-      emit_line(L, cb, errslot, names[1], msg, (size_t)len);
-    }
-  }
-  pfd[0].fd = out[0];
-  pfd[1].fd = err[0];
-  pfd[0].events = pfd[1].events = POLLIN;
-  while (pfd[0].fd >= 0 || pfd[1].fd >= 0) {
-    int r = poll(pfd, 2, 200);
-    if (caught_signal && !forwarded) {
-      kill(pid, caught_signal);
-      forwarded = 1;
-    }
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (i = 0; i < 2; i++) {
-      char buf[4096];
-      ssize_t n;
-      if (pfd[i].fd < 0 || !(pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      n = read(pfd[i].fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        if (pending_len[i] > 0) emit_line(L, cb, errslot, names[i], pending[i], pending_len[i]);
-        pending_len[i] = 0;
-        close(pfd[i].fd);
-        pfd[i].fd = -1;
-        continue;
-      }
-      {
-        /* append, then emit every complete line */
-        char *grown = realloc(pending[i], pending_len[i] + (size_t)n);
-        size_t start = 0, j;
-        if (grown == NULL) continue;
-        pending[i] = grown;
-        memcpy(pending[i] + pending_len[i], buf, (size_t)n);
-        pending_len[i] += (size_t)n;
-        for (j = 0; j < pending_len[i]; j++) {
-          if (pending[i][j] == '\n') {
-            emit_line(L, cb, errslot, names[i], pending[i] + start, j - start);
-            start = j + 1;
-          }
-        }
-        memmove(pending[i], pending[i] + start, pending_len[i] - start);
-        pending_len[i] -= start;
-      }
-    }
-  }
-  free(pending[0]);
-  free(pending[1]);
-  if (pfd[0].fd >= 0) close(pfd[0].fd);
-  if (pfd[1].fd >= 0) close(pfd[1].fd);
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return luaL_error(L, "waitpid: %s", strerror(errno));
-    if (caught_signal && !forwarded) {
-      kill(pid, caught_signal);
-      forwarded = 1;
-    }
-  }
-  if (!lua_isnil(L, errslot)) return lua_error(L); /* the callback's error */
-  if (WIFSIGNALED(status)) {
-    lua_pushliteral(L, "signal");
-    lua_pushinteger(L, WTERMSIG(status));
-  } else {
-    lua_pushliteral(L, "exit");
-    lua_pushinteger(L, WEXITSTATUS(status));
-  }
-  return 2;
+  close(report[1]);
+  sp.st[0].fd = out[0];
+  sp.st[1].fd = err[0];
+  read_exec_report(L, &sp, report[0]);
+  supervise_loop(L, &sp);
+  while (waitpid(sp.pid, &status, 0) < 0 && errno == EINTR) {}
+  if (!lua_isnil(L, sp.errslot)) return lua_error(L); /* the callback's error */
+  lua_pushstring(L, WIFSIGNALED(status) ? "signal" : "exit");
+  lua_pushinteger(L, WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  if (sp.stop == COZY_GO) return 2;
+  lua_pushstring(L, cozy_stop_name(sp.stop));
+  return 3;
 }
 
 static const luaL_Reg proc_funcs[] = {{"trap", proc_trap},

@@ -47,14 +47,16 @@ static int sys_time(lua_State *L) {
 }
 
 /* Under an armed proc.watch the sleep ends early on a signal or the deadline,
-** raising as the watch's hook does. */
+** raising as the watch's hook does. With none armed, a signal this thread
+** trapped ends it early without raising: the caller polls proc.signalled(). */
 static int sys_sleep(lua_State *L) {
   lua_Number s = luaL_checknumber(L, 1);
+  const struct cozy_watches *ws = cozy_watches(L);
   double detail = 0;
   int r;
   luaL_argcheck(L, s >= 0, 1, "negative duration");
-  r = cozy_watch_sleep(cozy_watches(L), s, &detail);
-  if (r != COZY_GO) return cozy_watch_raise(L, r, detail, 1);
+  r = cozy_watch_sleep(ws, s, &detail);
+  if (r != COZY_GO && ws != NULL && ws->top != NULL) return cozy_watch_raise(L, r, detail, 1);
   return 0;
 }
 

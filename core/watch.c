@@ -53,6 +53,7 @@
 #include "lauxlib.h"
 #include "lualib.h"
 
+#include "signals.h"
 #include "watch.h"
 
 #include "clock.h"
@@ -104,10 +105,11 @@ const char *cozy_stop_name(int reason) {
   return reason == COZY_STOP_SIGNAL ? "signal" : "deadline";
 }
 
-int cozy_watch_poll(const struct cozy_watches *ws, double now, double *detail) {
+/* What the armed watches say: the hook's and proc.pending_stop's view. */
+static int poll_armed(const struct cozy_watches *ws, double now, double *detail) {
   int sig;
   if (ws == NULL || ws->top == NULL) return COZY_GO;
-  sig = cozy_caught_signal();
+  sig = cozy_signals_caught();
   if (sig != 0) {
     *detail = sig;
     return COZY_STOP_SIGNAL;
@@ -119,6 +121,17 @@ int cozy_watch_poll(const struct cozy_watches *ws, double now, double *detail) {
   return COZY_GO;
 }
 
+/* C code that waits or sends also stops, with no watch armed, on a signal
+** its own thread trapped: the runner's stamp, lock and release requests. */
+int cozy_watch_poll(const struct cozy_watches *ws, double now, double *detail) {
+  int sig;
+  if (ws != NULL && ws->top != NULL) return poll_armed(ws, now, detail);
+  sig = cozy_signals_stop_pending();
+  if (sig == 0) return COZY_GO;
+  *detail = sig;
+  return COZY_STOP_SIGNAL;
+}
+
 int cozy_watch_sleep(const struct cozy_watches *ws, double seconds, double *detail) {
   double now = monotonic(), end = now + seconds;
   for (;;) {
@@ -128,12 +141,11 @@ int cozy_watch_sleep(const struct cozy_watches *ws, double seconds, double *deta
     if (r != COZY_GO) return r;
     slice = end - now;
     if (slice <= 0) return COZY_GO;
-    if (ws != NULL && ws->top != NULL) {
-      /* a signal interrupts nanosleep in this thread; the slice bounds the
-      ** delay when it lands in another thread or just before the call */
-      if (slice > WATCH_SLICE) slice = WATCH_SLICE;
-      if (ws->deadline > 0 && ws->deadline - now < slice) slice = ws->deadline - now + 1e-4;
-    }
+    /* a signal interrupts nanosleep in this thread; the slice bounds the
+    ** delay when it lands in another thread or just before the call */
+    if (slice > WATCH_SLICE) slice = WATCH_SLICE;
+    if (ws != NULL && ws->top != NULL && ws->deadline > 0 && ws->deadline - now < slice)
+      slice = ws->deadline - now + 1e-4;
     ts.tv_sec = (time_t)slice;
     ts.tv_nsec = (long)((slice - (double)ts.tv_sec) * 1e9);
     if (nanosleep(&ts, NULL) != 0 && errno != EINTR) return COZY_GO; /* EINVAL: cannot happen */
@@ -192,10 +204,10 @@ static void watch_hook(lua_State *L, lua_Debug *ar) {
   int r;
   (void)ar;
   ws = cozy_watches(L);
-  r = cozy_watch_poll(ws, monotonic(), &detail);
+  r = poll_armed(ws, monotonic(), &detail);
   if (r == COZY_GO && (ws == NULL || ws->top == NULL || ws->on_demand == L)) {
     lua_sethook(L, NULL, 0, 0);
-    r = cozy_watch_poll(ws, monotonic(), &detail);
+    r = poll_armed(ws, monotonic(), &detail);
     if (r == COZY_GO) return;
     lua_sethook(L, watch_hook, LUA_MASKCOUNT, WATCH_COUNT);
   }
@@ -395,7 +407,7 @@ int cozy_proc_watch(lua_State *L) {
   if (!on_demand) set_hook(L);
   follow_deadline(ws); /* also when armed in a coroutine: its deadline may be the earliest */
   /* a signal caught before, or a deadline already passed */
-  if (on_demand && cozy_watch_poll(ws, monotonic(), &detail) != COZY_GO) set_hook(L);
+  if (on_demand && poll_armed(ws, monotonic(), &detail) != COZY_GO) set_hook(L);
   return 1;
 }
 
@@ -443,7 +455,7 @@ static int watch_armed(lua_State *L) {
 ** For code that catches errors (a pcall wrapper): rethrow when this is set. */
 int cozy_proc_pending_stop(lua_State *L) {
   double detail = 0;
-  int r = cozy_watch_poll(cozy_watches(L), monotonic(), &detail);
+  int r = poll_armed(cozy_watches(L), monotonic(), &detail);
   if (r == COZY_GO) {
     lua_pushnil(L);
     return 1;

@@ -31,10 +31,12 @@ struct cozy_watches {
 
 /* The state's watches, or NULL when proc.watch was never called in it. */
 struct cozy_watches *cozy_watches(lua_State *L);
-/* COZY_GO unless an armed watch says stop at `now`; *detail as above. */
+/* COZY_GO unless an armed watch says stop at `now`; *detail as above. With
+** no watch armed, a signal trapped by this thread still says stop
+** (cozy_signals_stop_pending): the runner's own requests and waits end. */
 int cozy_watch_poll(const struct cozy_watches *ws, double now, double *detail);
 /* Sleeps `seconds`, returning early (with the reason) when a watch says stop.
-** Without an armed watch it is a plain sleep that ignores EINTR. */
+** Without an armed watch only a signal this thread trapped ends it early. */
 int cozy_watch_sleep(const struct cozy_watches *ws, double seconds, double *detail);
 /* Calls the responsible watch's on_stop(reason, detail, where) and raises its
 ** error, or "interrupted by signal N" / "deadline exceeded". `level` is the
@@ -44,7 +46,7 @@ const char *cozy_stop_name(int reason); /* "signal", "deadline" */
 
 /* From a signal handler (async-signal-safe): a stop may be due, hook the
 ** watched main thread. SIGALRM (the deadline timer) is handled in watch.c;
-** core/proc.c calls it for SIGTERM/SIGINT. */
+** core/signals.c calls it for SIGTERM/SIGINT. */
 void cozy_watch_alarm(int sig);
 /* Replaces coroutine.create and coroutine.wrap of a fresh state with
 ** versions that give a coroutine created under an armed watch its hook. */
@@ -54,8 +56,5 @@ void cozy_watch_cover_coroutines(lua_State *L);
 int cozy_proc_watch(lua_State *L);
 int cozy_proc_pending_stop(lua_State *L);
 void cozy_watch_open(lua_State *L); /* the handle's metatable */
-
-/* core/proc.c: the signal caught since the last proc.reset_signal(), or 0 */
-int cozy_caught_signal(void);
 
 #endif

@@ -36,8 +36,8 @@ Common options:
   --request-timeout SECONDS per-request timeout (default 30)
   --lock-timeout SECONDS    how long to wait for another runner's lock (default 300)
   --concurrency N           changes of a batch (update_each) in flight at once (run, plan; 1-64, default 8)
-  --step-timeout SECONDS    time limit of each migration's run or check (run, plan, check;
-                            default: the migration's `timeout`, else 1800)
+  --step-timeout SECONDS    time limit of each migration's run or check, or legacy script (run,
+                            plan, check; default: the migration's `timeout`, else 1800)
   --qps N --burst N         client-side rate limit on API requests (default 1000 per second, bursts of 2000)
   -v                        more detail (repeatable)
   --version                 print the version and exit

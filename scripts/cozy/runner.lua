@@ -136,9 +136,12 @@ local function take_lock(client, opts, namespace, identity, log)
 end
 
 -- Best effort and quick: an unreleased lease only expires, while a release
--- retried for minutes would hold a failed run (and its exit).
+-- retried for minutes would hold a failed run (and its exit). A signal
+-- that stopped the run has done its work (the run fails): the flag is
+-- cleared so that the release is sent, and a second signal ends it.
 local function release_lock(holder, client, opts, namespace, identity, log)
   holder:stop()
+  proc.reset_signal()
   local quick_ok, quick = pcall(runner.connect, opts, log,
     { request_timeout = 5, retry = { max_attempts = 2, max_time = 5 } })
   lease.release(quick_ok and quick or client, { namespace = namespace, identity = identity, log = log })
@@ -253,7 +256,7 @@ function runner.execute(opts, mode, report)
         cm = stamp.advance(cms, cm, from, to, record())
       else
         local after = legacy.step(m, cms, { namespace = namespace, from = from, target = target,
-          kubeconfig = opts.kubeconfig or os.getenv("KUBECONFIG"), log = step_log })
+          kubeconfig = opts.kubeconfig or os.getenv("KUBECONFIG"), log = step_log, timeout = opts.step_timeout })
         -- its history record: even when a signal came meanwhile, the stamp is done
         cm = stamp.record(cms, after, to, record())
       end
@@ -263,6 +266,15 @@ function runner.execute(opts, mode, report)
       return cm
     end
 
+    -- a signal ends the runner's own requests and waits too (the stamp, the
+    -- lock; core/watch.c): whatever failed then, the run was interrupted
+    -- (a lost lock stays what it is: the release must not be tried)
+    local function stopped_by_signal(err)
+      local signo = proc.signalled()
+      if not signo or errors.is(err, "interrupted", "lost") then return err end
+      return errors.new("interrupted", { cause = err,
+        message = ("run stopped by signal %d (%s)"):format(signo, errors.text(err)) })
+    end
     local run_ok, run_err = pcall(function()
       if not planning then
         holder = take_lock(client, opts, namespace, identity, log)
@@ -280,6 +292,7 @@ function runner.execute(opts, mode, report)
       local cm = decision.cm
       for _, m in ipairs(decision.steps) do cm = run_step(m, cm) end
     end)
+    if not run_ok then run_err = stopped_by_signal(run_err) end
     if holder then
       local h = holder
       holder = nil

@@ -5,9 +5,16 @@
 -- kubeconfig (in-cluster, kubectl finds the service account from the pod's
 -- environment, as it does today). They run from their own directory. Their stdout and stderr become log lines
 -- as they are written. They stamp N+1 themselves; the runner verifies it.
+--
+-- Each runs in its own process group, under the step's time limit
+-- (--step-timeout, else the 1,800 s default): on that limit, on the
+-- runner's SIGTERM/SIGINT, and once the script itself exits, the whole
+-- group gets SIGTERM, then SIGKILL after a grace (core/proc.c), so a
+-- background child (`kubectl port-forward &`) cannot hold the run.
 local errors = require "cozy.errors"
 local proc = require "cozy.proc"
 local stamp = require "cozy.runner.stamp"
+local step = require "cozy.runner.step"
 local sys = require "cozy.sys"
 
 local legacy = {}
@@ -45,8 +52,23 @@ function legacy.absolute_paths(list)
   return table.concat(out, ":")
 end
 
+-- Why a script failed: kind "timeout" or "interrupted" when the runner
+-- stopped it (how it ended is said too), else "failed".
+local function failure(m, how, code, stopped, limit)
+  local ended = ("%s %d"):format(how == "exit" and "exited with status" or "was killed by signal", code)
+  if stopped == "deadline" then
+    errors.raise("timeout", ("legacy script %s ran past its time limit of %ss: its process group was stopped "
+      .. "(it %s)"):format(m.file, tostring(limit), ended), { exit = code })
+  elseif stopped == "signal" then
+    errors.raise("interrupted", ("legacy script %s stopped by signal %s: it %s")
+      :format(m.file, tostring(proc.signalled() or "?"), ended), { exit = code })
+  end
+  errors.raise("failed", ("legacy script %s %s"):format(m.file, ended), { exit = code })
+end
+
 -- Runs migration m (kind "legacy"). opts: namespace, from, target,
--- kubeconfig (path or nil), log. Raises unless the script exits 0.
+-- kubeconfig (path or nil), log, timeout (--step-timeout, or nil: the
+-- default). Raises unless the script exits 0 in time.
 function legacy.run(m, opts)
   local vars = {
     NAMESPACE = opts.namespace,
@@ -58,13 +80,11 @@ function legacy.run(m, opts)
   log:info("running legacy script", { file = m.file })
   -- from its own directory, so `$(dirname "$0")/lib/...` and plain `lib/...` both work
   local dir = m.path:match("^(.*)/[^/]*$") or "."
-  local how, code = proc.spawn({ m.path }, legacy.environment(vars), function(stream, line)
+  local limit = step.timeout(m, opts.timeout)
+  local how, code, stopped = proc.spawn({ m.path }, legacy.environment(vars), function(stream, line)
     if stream == "stderr" then log:warn(line, { stream = stream }) else log:info(line, { stream = stream }) end
-  end, { cwd = dir })
-  if how ~= "exit" or code ~= 0 then
-    errors.raise("failed", ("legacy script %s %s %d"):format(m.file,
-      how == "exit" and "exited with status" or "was killed by signal", code), { exit = code })
-  end
+  end, { cwd = dir, deadline = sys.monotime() + limit })
+  if how ~= "exit" or code ~= 0 or stopped then failure(m, how, code, stopped, limit) end
 end
 
 -- Runs legacy step m (from -> from+1) and checks that it stamped from+1.
