@@ -131,8 +131,8 @@ end
 local function take_lock(client, opts, namespace, identity, log)
   local lock_opts = { namespace = namespace, identity = identity, duration = lease.duration(),
     timeout = opts.lock_timeout or runner.DEFAULT_LOCK_TIMEOUT, log = log }
-  local _, acquired_at = lease.acquire(client, lock_opts)
-  return lease.hold(lock_opts, runner.connect_options(opts), acquired_at)
+  local obj, acquired_at = lease.acquire(client, lock_opts)
+  return lease.hold(lock_opts, runner.connect_options(opts), obj, acquired_at)
 end
 
 -- Best effort and quick: an unreleased lease only expires, while a release

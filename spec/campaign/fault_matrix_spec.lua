@@ -80,10 +80,13 @@ local FAULTS = {
 
 -- What the engine does, cell by cell: every fault is retried through,
 -- except renewals failing for two thirds of the lease (five 500s: three
--- attempts fail in the first renewal's interval, two in the next; a held
--- renewal: its interval ends unanswered): the main thread then counts the
--- lock as lost, sends no further write, and the run fails closed.
-local FAIL_CLOSED = { ["lease-renew/500x5"] = "lock lost", ["lease-renew/timeout"] = "lock lost" }
+-- attempts fail in the first renewal's interval, two in the next): the main
+-- thread then counts the lock as lost, sends no further write, and the run
+-- fails closed. A renewal held past its timeout is followed at once by the
+-- next one (renewals are paced from their sending), which lands first; the
+-- held one, guarded by the resourceVersion it was based on, is refused when
+-- it lands, so it cannot set renewTime back.
+local FAIL_CLOSED = { ["lease-renew/500x5"] = "lock lost" }
 
 -- the request log's fault.action of each fault
 local ACTIONS = { ["500x5"] = "status", ["503"] = "status", ["429"] = "status", reset = "reset",

@@ -138,7 +138,10 @@ describe("the Lease, hostile server #fakeonly", function()
       end
       assert.truthy(late, "no renewal met the delay")
       assert.equal(200, late.status)
-      local stamped = lease.parse_time(fake.json.decode(late.body)[2].value)
+      local stamped
+      for _, op in ipairs(fake.json.decode(late.body)) do
+        if op.path == "/spec/renewTime" then stamped = lease.parse_time(op.value) end
+      end
       assert.is_number(stamped)
       local after = 0
       for _, e in ipairs(ours(srv, "PATCH", "runner%-test$")) do
@@ -152,6 +155,41 @@ describe("the Lease, hostile server #fakeonly", function()
       local refused = srv:fired { method = "PATCH", path = "leases" }
       assert.equal("delay", refused[1])
       assert.is_true(#refused >= 2 and refused[2] == "status", table.concat(refused, ","))
+    end)
+
+    it("refuses a renewal held past its timeout when it lands after a newer one", function()
+      -- A 3 s lease, renewed every second, each renewal's timeout 1 s. One
+      -- renewal is held 2 s: the runner gives up on it and sends the next at
+      -- once, which lands first. The held one then lands with its older
+      -- renewTime: guarded by the resourceVersion it was based on, it is
+      -- refused, so the server never counts the lease from an older time
+      -- than the runner does, and the run goes on.
+      -- (the first step's first read is held 3.5 s, so that the run lasts
+      -- past a few renewals; the first PATCH of the Lease is a renewal)
+      srv:reset(support.fixture(1))
+      srv:faults {
+        { method = "GET", path = "configmaps/runner-test$", times = 1, delay_ms = 3500 },
+        { method = "PATCH", path = LEASE_RULE, times = 1, delay_ms = 2000 },
+      }
+      local p = support.start(support.args(srv, "two", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
+      finally(function() p:cleanup() end)
+      local r = p:wait(30)
+      assert.equal(0, r.code, r.stderr)
+      assert.equal(3, support.version(srv))
+      local held
+      assert.truthy(support.poll(10, function()
+        for _, e in ipairs(ours(srv, "PATCH", "/leases/")) do
+          if e.fault and e.fault.action == "delay" and type(e.status) == "number" and e.status ~= 0 then held = e end
+        end
+        return held
+      end), "the held renewal was never answered")
+      assert.equal(422, held.status)
+      local newer = 0
+      for _, e in ipairs(ours(srv, "PATCH", "/leases/")) do
+        if e.at > held.at and e.at < held.at + 2 and e.status == 200 then newer = newer + 1 end
+      end
+      assert.is_true(newer >= 1, "no renewal landed while one was held")
+      assert.same({ "delay", "delay" }, srv:fired())
     end)
   end)
 

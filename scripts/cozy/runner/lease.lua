@@ -295,34 +295,59 @@ function lease.renew_loop(payload, chan)
   -- the lease counts from before the request that took it (lease.acquire),
   -- and each renewal from before it was sent, never from an answer: the
   -- server stamps the renewTime we send, and other runners count from that
-  local last_ok = cfg.acquired_at
-  local sent = last_ok
+  local last_ok, sent, rv = cfg.acquired_at, cfg.acquired_at, cfg.resource_version
+  -- renew at once (not twice in a row): the Lease moved on, still ours
+  local again = false
   chan:ok(last_ok)
-  while not chan:wait(math.max(0, sent + interval - sys.monotime())) do
+  while not chan:wait(again and 0 or math.max(0, sent + interval - sys.monotime())) do
     sent = sys.monotime()
-    local ok, err = pcall(leases.json_patch, leases, cfg.namespace, lease.NAME, {
+    -- guarded by the resourceVersion of our last known write: a renewal the
+    -- server took up late (its attempt timed out here) can never land after
+    -- a newer one and set renewTime back to its older value
+    local ok, res = pcall(leases.json_patch, leases, cfg.namespace, lease.NAME, {
       { op = "test", path = "/spec/holderIdentity", value = cfg.identity },
+      { op = "test", path = "/metadata/resourceVersion", value = rv },
       { op = "add", path = "/spec/renewTime", value = lease.microtime(sys.time()) },
     })
     local age = sys.monotime() - sent
-    if ok and age > cfg.duration * UNRENEWED_LIMIT then
-      -- fail closed: by the time it came, too little of the lease is left
-      -- to write under, and another runner may already count it expired
-      log:warn("lock renewal answered too late to count on", { lease = lease.NAME,
-        answered_after_s = ("%.1f"):format(age), lease_s = cfg.duration })
-    elseif ok then
-      last_ok = sent
-      chan:ok(sent)
-      log:debug("lock renewed", { lease = lease.NAME })
-    elseif type(err) == "table" and (err.code == 422 or err.code == 404) then
-      chan:lost(("lock %s is no longer held by %s: %s"):format(lease.NAME, cfg.identity, tostring(err)))
-      return
-    else
-      log:warn("lock renewal failed, retrying", { lease = lease.NAME, error = tostring(err) })
-      if sys.monotime() - last_ok > cfg.duration then
-        chan:lost(("lock %s not renewed for %ds: %s"):format(lease.NAME, cfg.duration, tostring(err)))
-        return
+    local lost, retried = nil, again
+    again = false
+    if ok then
+      rv = res.metadata.resourceVersion
+      if age > cfg.duration * UNRENEWED_LIMIT then
+        -- fail closed: by the time it came, too little of the lease is left
+        -- to write under, and another runner may already count it expired
+        log:warn("lock renewal answered too late to count on", { lease = lease.NAME,
+          answered_after_s = ("%.1f"):format(age), lease_s = cfg.duration })
+      else
+        last_ok = sent
+        chan:ok(sent)
+        log:debug("lock renewed", { lease = lease.NAME })
       end
+    elseif type(res) == "table" and (res.code == 422 or res.code == 409 or res.code == 404) then
+      -- a test failed: another holder, or the Lease moved on (a late
+      -- renewal of ours landed, or someone touched it); the re-read tells
+      local found, cur = pcall(leases.find, leases, cfg.namespace, lease.NAME)
+      if found and (cur == nil or holder_of(cur) ~= cfg.identity) then
+        lost = ("lock %s is no longer held by %s: %s"):format(lease.NAME, cfg.identity, tostring(res))
+      elseif found and cur.metadata.resourceVersion == rv then
+        lost = ("lock %s: its renewal was refused: %s"):format(lease.NAME, tostring(res))
+      elseif found then
+        rv, again = cur.metadata.resourceVersion, not retried
+        log:debug("lock moved on, still ours: renewing again", { lease = lease.NAME, resourceVersion = rv })
+      else
+        res = cur
+      end
+    end
+    if not ok and not lost and not again then
+      log:warn("lock renewal failed, retrying", { lease = lease.NAME, error = tostring(res) })
+      if sys.monotime() - last_ok > cfg.duration then
+        lost = ("lock %s not renewed for %ds: %s"):format(lease.NAME, cfg.duration, tostring(res))
+      end
+    end
+    if lost then
+      chan:lost(lost)
+      return
     end
   end
 end
@@ -331,15 +356,16 @@ local Holder = {}
 Holder.__index = Holder
 
 -- Starts renewing in the background. connect: plain-data kube.connect
--- options; acquired_at: what lease.acquire returned, the monotonic time the
--- lock counts from.
-function lease.hold(opts, connect, acquired_at)
+-- options; obj, acquired_at: what lease.acquire returned (the Lease, and the
+-- monotonic time the lock counts from).
+function lease.hold(opts, connect, obj, acquired_at)
   if type(acquired_at) ~= "number" then error("lease.hold: acquired_at (lease.acquire's second result) is required", 2) end
   local worker = require "cozy.worker"
   local payload = json.encode({
     connect = { kubeconfig = connect.kubeconfig, context = connect.context,
       request_timeout = connect.request_timeout },
     namespace = opts.namespace, identity = opts.identity, duration = opts.duration, acquired_at = acquired_at,
+    resource_version = obj.metadata.resourceVersion,
     log_format = opts.log.format, verbosity = opts.log.verbosity,
   })
   return setmetatable({ opts = opts, started = acquired_at,
