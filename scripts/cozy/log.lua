@@ -56,6 +56,16 @@ function Logger:enabled(level)
   return (levels[level] or 0) <= self.verbosity
 end
 
+-- Writes s to the root's stream unless its output is gone: a failed write
+-- (EPIPE once the reader of a pipe has gone, EBADF) ends the output for
+-- good, never the run: SIGPIPE is ignored (core/signals.c), so a run
+-- holding the lock goes on, stamps and releases it.
+local function emit(root, s)
+  if root.broken then return false end
+  if not root.stream:write(s) then root.broken = true end
+  return not root.broken
+end
+
 function Logger:write(level, message, fields)
   if not self:enabled(level) then return end
   local all = merged(self.tags, fields)
@@ -84,11 +94,12 @@ function Logger:write(level, message, fields)
     out = "\r\27[K" .. out
     root.bar_active = false
   end
-  root.stream:write(out)
-  -- and draw it again below the line, so the bar stays the last line on
-  -- the screen however many lines a run logs
-  if root.bar then root.bar:draw(sys.monotime()) end
-  root.stream:flush()
+  if emit(root, out) then
+    -- and draw it again below the line, so the bar stays the last line on
+    -- the screen however many lines a run logs
+    if root.bar then root.bar:draw(sys.monotime()) end
+    root.stream:flush()
+  end
   if root.sink then root.sink(level, message, all) end
 end
 
@@ -131,7 +142,7 @@ end
 function Progress:draw(now)
   local rate, eta = self:pace(now)
   local root = self.logger.root
-  root.stream:write(table.concat { "\r\27[K", bar(self.done_count, self.total, 30), self.label, " ",
+  emit(root, table.concat { "\r\27[K", bar(self.done_count, self.total, 30), self.label, " ",
     tostring(self.done_count), self.total and ("/" .. self.total) or "",
     rate and (" %.1f/s"):format(rate) or "", eta and (" ETA " .. seconds_text(math.ceil(eta))) or "" })
   root.bar_active = true

@@ -153,4 +153,18 @@ describe("cozy.log", function()
     assert.matches("^\r\27%[K%d.*INFO  after a bar\n$", lines[3])
     assert.matches('"msg":"as json"', lines[4])
   end)
+
+  it("stops writing once a write fails (the reader is gone), and goes on", function()
+    local calls, seen = 0, {}
+    local stream = {
+      write = function() calls = calls + 1; return nil, "Broken pipe", 32 end,
+      flush = function(self) return self end,
+    }
+    local l = log.new{ stream = stream, tty = true, sink = function(_, msg) seen[#seen + 1] = msg end }
+    l:info("first")
+    l:progress("objects", 10):step(5)
+    l:warn("second")
+    assert.equal(1, calls)
+    assert.same({ "first", "second" }, seen)
+  end)
 end)
