@@ -126,6 +126,7 @@ local PERMISSIONS = [[
     { verb = "list", group = "", resource = "configmaps" },
     { verb = "get", group = "", resource = "configmaps" },
     { verb = "patch", group = "", resource = "configmaps" },
+    { verb = "delete", group = "", resource = "configmaps" },
   },
 ]]
 
@@ -429,6 +430,129 @@ describe("update_each", function()
     assert.same({}, support.writes(srv))
     assert.equal(3, res.outcome.counts.changed)
     assert.equal("cm-1 would be done", lines[1])
+  end)
+end)
+
+-- A value carried with each item through update_each: items from a function
+-- returning (object, value); edit, on_change and on_absent get the value.
+local CARRY = [[
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local items = {}
+    for cm in cms:list{ namespace = "cozy-system", project = { "data" } } do
+      if cm.metadata.name:find("^cm%%-") then items[#items + 1] = cm end
+    end
+    local i = 0
+    local seen = {}
+    local counts = cms:update_each(function()
+      i = i + 1
+      if items[i] == nil then return nil end
+      return items[i], { tag = "carried-" .. items[i].metadata.name }
+    end, function(cm, listed, value)
+      concurrent(cm)
+      assert(listed.metadata.name == cm.metadata.name)
+      cm.data.carried = value.tag
+    end, { concurrency = %d, absent = "skip", project = { "data" },
+      on_change = function(cm, _, _, value) seen["changed " .. cm.metadata.name] = value.tag end,
+      on_absent = function(cm, value) seen["absent " .. cm.metadata.name] = value.tag end })
+    seen.changed = counts.changed
+    seen.absent = counts.absent
+    ctx.outcome(seen)
+]]
+
+describe("update_each with carried values", function()
+  server()
+  before_each(function()
+    srv:reset(fixture(4))
+    if not srv.real then srv:clear_faults() end
+    srv:clear_requests()
+  end)
+
+  for _, case in ipairs({ { "in parallel", 4 }, { "one at a time", 1 }, { "in plan mode", 4, "plan" } }) do
+    it(("hands each item's value to edit, on_change and on_absent (%s)"):format(case[1]), function()
+      concurrently["cm-4"] = case[3] == nil and { times = 1, delete = true } or nil
+      local ok, res = run(srv, CARRY:format(case[2]), case[3])
+      assert.is_true(ok, tostring(res))
+      local want = { changed = 3, absent = 1, ["changed cm-1"] = "carried-cm-1", ["changed cm-2"] = "carried-cm-2",
+        ["changed cm-3"] = "carried-cm-3", ["absent cm-4"] = "carried-cm-4" }
+      if case[3] == "plan" then
+        -- nothing deleted in a plan: all four change, on paper
+        want.changed, want.absent, want["absent cm-4"], want["changed cm-4"] = 4, 0, nil, "carried-cm-4"
+        assert.same({}, support.writes(srv))
+      else
+        local held = stored()
+        for n = 1, 3 do assert.equal("carried-cm-" .. n, held["cm-" .. n].data.carried) end
+      end
+      assert.same(want, res.outcome.counts)
+    end)
+  end
+end)
+
+describe("single writes with absent = \"skip\", and read_back", function()
+  server()
+  before_each(function()
+    srv:reset(fixture(1))
+    srv:clear_requests()
+  end)
+
+  for _, mode in ipairs({ "run", "plan" }) do
+    it(("return nil for an absent object when told, and raise its 404 otherwise (%s)"):format(mode), function()
+      local ok, res = run(srv, [[
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local skip = { absent = "skip" }
+    local got = {}
+    local function count(name, ...) got[name] = select("#", ...) == 1 and (...) == nil and "nil" or "value" end
+    count("get", cms:get("cozy-system", "none", skip))
+    count("merge_patch", cms:merge_patch("cozy-system", "none", { data = { a = "1" } }, skip))
+    count("json_patch", cms:json_patch("cozy-system", "none", { { op = "add", path = "/data/a", value = "1" } }, skip))
+    count("update", cms:update("cozy-system", "none", function() return { { op = "add", path = "/data/a", value = "1" } } end, skip))
+    count("change", cms:change("cozy-system", "none", function(cm) cm.data.a = "1" end, skip))
+    count("delete", cms:delete("cozy-system", "none", skip))
+    count("present", cms:merge_patch("cozy-system", "cm-1", { data = { a = "1" } }, skip))
+    for _, call in ipairs({ "get", "merge_patch", "delete" }) do
+      local ok2, err = pcall(cms[call], cms, "cozy-system", "none", call == "merge_patch" and { data = {} } or nil)
+      got["raises " .. call] = not ok2 and err.code == 404 and err.absent == "object"
+    end
+    local ok3, err3 = pcall(cms.delete, cms, "cozy-system", "none", { absent = "maybe" })
+    got.bad_opts = not ok3 and tostring(err3):match("opts must be a table whose absent is") ~= nil
+    ctx.outcome(got)
+]], mode ~= "run" and mode or nil)
+      assert.is_true(ok, tostring(res))
+      assert.same({ get = "nil", merge_patch = "nil", json_patch = "nil", update = "nil", change = "nil", delete = "nil",
+        present = "value", ["raises get"] = true, ["raises merge_patch"] = true, ["raises delete"] = true, bad_opts = true },
+        res.outcome.counts)
+    end)
+  end
+
+  it("read_back reads the object as stored in a run, nil when it is gone since", function()
+    concurrently["cm-1"] = { times = 1, delete = true }
+    local ok, res = run(srv, [[
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local written = cms:merge_patch("cozy-system", "cm-1", { data = { a = "1" } })
+    local back = cms:read_back(written)
+    local out = { a = back.data.a, same_rv = back.metadata.resourceVersion == written.metadata.resourceVersion }
+    concurrent(written)
+    out.gone = cms:read_back(written) == nil
+    ctx.outcome(out)
+]])
+    assert.is_true(ok, tostring(res))
+    assert.same({ a = "1", same_rv = true, gone = true }, res.outcome.counts)
+    -- each read_back was a GET of the object
+    assert.equal(2, #engine_requests { method = "GET", path = "^/api/v1/namespaces/cozy%-system/configmaps/cm%-1$" })
+  end)
+
+  it("read_back in a plan returns what the write would have produced, and reads nothing", function()
+    local ok, res = run(srv, [[
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local written = cms:merge_patch("cozy-system", "cm-1", { data = { a = "1" } })
+    local back = cms:read_back(written)
+    ctx.outcome { a = back.data.a, same = back == written }
+]], "plan")
+    assert.is_true(ok, tostring(res))
+    assert.same({ a = "1", same = true }, res.outcome.counts)
+    assert.same({}, support.writes(srv))
+    -- the merge patch's simulation read the object once; read_back read nothing more
+    assert.equal(1, #engine_requests { method = "GET", path = "^/api/v1/namespaces/cozy%-system/configmaps/cm%-1$" })
+    assert.is_nil(stored()["cm-1"].data.a)
   end)
 end)
 

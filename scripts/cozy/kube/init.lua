@@ -381,15 +381,41 @@ local function check_object(self, obj, ns, name, status, attempts)
   return obj
 end
 
+-- Does o name itself as an object of this resource: metadata.name, and
+-- metadata.namespace when the resource is namespaced?
+local function names_itself(self, o)
+  local md = type(o) == "table" and o.metadata
+  return type(md) == "table" and type(md.name) == "string" and (not self.namespaced or type(md.namespace) == "string")
+end
+
 -- lean: a projection tree (kube.projection) to decode the answer with, or nil
 function Resource:_get(ns, name, lean)
   local obj, status, attempts = self.client:call("GET", self:path(ns, name), { projection = lean })
   return check_object(self, obj, ns, name, status, attempts)
 end
 
+-- opts of a single call: { absent = "skip" } makes an absent object (404
+-- with details.name) return nil instead of raising; nil or "fail" raises.
+local function absent_opts(opts, what)
+  if opts == nil then return false end
+  if type(opts) ~= "table" or (opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail") then
+    error(("%s: opts must be a table whose absent is \"skip\" or \"fail\""):format(what), 3)
+  end
+  return opts.absent == "skip"
+end
+
+-- fn(...), or with skip nil when it raised that its object is absent.
+local function unless_absent(skip, fn, ...)
+  if not skip then return fn(...) end
+  local res = table.pack(pcall(fn, ...))
+  if res[1] then return table.unpack(res, 2, res.n) end
+  if errors.is_error(res[2]) and res[2].absent == "object" then return nil end
+  error(res[2], 0)
+end
+
 function Resource:get(...)
-  local ns, name = target(self, 2, ...)
-  return self:_get(ns, name)
+  local ns, name, opts = target(self, 2, ...)
+  return unless_absent(absent_opts(opts, "get"), self._get, self, ns, name)
 end
 
 function Resource:find(...)
@@ -456,9 +482,9 @@ function Resource:_merge_patch(ns, name, p, base)
 end
 
 function Resource:merge_patch(...)
-  local ns, name, p = target(self, 2, ...)
+  local ns, name, p, opts = target(self, 2, ...)
   if type(p) ~= "table" then error("merge_patch: the patch must be a table", 2) end
-  return self:_merge_patch(ns, name, p)
+  return unless_absent(absent_opts(opts, "merge_patch"), self._merge_patch, self, ns, name, p)
 end
 
 local function as_ops(ops)
@@ -483,16 +509,28 @@ function Resource:_json_patch(ns, name, ops, base, lean)
 end
 
 function Resource:json_patch(...)
-  local ns, name, ops = target(self, 2, ...)
+  local ns, name, ops, opts = target(self, 2, ...)
   if type(ops) ~= "table" then error("json_patch: ops must be an array of operations", 2) end
-  return self:_json_patch(ns, name, ops)
+  return unless_absent(absent_opts(opts, "json_patch"), self._json_patch, self, ns, name, ops)
 end
 
 function Resource:delete(...)
-  local ns, name = target(self, 2, ...)
+  local ns, name, opts = target(self, 2, ...)
   -- an absent object raises in a client dry run too, as the real delete would
-  self.client:call("DELETE", self:path(ns, name), { simulate = function() self:_get(ns, name) end })
+  unless_absent(absent_opts(opts, "delete"), self.client.call, self.client, "DELETE", self:path(ns, name),
+    { simulate = function() self:_get(ns, name) end })
   return nil
+end
+
+-- The object as a write left it: in a dry run (nothing was stored) the
+-- write's answer itself, what it would have produced; otherwise a fresh
+-- read of it, nil when it is gone since.
+function Resource:read_back(written)
+  if not names_itself(self, written) then
+    error("read_back(obj): obj.metadata must name the object (the answer of a write)", 2)
+  end
+  if self.client.dry_run ~= nil then return written end
+  return self:find(written.metadata.namespace, written.metadata.name)
 end
 
 local update_in_parallel -- below update_each, which calls it
@@ -545,37 +583,31 @@ local function conflict_loop(self, ns, name, obj, compute, lean)
   error(last_err, 0)
 end
 
--- Does o name itself as an object of this resource: metadata.name, and
--- metadata.namespace when the resource is namespaced?
-local function names_itself(self, o)
-  local md = type(o) == "table" and o.metadata
-  return type(md) == "table" and type(md.name) == "string" and (not self.namespaced or type(md.namespace) == "string")
-end
-
 -- (obj, fn) or (ns, name, fn) / (name, fn): the object to start from, its
 -- namespace and name, and the function.
 local function subject(self, level, what, a, ...)
-  local obj, ns, name, fn
+  local obj, ns, name, fn, opts
   if type(a) == "table" then
-    obj, fn = a, ...
+    obj, fn, opts = a, ...
     if not names_itself(self, obj) then
       error(("%s(obj, fn): obj.metadata must name the object"):format(what), level + 1)
     end
     ns, name = obj.metadata.namespace, obj.metadata.name
   else
-    ns, name, fn = target(self, level + 1, a, ...)
+    ns, name, fn, opts = target(self, level + 1, a, ...)
   end
   if type(fn) ~= "function" then error(("%s: the last argument must be a function"):format(what), level + 1) end
-  return obj, ns, name, fn
+  return obj, ns, name, fn, absent_opts(opts, what)
 end
 
 -- The conflict-aware update (docs/engine-api.md): mutate(copy) returns JSON
 -- patch ops. Returns obj, changed.
 function Resource:update(a, ...)
-  local obj, ns, name, mutate = subject(self, 2, "update", a, ...)
+  local obj, ns, name, mutate, skip = subject(self, 2, "update", a, ...)
   -- mutate gets its own copy: the object must stay intact as the base of a
   -- client dry run, and mutate must not be able to change it behind us
-  return conflict_loop(self, ns, name, obj, function(current) return mutate(patch.deepcopy(current)) end)
+  return unless_absent(skip, conflict_loop, self, ns, name, obj,
+    function(current) return mutate(patch.deepcopy(current)) end)
 end
 
 -- Change by editing a copy (docs/engine-api.md): edit(copy) changes a copy of
@@ -584,8 +616,8 @@ end
 -- none, and on a conflict re-reads and edits again. Returns obj, changed and
 -- what the last call of edit returned.
 function Resource:change(a, ...)
-  local obj, ns, name, edit = subject(self, 2, "change", a, ...)
-  return self:_change(obj, ns, name, edit)
+  local obj, ns, name, edit, skip = subject(self, 2, "change", a, ...)
+  return unless_absent(skip, self._change, self, obj, ns, name, edit)
 end
 
 function Resource:_change(obj, ns, name, edit, lean)
@@ -622,12 +654,12 @@ update_in_parallel = function(self, pull, edit, opts, counts, concurrency, lean)
     local ns, name = state.obj.metadata.namespace, state.obj.metadata.name
     local rv = state.obj.metadata.resourceVersion
     local copy = patch.deepcopy(state.obj)
-    state.info = edit(copy, state.item)
+    state.info = edit(copy, state.item, state.value)
     local ops = patch.diff(state.obj, copy)
     if #ops == 0 then
       if state.maybe_applied then
         counts.changed = counts.changed + 1
-        if opts.on_change then opts.on_change(state.item, state.info, state.obj) end
+        if opts.on_change then opts.on_change(state.item, state.info, state.obj, state.value) end
       else
         counts.unchanged = counts.unchanged + 1
       end
@@ -648,7 +680,7 @@ update_in_parallel = function(self, pull, edit, opts, counts, concurrency, lean)
   local function settle(state, ok, res)
     if ok then
       counts.changed = counts.changed + 1
-      if opts.on_change then opts.on_change(state.item, state.info, res) end
+      if opts.on_change then opts.on_change(state.item, state.info, res, state.value) end
       return finished(state)
     end
     if errors.is_error(res) and (res.code == 409 or res.code == 422) and not errors.is_invalid_object(res) then
@@ -667,7 +699,7 @@ update_in_parallel = function(self, pull, edit, opts, counts, concurrency, lean)
     end
     if opts.absent == "skip" and errors.is_error(res) and res.absent == "object" then
       counts.absent = counts.absent + 1
-      if opts.on_absent then opts.on_absent(state.item) end
+      if opts.on_absent then opts.on_absent(state.item, state.value) end
       return finished(state)
     end
     first_err = first_err or res
@@ -678,10 +710,10 @@ update_in_parallel = function(self, pull, edit, opts, counts, concurrency, lean)
     -- keep the pipe full (submitted beyond the concurrency wait in the batch)
     while first_err == nil and not drained and pending < concurrency * 2 do
       local ok, err = pcall(function()
-        local item = pull()
+        local item, value = pull()
         if item == nil then drained = true return end
         counts.total = counts.total + 1
-        start { item = item, obj = item, attempt = 1 }
+        start { item = item, value = value, obj = item, attempt = 1 }
       end)
       if not ok then first_err = err end
     end
@@ -701,11 +733,14 @@ end
 -- A batch of independent changes: change(item, edit) for each item (an
 -- object), in no promised order (the items must not depend on each other).
 -- items is an array; a list (a pager: its objects as they are read); or a
--- function returning the next item (nil: no more). The last two are pulled
+-- function returning the next item (nil: no more) and, optionally, a value
+-- carried with it: edit(copy, item, value), and on_change and on_absent
+-- after, are handed that value with the item, in every path (parallel,
+-- serial, client dry run). The last two are pulled
 -- only as the batch has room, so not all items need be held at once. opts:
 --   absent = "skip"      an object deleted since the list is counted and
---                        skipped (on_absent(item) is told); else it raises
---   on_change(item, info, obj)  after each change that landed (or, in a
+--                        skipped (on_absent(item, value) is told); else it raises
+--   on_change(item, info, obj, value)  after each change that landed (or, in a
 --                        client dry run, was recorded)
 --   progress             an object with step(n), stepped after each item
 --   project              dotted paths, as list's: the items are lean objects of
@@ -735,12 +770,12 @@ function Resource:update_each(items, edit, opts)
   local lean = opts.project and kube.projection(opts.project)
   -- the next item, which must be an object that names itself (nil: no more)
   local function next_object()
-    local item = pull()
+    local item, value = pull()
     if item == nil then return nil end
     if not names_itself(self, item) then
       error(("update_each: an item is not an object whose metadata names it (got %s)"):format(type(item)), 0)
     end
-    return item
+    return item, value
   end
   local counts = { total = 0, changed = 0, unchanged = 0, absent = 0 }
   local concurrency = math.tointeger(opts.concurrency) or self.client.concurrency
@@ -748,18 +783,20 @@ function Resource:update_each(items, edit, opts)
   if concurrency > 1 and (not array or #items > 1) and self.client.dry_run ~= "client" then
     return update_in_parallel(self, next_object, edit, opts, counts, concurrency, lean)
   end
-  for item in next_object do
+  while true do
+    local item, value = next_object()
+    if item == nil then break end
     counts.total = counts.total + 1
     local md = item.metadata
     local ok, obj, changed, info = pcall(self._change, self, item, md.namespace, md.name,
-      function(copy) return edit(copy, item) end, lean)
+      function(copy) return edit(copy, item, value) end, lean)
     if not ok then
       if not (opts.absent == "skip" and errors.is_error(obj) and obj.absent == "object") then error(obj, 0) end
       counts.absent = counts.absent + 1
-      if opts.on_absent then opts.on_absent(item) end
+      if opts.on_absent then opts.on_absent(item, value) end
     elseif changed then
       counts.changed = counts.changed + 1
-      if opts.on_change then opts.on_change(item, info, obj) end
+      if opts.on_change then opts.on_change(item, info, obj, value) end
     else
       counts.unchanged = counts.unchanged + 1
     end

@@ -9,6 +9,7 @@
 -- which the sandbox does not offer). Every request still goes through the
 -- step's client view, whose gate (Client:call) decides what may be sent.
 local errors = require "cozy.errors"
+local join = require "cozy.kube.join"
 local json = require "cozy.json"
 
 local context = {}
@@ -120,9 +121,10 @@ local function resource_facade(res, logger)
       concurrency = opts.concurrency,
       on_change = opts.on_change,
       project = opts.project,
-      on_absent = function(item)
-        logger:write("info", ("%s: deleted since the list, %s"):format(errors.safe_text(name_of(item)),
+      on_absent = function(item, value)
+        logger:write("info", ("%s: deleted since the list, %s"):format(errors.safe_text(name_of(item, value)),
           errors.safe_text(opts.absent_note or "skipped")))
+        if opts.on_absent then opts.on_absent(item, value) end
       end,
       progress = progress,
     })
@@ -134,7 +136,7 @@ local function resource_facade(res, logger)
     return counts
   end)
   for _, name in ipairs({ "get", "find", "create", "merge_patch", "json_patch", "delete", "update", "change",
-      "path", "collection_path" }) do
+      "read_back", "path", "collection_path" }) do
     local fn = res[name]
     r[name] = method(r, function(...) return fn(res, ...) end)
   end
@@ -179,6 +181,30 @@ local function kube_facade(view, logger)
   k.get_path = method(k, function(path, query) return view:get_path(path, query) end)
   k.served = method(k, function(api_version, plural) return view:served(api_version, plural) end)
   return seal(k, "ctx.kube")
+end
+
+-- The keyed join and the queue of cozy.kube.join, as closures.
+local function queue_facade(q)
+  local f = {}
+  f.push = method(f, function(o, value) return q:push(o, value) end)
+  f.pop = method(f, function() return q:pop() end)
+  f.len = method(f, function() return q:len() end)
+  f.drain = method(f, function() return function() return q:pop() end end)
+  return seal(f, "a queue")
+end
+
+local function join_facade(j)
+  local f = {}
+  f.next = method(f, function() return j:next() end)
+  f.unmatched = method(f, function()
+    local it = j:unmatched()
+    return function() return it() end
+  end)
+  return setmetatable(f, {
+    __call = function() return j:next() end,
+    __newindex = function() error("a join is read-only", 2) end,
+    __metatable = false,
+  })
 end
 
 local function progress_facade(p)
@@ -279,6 +305,13 @@ function context.new(opts)
     if type(template) ~= "string" then error("ctx.worded(template): template must be a string", 2) end
     return worded(template, ctx.mode)
   end
+  -- join(left, right, { key = fn(right_item) [, left_key = fn(left_item)] }):
+  -- for left_item, matches in ctx.join(...) do ... end; then :unmatched()
+  function ctx.join(left, right, join_opts)
+    if join_opts ~= nil and type(join_opts) ~= "table" then error("ctx.join(left, right, opts): opts must be a table", 2) end
+    return join_facade(join.new(left, right, join_opts))
+  end
+  function ctx.queue() return queue_facade(join.queue()) end
   function ctx.progress(label, total)
     return ctx.log.progress(label, total)
   end
