@@ -6,7 +6,7 @@ local sys = require "cozy.sys"
 local cli = {}
 
 -- Exit statuses (docs/operations.md): 0 done, 1 a migration or API call failed,
--- 2 usage/configuration/invalid migration set, 3 lock held by another runner.
+-- 2 usage/configuration/invalid migration set, 3 lock not taken within --lock-timeout.
 cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_LOCKED = 0, 1, 2, 3
 
 cli.usage = [==[
@@ -58,7 +58,8 @@ Environment:
 
 Exit status: 0 done or nothing to do; 1 a migration or an API call failed,
 a run was stopped (SIGTERM, lost lock) or check found a blocking finding;
-2 usage, configuration or an invalid migration set; 3 the lock is held.
+2 usage, configuration or an invalid migration set; 3 the lock could not be
+taken within --lock-timeout (held by another runner, or refused by the server).
 See docs/operations.md.
 ]==]
 

@@ -191,6 +191,37 @@ describe("the Lease, hostile server #fakeonly", function()
       assert.is_true(newer >= 1, "no renewal landed while one was held")
       assert.same({ "delay", "delay" }, srv:fired())
     end)
+
+    it("gives up, releasing the Lease, when every take of it is answered too late", function()
+      -- every write of the Lease held 1.2 s under a 3 s lease: each answer
+      -- comes after the first third, when the first renewal was due; the
+      -- runner takes the lock again and again until its timeout, then exits
+      -- 3 without a write, and gives the Lease up (holder emptied)
+      srv:reset(support.fixture(1))
+      srv:faults {
+        { method = "POST", path = LEASES_RULE, times = -1, delay_ms = 1200 },
+        { method = "PATCH", path = LEASE_RULE, times = -1, delay_ms = 1200 },
+      }
+      local r = run_bounded(srv, "two", 2, { COZY_MIGRATE_LEASE_SECONDS = "3" })
+      assert.equal(3, r.code, r.stderr)
+      assert.matches("could not take the lock cozy%-system/cozystack%-migrations within 2s: "
+        .. "the server answered its last take after 1%.%ds, past a third of the 3s lease", r.stderr)
+      assert.matches("lock answer came too late to count on", r.stderr)
+      assert.matches("lock released", r.stderr)
+      assert.same({}, writes_besides_lease(srv))
+      assert.equal(1, support.version(srv))
+      assert.equal("", get_lease(srv).spec.holderIdentity)
+      -- the create, the takes again within the 2 s, the release: all held
+      local takes = ours(srv, nil, "/leases")
+      local writes = 0
+      for _, e in ipairs(takes) do
+        if e.method ~= "GET" then
+          writes = writes + 1
+          assert.same({ action = "delay", rule = e.method == "POST" and 0 or 1 }, e.fault)
+        end
+      end
+      assert.is_true(writes >= 3 and writes <= 5, writes .. " writes of the Lease")
+    end)
   end)
 
   describe("refusals", function()
