@@ -627,7 +627,8 @@ static int m_submit(lua_State *L) {
 
 static int m_pending(lua_State *L) {
   struct cozy_multi *m = luaL_checkudata(L, 1, MULTI_MT);
-  lua_pushinteger(L, m->closed ? 0 : m->pending);
+  /* a loose job is as good as dropped (check_multi drops it) */
+  lua_pushinteger(L, m->closed ? 0 : m->pending - (m->loose != NULL));
   return 1;
 }
 
