@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <signal.h>
@@ -133,10 +134,12 @@ struct spawn {
 
 /* The absolute form of path, kept alive as a string on the stack. */
 static const char *absolute(lua_State *L, const char *path) {
-  char *r = realpath(path, NULL);
-  if (r == NULL) luaL_error(L, "%s: %s", path, strerror(errno));
-  lua_pushstring(L, r);
-  free(r);
+  /* into a buffer the collector owns, not realpath's malloc'd one, which a
+  ** memory error raised while the result is pushed would strand */
+  char *resolved = lua_newuserdatauv(L, PATH_MAX, 0);
+  if (realpath(path, resolved) == NULL) luaL_error(L, "%s: %s", path, strerror(errno));
+  lua_pushstring(L, resolved);
+  lua_remove(L, -2); /* the buffer */
   return lua_tostring(L, -1);
 }
 

@@ -53,10 +53,9 @@
 #include "lauxlib.h"
 #include "lualib.h"
 
+#include "clock.h"
 #include "signals.h"
 #include "watch.h"
-
-#include "clock.h"
 
 #define WATCH_MT "cozy.proc.watch"
 #define WATCH_COUNT 1000 /* instructions between checks */
@@ -88,10 +87,6 @@ static int timer_made = 0; /* 1 made, -1 cannot be made (watches hook at once) *
 ** user value is a table lightuserdata(watch) -> handle: it keeps armed
 ** handles alive, so an armed watch is never collected). */
 static const char registry_key = 'w';
-
-static double monotonic(void) {
-  return cozy_monotime();
-}
 
 struct cozy_watches *cozy_watches(lua_State *L) {
   struct cozy_watches *ws;
@@ -133,7 +128,7 @@ int cozy_watch_poll(const struct cozy_watches *ws, double now, double *detail) {
 }
 
 int cozy_watch_sleep(const struct cozy_watches *ws, double seconds, double *detail) {
-  double now = monotonic(), end = now + seconds;
+  double now = cozy_monotime(), end = now + seconds;
   for (;;) {
     struct timespec ts;
     double slice;
@@ -149,7 +144,7 @@ int cozy_watch_sleep(const struct cozy_watches *ws, double seconds, double *deta
     ts.tv_sec = (time_t)slice;
     ts.tv_nsec = (long)((slice - (double)ts.tv_sec) * 1e9);
     if (nanosleep(&ts, NULL) != 0 && errno != EINTR) return COZY_GO; /* EINVAL: cannot happen */
-    now = monotonic();
+    now = cozy_monotime();
   }
 }
 
@@ -204,10 +199,10 @@ static void watch_hook(lua_State *L, lua_Debug *ar) {
   int r;
   (void)ar;
   ws = cozy_watches(L);
-  r = poll_armed(ws, monotonic(), &detail);
+  r = poll_armed(ws, cozy_monotime(), &detail);
   if (r == COZY_GO && (ws == NULL || ws->top == NULL || ws->on_demand == L)) {
     lua_sethook(L, NULL, 0, 0);
-    r = poll_armed(ws, monotonic(), &detail);
+    r = poll_armed(ws, cozy_monotime(), &detail);
     if (r == COZY_GO) return;
     lua_sethook(L, watch_hook, LUA_MASKCOUNT, WATCH_COUNT);
   }
@@ -407,7 +402,7 @@ int cozy_proc_watch(lua_State *L) {
   if (!on_demand) set_hook(L);
   follow_deadline(ws); /* also when armed in a coroutine: its deadline may be the earliest */
   /* a signal caught before, or a deadline already passed */
-  if (on_demand && poll_armed(ws, monotonic(), &detail) != COZY_GO) set_hook(L);
+  if (on_demand && poll_armed(ws, cozy_monotime(), &detail) != COZY_GO) set_hook(L);
   return 1;
 }
 
@@ -455,7 +450,7 @@ static int watch_armed(lua_State *L) {
 ** For code that catches errors (a pcall wrapper): rethrow when this is set. */
 int cozy_proc_pending_stop(lua_State *L) {
   double detail = 0;
-  int r = poll_armed(cozy_watches(L), monotonic(), &detail);
+  int r = poll_armed(cozy_watches(L), cozy_monotime(), &detail);
   if (r == COZY_GO) {
     lua_pushnil(L);
     return 1;
