@@ -14,6 +14,16 @@ describe("cozy.worker", function()
     assert.is_true(w:stop())  -- twice is fine
   end)
 
+  it("records a success at the time given, never moving the record back", function()
+    -- the lease's renewals count from before they were sent, not from the answer
+    local sys = require "cozy.sys"
+    local at = ("%.17g"):format(sys.monotime() - 2.5)
+    local w = worker.start("spec.fixtures.runner.worker_probe", "ok_at", at)
+    assert.truthy(support.poll(5, function() return w:last_ok() end))
+    assert.equal(tonumber(at), w:last_ok())
+    assert.is_true(w:stop())
+  end)
+
   it("tells the main state when the work is lost", function()
     local w = worker.start("spec.fixtures.runner.worker_probe", "loop", "lose")
     assert.equal("gone after 3", support.poll(5, function() return w:lost() end))
