@@ -63,7 +63,7 @@ end
 -- text() = the text lines as cozy-migrate would print them.
 function harness.capture_log(verbosity)
   local chunks, lines = {}, {}
-  local stream = { write = function(_, s) chunks[#chunks + 1] = s end, flush = function() end }
+  local stream = { write = function(self, s) chunks[#chunks + 1] = s return self end, flush = function() end }
   local log = require("cozy.log").new { format = "text", verbosity = verbosity or 0, stream = stream, tty = false,
     sink = function(level, message, fields)
       lines[#lines + 1] = { level = level, message = message, fields = fields }
