@@ -192,6 +192,37 @@ describe("the Lease, hostile server #fakeonly", function()
       assert.same({ "delay", "delay" }, srv:fired())
     end)
 
+    it("takes an expired Lease again when the takeover was answered too late, and writes only after", function()
+      -- the takeover of a dead runner's Lease held 1.2 s under a 3 s lease:
+      -- answered past the first third, it is not acted on; the runner takes
+      -- the Lease again (now its own, guarded by its resourceVersion), and
+      -- its first write follows that second take
+      srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 30) }))
+      srv:faults { { method = "PATCH", path = LEASE_RULE, times = 1, delay_ms = 1200 } }
+      local r = run_bounded(srv, "two", 10, { COZY_MIGRATE_LEASE_SECONDS = "3" })
+      assert.equal(0, r.code, r.stderr)
+      assert.matches("lock taken over from an expired holder", r.stderr)
+      assert.matches("lock answer came too late to count on", r.stderr)
+      assert.equal(3, support.version(srv))
+      local takes = ours(srv, "PATCH", "/leases/")
+      assert.is_true(#takes >= 2, #takes .. " lease writes")
+      assert.same({ action = "delay", rule = 0 }, takes[1].fault)
+      assert.is_nil(takes[2].fault)
+      local first = writes_besides_lease(srv)[1]
+      assert.truthy(first, "no write")
+      assert.is_true(first.at > takes[2].at, "a write before the second take")
+      -- the second take is of the runner's own Lease: the same holder, no
+      -- further transition
+      local function spec_of(e)
+        for _, op in ipairs(fake.json.decode(e.body)) do
+          if op.path == "/spec" then return op.value end
+        end
+      end
+      local one, two = spec_of(takes[1]), spec_of(takes[2])
+      assert.equal(one.holderIdentity, two.holderIdentity)
+      assert.same({ 1, 1 }, { one.leaseTransitions, two.leaseTransitions })
+    end)
+
     it("gives up, releasing the Lease, when every take of it is answered too late", function()
       -- every write of the Lease held 1.2 s under a 3 s lease: each answer
       -- comes after the first third, when the first renewal was due; the

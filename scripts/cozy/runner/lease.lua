@@ -160,6 +160,23 @@ local function send_take(leases, opts, obj, transitions)
   return ok, res, sent
 end
 
+-- A failed take of the Lease: raises (exit 1) unless another runner's write
+-- explains it; else waits `wait` seconds (logged) and returns why, for the
+-- message should the lock timeout run out.
+local function after_refusal(res, leases, opts, obj, wait)
+  if not is_conflict(res, leases, opts, obj and obj.metadata.resourceVersion) then
+    if kerrors.is_error(res) then
+      res.message = ("cannot take the lock %s/%s (not a conflict, so not retried): %s")
+        :format(opts.namespace, lease.NAME, tostring(res.message))
+    end
+    error(res, 0)
+  end
+  opts.log:info("lock write refused, backing off", { lease = lease.NAME, code = res.code, reason = res.reason,
+    retry_in_s = ("%.2f"):format(wait) })
+  sys.sleep(wait)
+  return "the server kept refusing it: " .. tostring(res)
+end
+
 -- Shares of the lease, counted from before a request was sent:
 -- a take of the lock counts only if answered within the first third (when
 -- the first renewal is due); the holder stops writing once two thirds passed
@@ -185,6 +202,7 @@ function lease.acquire(client, opts)
   -- why the last take did not give us the lock, and whether the server may
   -- still name us its holder (an answer that came too late)
   local failed, maybe_ours
+  local previous -- the expired holder we took the Lease from (logged once ours)
   while true do
     if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
     local obj = leases:find(opts.namespace, lease.NAME)
@@ -204,13 +222,16 @@ function lease.acquire(client, opts)
       errors.raise("locked", ("could not take the lock %s/%s within %ss: %s")
         :format(opts.namespace, lease.NAME, tostring(timeout), failed))
     elseif take then
+      if holder ~= nil and holder ~= opts.identity then
+        previous = { holder = holder, renewed = obj.spec.renewTime, expired_for = -remaining }
+      end
       local ok, res, sent = send_take(leases, opts, obj, transitions)
       if ok then
         local age = sys.monotime() - sent
         if age <= opts.duration * TAKE_ANSWER_LIMIT then
-          if holder ~= nil and holder ~= opts.identity then
-            log:warn("lock taken over from an expired holder", { lease = lease.NAME, previous = holder,
-              renewed = obj.spec.renewTime, expired_for_s = ("%.1f"):format(-remaining) })
+          if previous then
+            log:warn("lock taken over from an expired holder", { lease = lease.NAME, previous = previous.holder,
+              renewed = previous.renewed, expired_for_s = ("%.1f"):format(previous.expired_for) })
           else
             log:info("lock acquired", { lease = lease.NAME, holder = opts.identity })
           end
@@ -224,18 +245,7 @@ function lease.acquire(client, opts)
         log:warn("lock answer came too late to count on: taking it again", { lease = lease.NAME,
           answered_after_s = ("%.1f"):format(age), lease_s = opts.duration })
       else
-        if not is_conflict(res, leases, opts, obj and obj.metadata.resourceVersion) then
-          if kerrors.is_error(res) then
-            res.message = ("cannot take the lock %s/%s (not a conflict, so not retried): %s")
-              :format(opts.namespace, lease.NAME, tostring(res.message))
-          end
-          error(res, 0)
-        end
-        failed = "the server kept refusing it: " .. tostring(res)
-        local wait = wait_after(deadline)
-        log:info("lock write refused, backing off", { lease = lease.NAME, code = res.code, reason = res.reason,
-          retry_in_s = ("%.2f"):format(wait) })
-        sys.sleep(wait)
+        failed = after_refusal(res, leases, opts, obj, wait_after(deadline))
       end
     else
       local left = deadline - sys.monotime()
