@@ -1,21 +1,16 @@
 -- Migration 55: orphan the tenant-cluster FluxCD addon's HelmReleases.
 --
--- The platform drops the FluxCD addon of tenant Kubernetes clusters. For each
--- tenant that had it, two HelmReleases in the management cluster deployed it
--- into the tenant cluster (the Flux operator, then the Flux instance). They
--- must go without an uninstall: the Flux running inside the tenant cluster
--- keeps running and keeps reconciling what the tenant gave it. Deleting a
--- HelmRelease normally makes helm-controller (through its finalizer) run
--- `helm uninstall` in the tenant cluster; so, per HelmRelease and in this
--- order: suspend it (helm-controller stops acting on it), remove its
--- finalizers, read it back to see that none came back, and only then delete
--- it. A finalizer that is back after its removal stops the run: deleting then
--- would run the very uninstall this migration exists to avoid.
---
+-- The platform drops the FluxCD addon of tenant Kubernetes clusters: the two HelmReleases per tenant
+-- that deployed it (the Flux operator, then the Flux instance) must go without the `helm uninstall`
+-- their finalizer runs on delete, so that the Flux inside the tenant cluster keeps running. Per
+-- HelmRelease, in this order: suspend it (helm-controller stops acting on it), remove its finalizers,
+-- read it back to see that none came back (else stop: deleting would uninstall), delete it.
 -- See docs/migrations/55-fluxcd-addon-orphan.md.
 local json = require "cozy.json"
+local obj = require "cozy.obj"
 
 local HELMRELEASES = "helm.toolkit.fluxcd.io/v2"
+local GONE = { absent = "skip" } -- an object deleted by someone else meanwhile: nil, not a failure
 
 -- The charts of the addon (spec.chartRef.name); any other HelmRelease is never touched.
 local ADDON_CHARTS = {
@@ -23,78 +18,45 @@ local ADDON_CHARTS = {
   ["cozystack-kubernetes-application-kubevirt-kubernetes-fluxcd-operator"] = true,
 }
 
-local function chart_of(hr)
-  local ref = type(hr.spec) == "table" and hr.spec.chartRef
-  return type(ref) == "table" and ref.name or nil
-end
-
-local function finalizers_of(hr)
-  local f = type(hr) == "table" and type(hr.metadata) == "table" and hr.metadata.finalizers
-  return type(f) == "table" and f or {}
-end
-
--- The addon's HelmReleases, in list order (namespace, name), as
--- { namespace, name, chart, deleting } (a few fields: a fleet may hold
--- thousands); nil when the HelmRelease API is not served at all.
+-- The addon's HelmReleases, in list order (namespace, name), lean (a fleet may
+-- hold thousands); nil when the HelmRelease API is not served at all.
 local function addon_releases(ctx)
-  if not ctx.kube:served(HELMRELEASES, "helmreleases") then return nil end
+  if not ctx.kube:served(HELMRELEASES, "helmreleases") then
+    ctx.log:info("HelmRelease API (helm.toolkit.fluxcd.io/v2) not served: no FluxCD addon to orphan")
+    return nil
+  end
   local found = {}
-  for hr in ctx.kube:resource(HELMRELEASES, "helmreleases"):list{} do
-    local chart = chart_of(hr)
-    if ADDON_CHARTS[chart] then
-      found[#found + 1] = { namespace = hr.metadata.namespace, name = hr.metadata.name, chart = chart,
-        deleting = hr.metadata.deletionTimestamp }
-    end
+  for hr in ctx.kube:resource(HELMRELEASES, "helmreleases"):list{ project = { "spec.chartRef.name", "metadata.deletionTimestamp" } } do
+    if ADDON_CHARTS[obj.get(hr, "spec.chartRef.name")] then found[#found + 1] = hr end
   end
   return found
 end
 
--- a call that may meet the object already deleted: returns the result, or
--- nil, "gone"; any other failure propagates (the run stops: fail closed)
-local function unless_gone(fn, ...)
-  local ok, res = pcall(fn, ...)
-  if ok then return res end
-  if type(res) == "table" and res.absent == "object" then return nil, "gone" end
-  error(res, 0)
-end
-
--- Orphans one HelmRelease; returns "orphaned", or "gone" when it was deleted
--- by someone else before its finalizers were removed (nothing left to
--- orphan). Once the finalizer patch has landed, an object that is gone is
--- orphaned: no finalizer was left to run an uninstall (an object already
--- being deleted goes the moment its finalizers do).
-local function orphan(ctx, hrs, r)
-  local key = r.namespace .. "/" .. r.name
-  ctx.log:info((ctx.mode == "run" and "Orphaning" or "Would orphan") .. " FluxCD addon HelmRelease " .. key,
-    { chart = r.chart })
-  local _, gone = unless_gone(hrs.merge_patch, hrs, r.namespace, r.name, { spec = { suspend = true } })
-  if gone then return "gone" end
-  local patched
-  patched, gone = unless_gone(hrs.merge_patch, hrs, r.namespace, r.name,
-    { metadata = { finalizers = json.null } })
-  if gone then return "gone" end
-  -- the fresh read: what helm-controller would see on delete. In a plan no
-  -- write reached the server, so the patch's (computed) answer stands in.
-  local current = patched
-  if ctx.mode == "run" then
-    current = hrs:find(r.namespace, r.name)   -- nil: already gone; a read error raises
-    if current == nil then return "orphaned" end
-  end
-  local left = finalizers_of(current)
+-- Orphans one HelmRelease: "gone" when deleted by someone else before its finalizers were removed;
+-- else "orphaned", gone or not: no finalizer was left to run an uninstall (an object already being
+-- deleted goes the moment its finalizers do).
+local function orphan(ctx, hrs, hr)
+  local ns, name = hr.metadata.namespace, hr.metadata.name
+  ctx.log:with{ chart = hr.spec.chartRef.name }:change("{Orphaning|Would orphan} FluxCD addon HelmRelease %s", obj.key(hr))
+  if hrs:merge_patch(ns, name, { spec = { suspend = true } }, GONE) == nil then return "gone" end
+  local patched = hrs:merge_patch(ns, name, { metadata = { finalizers = json.null } }, GONE)
+  if patched == nil then return "gone" end
+  -- what helm-controller would see on delete (in a plan, what the patch would have left)
+  local current = hrs:read_back(patched)
+  if current == nil then return "orphaned" end
+  local left = obj.list(current, "metadata.finalizers")
   if #left > 0 then
     error(("HelmRelease %s still has finalizers [%s] after they were removed: something re-added them "
       .. "(helm-controller reconciling it?); deleting it now would run the helm uninstall in the tenant "
       .. "cluster that this migration exists to avoid, so it stops here (the HelmRelease is suspended; "
-      .. "find what adds the finalizer, then run again)"):format(key, table.concat(left, ", ")))
+      .. "find what adds the finalizer, then run again)"):format(obj.key(hr), table.concat(left, ", ")))
   end
-  -- without waiting: with no finalizer the object goes at once
-  unless_gone(hrs.delete, hrs, r.namespace, r.name)
+  hrs:delete(ns, name, GONE) -- without waiting: with no finalizer the object goes at once
   return "orphaned"
 end
 
 return {
   description = "orphan the tenant-cluster FluxCD addon's HelmReleases: suspend, drop finalizers, delete",
-
   permissions = {
     { verb = "list", group = "helm.toolkit.fluxcd.io", resource = "helmreleases" },
     { verb = "get", group = "helm.toolkit.fluxcd.io", resource = "helmreleases" },
@@ -103,45 +65,25 @@ return {
   },
 
   check = function(ctx)
-    local found = addon_releases(ctx)
-    if found == nil then
-      ctx.log:info("HelmRelease API (helm.toolkit.fluxcd.io/v2) not served: no FluxCD addon to orphan")
-      return
-    end
-    for _, r in ipairs(found) do
-      local key = r.namespace .. "/" .. r.name
-      ctx.finding("info", "would orphan FluxCD addon HelmRelease " .. key,
-        { namespace = r.namespace, name = r.name, chart = r.chart })
-      if r.deleting then
-        ctx.finding("warn", ("HelmRelease %s is already being deleted (deletionTimestamp %s): helm-controller "
-          .. "may be uninstalling the FluxCD addon from the tenant cluster now; run orphans it at once")
-          :format(key, tostring(r.deleting)), { namespace = r.namespace, name = r.name })
+    for _, hr in ipairs(addon_releases(ctx) or {}) do
+      local since = obj.get(hr, "metadata.deletionTimestamp")
+      ctx.finding("info", "would orphan FluxCD addon HelmRelease " .. obj.key(hr), { name = hr, chart = hr.spec.chartRef.name })
+      if since then
+        ctx.finding("warn", ("HelmRelease %s is already being deleted (deletionTimestamp %s): helm-controller may be uninstalling "
+          .. "the FluxCD addon from the tenant cluster now; run orphans it at once"):format(obj.key(hr), since), { name = hr })
       end
     end
-    ctx.outcome { found = #found }
   end,
 
   run = function(ctx)
-    local found = addon_releases(ctx)
-    if found == nil then
-      ctx.log:info("HelmRelease API (helm.toolkit.fluxcd.io/v2) not served: no FluxCD addon to orphan")
-      ctx.outcome { orphaned = 0, gone = 0 }
-      return
-    end
-    local hrs = ctx.kube:resource(HELMRELEASES, "helmreleases")
     local counts = { orphaned = 0, gone = 0 }
-    local progress = ctx.progress("orphaning FluxCD addon HelmReleases", #found)
-    for i, r in ipairs(found) do
-      local result = orphan(ctx, hrs, r)
+    local hrs = ctx.kube:resource(HELMRELEASES, "helmreleases")
+    for _, hr in ipairs(addon_releases(ctx) or {}) do
+      local result = orphan(ctx, hrs, hr)
       counts[result] = counts[result] + 1
-      if result == "gone" then
-        ctx.log:info(("HelmRelease %s/%s was deleted meanwhile: nothing to orphan"):format(r.namespace, r.name))
-      end
-      progress:step(i)
+      if result == "gone" then ctx.log:info(("HelmRelease %s was deleted meanwhile: nothing to orphan"):format(obj.key(hr))) end
     end
-    progress:done()
     ctx.outcome(counts)
-    ctx.log:info(("%s %d FluxCD addon HelmRelease(s), %d already gone")
-      :format(ctx.mode == "run" and "Orphaned" or "Would orphan", counts.orphaned, counts.gone))
+    ctx.log:change("{Orphaned|Would orphan} %d FluxCD addon HelmRelease(s), %d already gone", counts.orphaned, counts.gone)
   end,
 }
