@@ -11,7 +11,7 @@
 -- of the same parallel batch of writes did), as after a kill at any moment
 -- (the runner's memory dies with it, so "applied but not yet answered"
 -- leaves the same state). No timing decides where it dies.
-local support = require "spec.campaign.support"
+local support = require "spec.helpers.campaign"
 
 local FLEET = 1000
 local SEED = 20261203

@@ -9,7 +9,7 @@
 -- and every fault rule of the cell fired. A cell that cannot apply (410 on a
 -- request that is not a continue, a bump before a read or a create) does not
 -- exist. The table printed at the end is the one in docs/reliability.md.
-local support = require "spec.campaign.support"
+local support = require "spec.helpers.campaign"
 
 local FLEET = 200
 local PAGE = 50            -- four pages of VMs, four of VMIs

@@ -8,7 +8,7 @@
 -- it, finds 60 and exits 0 with "up to date after taking the lock"; with
 -- --lock-timeout 0 it gives up at once with exit 3. Odd trials wait, even
 -- trials do not; each asserts exactly its outcome.
-local support = require "spec.campaign.support"
+local support = require "spec.helpers.campaign"
 
 local FLEET = 200
 local TRIALS = 20

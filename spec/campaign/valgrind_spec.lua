@@ -5,7 +5,7 @@
 -- in either: memcheck's exit status 99 would say otherwise. Registered only
 -- in the plain build (SANITIZE off): an ASan binary cannot run under
 -- valgrind. No suppressions.
-local support = require "spec.campaign.support"
+local support = require "spec.helpers.campaign"
 
 local VALGRIND = "/usr/bin/valgrind"
 local BIN = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"

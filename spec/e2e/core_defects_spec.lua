@@ -97,7 +97,7 @@ describe("core/proc.c: spawn when exec fails", function()
 end)
 
 describe("core/transport.c: option strings stay alive for the whole request", function()
-  local tsupport = require "spec.e2e.transport_support"
+  local tsupport = require "spec.helpers.transport"
   local transport = require "cozy.transport"
   local json = require "cozy.json"
   local srv
@@ -140,7 +140,7 @@ describe("core/transport.c: option strings stay alive for the whole request", fu
 end)
 
 describe("core/transport_http.c: curl options", function()
-  local tsupport = require "spec.e2e.transport_support"
+  local tsupport = require "spec.helpers.transport"
   local transport = require "cozy.transport"
   local srv
   setup(function() srv = tsupport.start() end)

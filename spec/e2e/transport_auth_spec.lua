@@ -1,7 +1,8 @@
 -- TLS and token handling: wrong CA, wrong token, 401 then a rotated token
 -- file, periodic token re-read, in-cluster config, insecure warning, and the
 -- token never appearing in any output.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
+local harness = require "spec.helpers"
 local kube = require "cozy.kube"
 local sys = require "cozy.sys"
 
@@ -31,7 +32,7 @@ local function kubeconfig(dir, srv, user, cluster_extra)
 end
 
 describe("cozy.kube auth and TLS", function()
-  local srv, other, dir, log
+  local srv, other, dir, captured
   setup(function()
     srv = support.start()
     dir = support.tmpdir()
@@ -44,7 +45,7 @@ describe("cozy.kube auth and TLS", function()
   before_each(function()
     srv:clear_faults()
     srv:clear_requests()
-    log = support.logger()
+    captured = harness.capture_log(1)
   end)
 
   local function statuses(entries)
@@ -63,7 +64,7 @@ describe("cozy.kube auth and TLS", function()
   it("refuses a server whose certificate the configured CA did not sign, without retrying", function()
     other = other or support.start()
     local path = kubeconfig(dir, srv, "    token: " .. support.TOKEN, "    certificate-authority: " .. other.ca)
-    local c = support.connect(srv, { kubeconfig = path, log = log })
+    local c = support.connect(srv, { kubeconfig = path, log = captured.log })
     local cms = c:resource("v1", "configmaps")
     local ok, err = pcall(cms.get, cms, "cozy-system", "settings")
     assert.is_false(ok)
@@ -75,7 +76,7 @@ describe("cozy.kube auth and TLS", function()
   end)
 
   it("raises Unauthorized for a wrong literal token after one attempt", function()
-    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    token: wrong-token"), log = log })
+    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    token: wrong-token"), log = captured.log })
     local cms = c:resource("v1", "configmaps")
     local ok, err = pcall(cms.get, cms, "cozy-system", "settings")
     assert.is_false(ok)
@@ -88,7 +89,7 @@ describe("cozy.kube auth and TLS", function()
   it("after a 401, re-reads a rotated token file and retries once", function()
     local tf = dir .. "/token-rotated"
     support.write_file(tf, "old-token\n")
-    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = log })
+    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = captured.log })
     assert.equal("token-file", c.info.auth)
     support.write_file(tf, support.TOKEN .. "\n") -- rotated by the kubelet
     local cm = c:resource("v1", "configmaps"):get("cozy-system", "settings")
@@ -102,7 +103,7 @@ describe("cozy.kube auth and TLS", function()
     local tf = dir .. "/token-both"
     support.write_file(tf, support.TOKEN)
     local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv,
-      "    token: stale-literal\n    tokenFile: " .. tf), log = log })
+      "    token: stale-literal\n    tokenFile: " .. tf), log = captured.log })
     assert.equal("prod", c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
     assert.same({ 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
     c:close()
@@ -111,7 +112,7 @@ describe("cozy.kube auth and TLS", function()
   it("retries an injected 401 once, and only once", function()
     local tf = dir .. "/token-good"
     support.write_file(tf, support.TOKEN)
-    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = log })
+    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = captured.log })
     local cms = c:resource("v1", "configmaps")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 1, status = { code = 401 } } }
     assert.equal("prod", cms:get("cozy-system", "settings").data.mode)
@@ -129,8 +130,8 @@ describe("cozy.kube auth and TLS", function()
     local tf = dir .. "/token-periodic"
     support.write_file(tf, support.TOKEN)
     local path = kubeconfig(dir, srv, "    tokenFile: " .. tf)
-    local cached = support.connect(srv, { kubeconfig = path, log = log }) -- default: 60 s
-    local fast = support.connect(srv, { kubeconfig = path, log = log, token_refresh = 0.2 })
+    local cached = support.connect(srv, { kubeconfig = path, log = captured.log }) -- default: 60 s
+    local fast = support.connect(srv, { kubeconfig = path, log = captured.log, token_refresh = 0.2 })
     local cms = fast:resource("v1", "configmaps")
     local t_read = sys.monotime()
     assert.equal("prod", cms:get("cozy-system", "settings").data.mode)
@@ -162,9 +163,9 @@ describe("cozy.kube auth and TLS", function()
 
   it("honours insecure-skip-tls-verify from the kubeconfig, with a warning", function()
     local path = kubeconfig(dir, srv, "    token: " .. support.TOKEN, "    insecure-skip-tls-verify: true")
-    local c = support.connect(srv, { kubeconfig = path, log = log })
+    local c = support.connect(srv, { kubeconfig = path, log = captured.log })
     assert.is_true(c.info.insecure)
-    assert.equal(1, log.count("warn", "insecure%-skip%-tls%-verify"))
+    assert.equal(1, captured.count("warn", "insecure%-skip%-tls%-verify"))
     assert.equal("prod", c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
     c:close()
   end)
@@ -186,7 +187,7 @@ describe("cozy.kube auth and TLS", function()
   end)
 
   it("a second client can be opened from the plain-data options of the first", function()
-    local c = support.connect(srv, { log = log })
+    local c = support.connect(srv, { log = captured.log })
     local opts = c.options
     for _, v in pairs(opts) do assert.are_not.equal("function", type(v)) end
     local c2 = kube.connect(opts)
@@ -214,7 +215,7 @@ describe("cozy.kube auth and TLS", function()
     it("not in log lines at full verbosity, errors, or the client's Lua values", function()
       local tf = dir .. "/token-log"
       support.write_file(tf, "stale")
-      local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = log })
+      local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = captured.log })
       support.write_file(tf, support.TOKEN)
       local cms = c:resource("v1", "configmaps")
       cms:get("cozy-system", "settings")                                   -- 401 then retry
@@ -228,8 +229,8 @@ describe("cozy.kube auth and TLS", function()
       assert.equal(401, e2.code)
       -- the 503s, the reset and the two 401s of the re-read token all met their rules
       assert.same({ "status", "status", "reset", "status", "status" }, srv:fired())
-      local text = log.text() .. tostring(e1) .. tostring(e2)
-      assert.is_true(#log.lines >= 4)
+      local text = captured.text() .. tostring(e1) .. tostring(e2)
+      assert.is_true(#captured.lines >= 4)
       assert.is_nil(text:find(support.TOKEN, 1, true))
       assert.same({}, scan(c, nil, {}))
       assert.same({}, scan(e2, nil, {}))

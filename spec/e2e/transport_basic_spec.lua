@@ -1,6 +1,6 @@
 -- cozy.kube over TLS with a token against the fake API server: reads, writes,
 -- absent object vs absent type, structured errors, headers.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
 local kube = require "cozy.kube"
 local json = require "cozy.json"
 

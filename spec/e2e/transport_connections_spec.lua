@@ -2,7 +2,7 @@
 -- safe to resend go out on kept-alive connections; any other write on a
 -- connection opened for it. Which connection carried a request is read from
 -- the fake's request log (`conn`: the client's address:port).
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
 local transport = require "cozy.transport"
 
 local SETTINGS = "/api/v1/namespaces/cozy-system/configmaps/settings"

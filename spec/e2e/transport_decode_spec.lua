@@ -2,7 +2,7 @@
 -- 2xx body is decoded straight from the transfer's buffer, with the
 -- projection it was given; what is not JSON comes back as text with the
 -- decoder's message, and cozy.kube turns that into an InvalidResponse.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
 local transport = require "cozy.transport"
 local json = require "cozy.json"
 local kube = require "cozy.kube"

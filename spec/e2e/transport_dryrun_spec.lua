@@ -1,6 +1,6 @@
 -- Dry runs: "server" sends every write with dryRun=All (nothing stored);
 -- "client" sends no write at all, records it and returns the local result.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
 local json = require "cozy.json"
 
 describe("cozy.kube dry runs", function()

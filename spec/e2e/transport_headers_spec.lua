@@ -4,7 +4,7 @@
 -- values are a Lua argument error at request time, and nothing is sent; a
 -- rotated token file that would inject is not used (the token loaded before
 -- stays). Tokens at load time: spec/unit/kubeconfig_limits_spec.lua.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
 local transport = require "cozy.transport"
 
 local SETTINGS = "/api/v1/namespaces/cozy-system/configmaps/settings"

@@ -4,7 +4,7 @@
 -- at its deadline. Signals go to a child `cozy-migrate lua` process; what
 -- "in flight" and "in backoff" mean is read from the fake's request log
 -- (an entry is logged, status null, when the request arrives).
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
 local runner_support = require "spec.helpers.cli"
 local json = require "cozy.json"
 local proc = require "cozy.proc"

@@ -2,7 +2,8 @@
 -- token expires (410) in mid-list (docs/transport.md). On the fake and on the
 -- real server (COZY_SPEC_SERVER=real); an expired token needs the fake's
 -- compaction or fault rules (#fakeonly).
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
+local harness = require "spec.helpers"
 local json = require "cozy.json"
 local compare = require("cozy.sys").compare
 
@@ -27,11 +28,11 @@ local function decode_token(token)
 end
 
 describe("cozy.kube list", function()
-  local srv, client, cms, log
+  local srv, client, cms, captured
   support.fresh_server(function(s)
     srv = s
-    log = support.logger()
-    client = support.connect(srv, { log = log })
+    captured = harness.capture_log(1)
+    client = support.connect(srv, { log = captured.log })
     cms = client:resource("v1", "configmaps")
   end)
   after_each(function() client:close() end)
@@ -148,7 +149,7 @@ describe("cozy.kube list", function()
     assert.is_true(seen["team-b/cm-99"]) -- after the resume point: seen
     assert.is_nil(seen["team-a/aaa"])    -- before it: not in this pass
     assert.equal(26, #got)
-    assert.equal(1, log.count("warn", "410"))
+    assert.equal(1, captured.count("warn", "410"))
     local statuses = {}
     for i, e in ipairs(list_requests()) do statuses[i] = e.status end
     assert.equal(410, statuses[3])

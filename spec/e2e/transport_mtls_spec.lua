@@ -1,7 +1,8 @@
 -- Client-certificate authentication, against a small HTTPS server that
 -- requires one (spec/fixtures/transport/mtls-server.py): the fake API server
 -- authenticates by token only.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
+local harness = require "spec.helpers"
 local kube = require "cozy.kube"
 
 local function sh(cmd)
@@ -56,7 +57,7 @@ describe("cozy.kube client-certificate auth", function()
   end
 
   local function whoami(path, log)
-    local c = kube.connect { kubeconfig = path, log = log or support.logger(),
+    local c = kube.connect { kubeconfig = path, log = log or harness.capture_log().log,
       retry = { max_attempts = 2, base_delay = 0.01, max_delay = 0.01 } }
     local ok, res = pcall(function() return c:resource("v1", "configmaps"):get("default", "whoami") end)
     c:close()
@@ -64,15 +65,15 @@ describe("cozy.kube client-certificate auth", function()
   end
 
   it("logs the server's Warning headers, once each", function()
-    local log = support.logger()
+    local captured = harness.capture_log(1)
     local path = kubeconfig("    client-certificate: cli.pem\n    client-key: cli.key")
-    local c = kube.connect { kubeconfig = path, log = log }
+    local c = kube.connect { kubeconfig = path, log = captured.log }
     local cms = c:resource("v1", "configmaps")
     cms:get("default", "whoami")
     cms:get("default", "whoami")
     c:close()
-    assert.equal(1, log.count("warn", "API server warning"))
-    assert.matches("WhoAmI is deprecated", log.text())
+    assert.equal(1, captured.count("warn", "API server warning"))
+    assert.matches("WhoAmI is deprecated", captured.text())
   end)
 
   it("authenticates with certificate and key files", function()

@@ -2,7 +2,7 @@
 -- in parallel with bounded concurrency, each under t:request's rules. What
 -- was in flight when is read from the fake's request log: `at` is when a
 -- request arrived, and --latency-ms holds every request that long.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
 local runner_support = require "spec.helpers.cli"
 local json = require "cozy.json"
 local proc = require "cozy.proc"

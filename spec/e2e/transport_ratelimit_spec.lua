@@ -1,5 +1,5 @@
 -- The client-side token bucket: `burst` requests at once, then `qps` per second.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
 local sys = require "cozy.sys"
 
 describe("cozy.kube rate limit", function()

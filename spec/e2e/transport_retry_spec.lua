@@ -1,16 +1,17 @@
 -- Retries, one fault rule per behaviour (docs/transport.md): every retry is
 -- visible in the request log, no write is lost and none is applied twice.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
+local harness = require "spec.helpers"
 local sys = require "cozy.sys"
 
 local SETTINGS = "/api/v1/namespaces/cozy%-system/configmaps/settings$"
 
 describe("cozy.kube retries", function()
-  local srv, client, cms, log
+  local srv, client, cms, captured
   support.fresh_server(function(s)
     srv = s
-    log = support.logger()
-    client = support.connect(srv, { log = log })
+    captured = harness.capture_log(1)
+    client = support.connect(srv, { log = captured.log })
     cms = client:resource("v1", "configmaps")
   end)
   after_each(function() client:close() end)
@@ -32,7 +33,7 @@ describe("cozy.kube retries", function()
     assert.same({ 503, 503, 503, 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
     assert.equal(4, client.stats.requests)
     assert.equal(3, client.stats.retries)
-    assert.equal(3, log.count("warn", "retrying"))
+    assert.equal(3, captured.count("warn", "retrying"))
     assert.same({ "status", "status", "status" }, srv:fired())
   end)
 
@@ -76,7 +77,7 @@ describe("cozy.kube retries", function()
     assert.same({ 0, 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
     assert.same({ "reset" }, srv:fired())
     assert.equal(1, client.stats.retries)
-    assert.matches("ConnectionReset", log.text()..(" "):rep(0)) -- the retry line names the reason
+    assert.matches("ConnectionReset", captured.text()..(" "):rep(0)) -- the retry line names the reason
   end)
 
   it("does not retry a reset merge patch (its fate is unknown) and reports it", function()
@@ -91,7 +92,7 @@ describe("cozy.kube retries", function()
 
   it("retries a GET that outlives the request timeout", function()
     client:close()
-    client = support.connect(srv, { log = log, request_timeout = 0.5 })
+    client = support.connect(srv, { log = captured.log, request_timeout = 0.5 })
     cms = client:resource("v1", "configmaps")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 1, delay_ms = 2000 } }
     local t0 = sys.monotime()
@@ -103,12 +104,12 @@ describe("cozy.kube retries", function()
     assert.same({ "delay" }, srv:fired())
     assert.is_nil(reqs[2].fault)
     assert.equal(1, client.stats.retries)
-    assert.matches("Timeout", log.text())
+    assert.matches("Timeout", captured.text())
   end)
 
   it("gives up within the attempt bound and reports every attempt", function()
     client:close()
-    client = support.connect(srv, { log = log,
+    client = support.connect(srv, { log = captured.log,
       retry = { max_attempts = 3, max_time = 30, base_delay = 0.01, max_delay = 0.05 } })
     cms = client:resource("v1", "configmaps")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 10, status = { code = 502 } } }
@@ -128,7 +129,7 @@ describe("cozy.kube retries", function()
 
   it("gives up within the time bound", function()
     client:close()
-    client = support.connect(srv, { log = log,
+    client = support.connect(srv, { log = captured.log,
       retry = { max_attempts = 100, max_time = 1.5, base_delay = 0.01, max_delay = 5 } })
     cms = client:resource("v1", "configmaps")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 100,
@@ -146,7 +147,7 @@ describe("cozy.kube retries", function()
     local kc = support.read_file(srv.kubeconfig):gsub("https://127%.0%.0%.1:%d+", "https://127.0.0.1:1")
     local path = os.tmpname()
     support.write_file(path, kc)
-    local c = support.connect(srv, { kubeconfig = path, log = log,
+    local c = support.connect(srv, { kubeconfig = path, log = captured.log,
       retry = { max_attempts = 3, max_time = 30, base_delay = 0.01, max_delay = 0.02 } })
     local r = c:resource("v1", "configmaps")
     local ok, err = pcall(r.get, r, "cozy-system", "settings")
@@ -155,7 +156,7 @@ describe("cozy.kube retries", function()
     assert.equal(0, err.code)
     assert.equal("ConnectionRefused", err.reason)
     assert.equal(3, #err.attempts)
-    assert.equal(2, log.count("warn", "retrying"))
+    assert.equal(2, captured.count("warn", "retrying"))
     -- nothing was sent, so even a write that is not retry-safe is retried
     local ok2, err2 = pcall(r.merge_patch, r, "cozy-system", "settings", { data = { x = "1" } })
     assert.is_false(ok2)
@@ -177,7 +178,7 @@ describe("cozy.kube retries", function()
       -- the first attempt times out at 0.3 s; the server creates the object at
       -- 0.5 s; the retry goes out after a backoff of 1 to 2 s (base 2 with
       -- jitter [0.5, 1.5), capped at 2), so at least 0.8 s after the create
-      client = support.connect(srv, { log = log, request_timeout = 0.3,
+      client = support.connect(srv, { log = captured.log, request_timeout = 0.3,
         retry = { max_attempts = 4, max_time = 30, base_delay = 2, max_delay = 2 } })
       cms = client:resource("v1", "configmaps")
       srv:faults { { method = "POST", path = "configmaps", times = 1, delay_ms = 500 } }
@@ -186,7 +187,7 @@ describe("cozy.kube retries", function()
       assert.equal("1", cm.data.x)
       assert.same({ 201, 409 }, statuses(support.api_requests(srv, "POST", "team%-a/configmaps$")))
       assert.equal(1, #support.api_requests(srv, "GET", "team%-a/configmaps/slow$"))
-      assert.equal(1, log.count("warn", "earlier attempt landed"))
+      assert.equal(1, captured.count("warn", "earlier attempt landed"))
       assert.same({ "delay" }, srv:fired())
     end)
 

@@ -2,7 +2,7 @@
 -- list whose items are not an array of objects, or whose pagination does not
 -- move forward, is an InvalidResponse error naming the request, never a raw
 -- Lua error, a silently empty answer or a pager that loops.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
 local kube = require "cozy.kube"
 local json = require "cozy.json"
 

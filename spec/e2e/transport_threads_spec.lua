@@ -1,6 +1,6 @@
 -- Two clients in two threads (two Lua states), as the runner's lease renewer
 -- runs beside a migration: per-client C state, no shared mutable globals.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
 local json = require "cozy.json"
 local worker = require "cozy.worker"   -- part of every build: missing, the spec fails
 
@@ -13,7 +13,7 @@ describe("cozy.kube in two threads", function()
     local client = support.connect(srv)
     local opts = client.options
     local N = 40
-    local w = worker.start("spec.e2e.transport_worker", "run",
+    local w = worker.start("spec.fixtures.transport.worker", "run",
       json.encode { opts = opts, n = N, namespace = "team-a", name = "cm-00" })
     local cms = client:resource("v1", "configmaps")
     for _ = 1, N do

@@ -4,7 +4,8 @@
 -- is another client writing between the engine's read and its write, so the
 -- conflict is the server's own answer; the cases that need a fault rule of the
 -- fake (a 409 answer, a dropped connection) are tagged #fakeonly.
-local support = require "spec.e2e.transport_support"
+local support = require "spec.helpers.transport"
+local harness = require "spec.helpers"
 local kube = require "cozy.kube"
 
 local PATH = "/api/v1/namespaces/team%-a/configmaps/cm%-01$"
@@ -12,11 +13,11 @@ local PATH = "/api/v1/namespaces/team%-a/configmaps/cm%-01$"
 local WRITER = "spec-concurrent-writer"
 
 describe("cozy.kube update", function()
-  local srv, client, cms, log
+  local srv, client, cms, captured
   support.fresh_server(function(s)
     srv = s
-    log = support.logger()
-    client = support.connect(srv, { log = log })
+    captured = harness.capture_log(1)
+    client = support.connect(srv, { log = captured.log })
     cms = client:resource("v1", "configmaps")
   end)
   after_each(function() client:close() end)
@@ -74,7 +75,7 @@ describe("cozy.kube update", function()
     assert.same({ "GET 200", "PATCH 422", "GET 200", "PATCH 200" }, trail())
     assert.same({ 200 }, wrote)
     assert.equal(1, client.stats.conflicts)
-    assert.equal(1, log.count("debug", "conflict"))
+    assert.equal(1, captured.count("debug", "conflict"))
   end)
 
   -- a real server answers the failed test of a stale resourceVersion with 422;
@@ -130,7 +131,7 @@ describe("cozy.kube update", function()
 
   it("gives up after the bounded number of attempts with a Conflict", function()
     client:close()
-    client = support.connect(srv, { log = log, update = { attempts = 3, base_delay = 0.001 } })
+    client = support.connect(srv, { log = captured.log, update = { attempts = 3, base_delay = 0.001 } })
     cms = client:resource("v1", "configmaps")
     -- another client writes between every read and write of ours
     local wrote = {}

@@ -59,8 +59,11 @@ function harness.load(n)
   return require("cozy.runner").load_file(harness.migration_file(n))
 end
 
--- A logger that keeps what it writes: lines = { {level=, message=, fields=}... },
--- text() = the text lines as cozy-migrate would print them.
+-- The specs' one logger: the production cozy.log logger, keeping what it
+-- writes. log = the logger (give it to runner.run_migration, kube.connect...);
+-- lines = { {level=, message=, fields=}... }; text() = the text lines as
+-- cozy-migrate would print them; count(level[, pattern]) = how many lines of
+-- that level have a message matching the Lua pattern. verbosity 1: debug too.
 function harness.capture_log(verbosity)
   local chunks, lines = {}, {}
   local stream = { write = function(self, s) chunks[#chunks + 1] = s return self end, flush = function() end }
@@ -68,7 +71,14 @@ function harness.capture_log(verbosity)
     sink = function(level, message, fields)
       lines[#lines + 1] = { level = level, message = message, fields = fields }
     end }
-  return { log = log, lines = lines, text = function() return table.concat(chunks) end }
+  local function count(level, pattern)
+    local n = 0
+    for _, ln in ipairs(lines) do
+      if ln.level == level and (pattern == nil or tostring(ln.message):find(pattern)) then n = n + 1 end
+    end
+    return n
+  end
+  return { log = log, lines = lines, text = function() return table.concat(chunks) end, count = count }
 end
 
 -- Connect options of the harness's clients: the production client, with

@@ -1,9 +1,11 @@
--- Shared helpers of the transport e2e specs: a TLS + token fake API server
--- with the transport fixture, a capturing logger, and request-log filters.
+-- The transport e2e specs' part of the harness (spec/README.md): a TLS + token
+-- API server with the transport fixture, a client with fast retries, and
+-- request-log filters. Their logger is the harness's (harness.capture_log).
 local fake = require "spec.support.fake"
 local kube = require "cozy.kube"
 local cli = require "spec.helpers.cli"
 local files = require "spec.helpers.files"
+local harness = require "spec.helpers"
 
 local support = {}
 
@@ -14,34 +16,6 @@ function support.start(opts)
   opts = opts or {}
   return fake.start { fixtures = opts.fixtures or { support.FIXTURE }, tls = true,
     token = opts.token or support.TOKEN, latency_ms = opts.latency_ms }
-end
-
--- A cozy.log-shaped logger that keeps every line, at every level.
-function support.logger()
-  local lines = {}
-  local l = { lines = lines, verbosity = 9 }
-  for _, level in ipairs { "debug", "info", "warn", "error" } do
-    l[level] = function(_, message, fields)
-      lines[#lines + 1] = { level = level, message = message, fields = fields or {} }
-    end
-  end
-  function l.text()
-    local out = {}
-    for _, ln in ipairs(lines) do
-      local parts = { ln.level, ln.message }
-      for k, v in pairs(ln.fields) do parts[#parts + 1] = tostring(k) .. "=" .. tostring(v) end
-      out[#out + 1] = table.concat(parts, " ")
-    end
-    return table.concat(out, "\n")
-  end
-  function l.count(level, pattern)
-    local n = 0
-    for _, ln in ipairs(lines) do
-      if ln.level == level and (pattern == nil or ln.message:find(pattern)) then n = n + 1 end
-    end
-    return n
-  end
-  return l
 end
 
 -- In the calling describe block: one API server for the whole block (the
@@ -68,7 +42,7 @@ function support.connect(srv, opts)
     kubeconfig = srv.kubeconfig,
     request_timeout = 5,
     retry = { max_attempts = 6, max_time = 30, base_delay = 0.05, max_delay = 2 },
-    log = opts.log or support.logger(),
+    log = opts.log or harness.capture_log().log,
   }
   for k, v in pairs(opts) do o[k] = v end
   return kube.connect(o)
