@@ -108,15 +108,18 @@ describe("cozy.kube basics (TLS + token)", function()
     local names = {}
     for ns in nss:list {} do names[#names + 1] = ns.metadata.name end
     assert.same({ "cozy-system", "default", "team-a", "team-b" }, names)
-    assert.has_error(function() nss:get("a", "b", "c") end)
-    assert.has_error(function() cms:get("only-a-name") end)
+    assert.has_error(function() nss:get("a", "b", "c") end, 'get: opts must be a table whose absent is "skip" or "fail"')
+    assert.has_error(function() cms:get("only-a-name") end, "configmaps is namespaced: expected (namespace, name, ...)")
   end)
 
   it("rejects misuse with argument errors, not API errors", function()
-    assert.has_error(function() cms:create { data = {} } end)
-    assert.has_error(function() cms:create { metadata = { name = "x" } } end)
-    assert.has_error(function() cms:update("team-a", "cm-00", "not a function") end)
-    assert.has_error(function() kube.connect { kubeconfig = srv.kubeconfig, dry_run = "yes" } end)
+    assert.has_error(function() cms:create { data = {} } end, "create(obj): obj.metadata is required")
+    assert.has_error(function() cms:create { metadata = { name = "x" } } end,
+      "create(obj): configmaps is namespaced and obj.metadata.namespace is not set")
+    assert.has_error(function() cms:update("team-a", "cm-00", "not a function") end,
+      "update: the last argument must be a function")
+    assert.has_error(function() kube.connect { kubeconfig = srv.kubeconfig, dry_run = "yes" } end,
+      'kube.connect: dry_run must be nil, "server" or "client", got "yes"')
   end)
 
   it("preserves big integers and empty arrays through a round trip", function()

@@ -304,7 +304,7 @@ describe("t:multi", function()
     m:close()
     assert.is_true(sys.monotime() - t0 < 1)
     assert.equal(0, m:pending())
-    assert.has_error(function() m:wait() end)
+    assert.has_error(function() m:wait() end, "calling 'wait' on bad self (batch is closed)")
     m:close()   -- twice is fine
     -- the three in flight were cut (never answered); cm-04/05 never sent
     local log = support.api_requests(srv, "GET")
@@ -324,7 +324,7 @@ describe("t:multi", function()
     m:submit("GET", cm_path("team-a", 0), {})
     c:close()
     assert.equal(0, m:pending())
-    assert.has_error(function() m:wait() end)
+    assert.has_error(function() m:wait() end, "calling 'wait' on bad self (batch is closed)")
   end)
 
   it("ends every request at an armed watch's deadline: in flight and waiting", function()

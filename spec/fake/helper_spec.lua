@@ -62,7 +62,8 @@ describe("spec.support.fake", function()
   it("raises when a control call fails", function()
     local srv = fake.start{}
     finally(function() srv:stop() end)
-    assert.has_error(function() srv:faults("not json") end)
+    assert.error_matches(function() srv:faults("not json") end,
+      "fake: POST /_fake/faults answered 400: fault rules must be a JSON array of rules or one rule object", nil, true)
     assert.has_error(function() srv:faults { { method = "GET", path = "x" } } end,
       "fake: POST /_fake/faults answered 400: fault rule 0 of this request: no action: give one of "
       .. "status, reset, bump, delete, respond, continue, rotate_token (or delay_ms); no rule of it was added ")

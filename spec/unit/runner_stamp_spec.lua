@@ -39,9 +39,11 @@ describe("runner stamp", function()
     assert.equal(59, stamp.version_of({ data = { version = "59" } }))
     assert.equal(7, stamp.version_of({ data = { version = " 7\n" } }))
     for _, bad in ipairs({ "x", "", "5.5", "-1" }) do
-      assert.has_error(function() stamp.version_of({ metadata = {}, data = { version = bad } }) end)
+      assert.has_error(function() stamp.version_of({ metadata = {}, data = { version = bad } }) end,
+        ('ConfigMap ?/cozystack-version has no valid data.version ("%s"): refusing to guess'):format(bad))
     end
-    assert.has_error(function() stamp.version_of({ metadata = {} }) end)
+    assert.has_error(function() stamp.version_of({ metadata = {} }) end,
+      "ConfigMap ?/cozystack-version has no valid data.version (absent): refusing to guess")
   end)
 
   it("refuses a malformed history, naming the key and what it found; status reads it leniently", function()
@@ -60,7 +62,8 @@ describe("runner stamp", function()
       assert.matches("ConfigMap ns/cozystack-version: data.history must be a JSON array of step records, "
         .. case[2], err.message, 1, true)
       -- and it is never appended to
-      assert.has_error(function() stamp.ops(cm, { version = 4, record = { number = 3 } }) end)
+      assert.error_matches(function() stamp.ops(cm, { version = 4, record = { number = 3 } }) end,
+        "ConfigMap ns/cozystack-version: data.history must be a JSON array of step records, " .. case[2], nil, true)
       local h, why = stamp.history_of(cm, true)
       assert.same({}, h)
       assert.equal(err.message, why)
