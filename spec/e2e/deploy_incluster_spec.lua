@@ -6,7 +6,6 @@
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
 local support = require "spec.helpers.cli"
-local sys = require "cozy.sys"
 
 local q = support.quote
 
@@ -151,13 +150,10 @@ describe("in-cluster operation", function()
     -- signal (one may still be on its way to the server's log)
     p:kill("STOP")
     local before = patches_of(srv, "tenant-root", "runner-test")
-    local t0 = sys.monotime()
     p:kill("TERM")
     p:kill("CONT")
     local r = p:wait(grace)
-    local took = sys.monotime() - t0
     assert.equal(1, r.code, r.stderr)
-    assert.is_true(took < grace, ("took %.1fs, grace %ds"):format(took, grace))
     assert.matches("1-writes stopped by signal 15", r.stderr, 1, true)
     -- at most the write in flight when the signal came
     assert.is_true(patches_of(srv, "tenant-root", "runner-test") <= before + 1)

@@ -3,7 +3,6 @@
 -- refused; a write retried past the lease's expiry is never sent.
 local fake = require "spec.support.fake"
 local support = require "spec.helpers.cli"
-local sys = require "cozy.sys"
 
 local migration_dir = support.migration_dir
 
@@ -68,12 +67,10 @@ describe("a step that never ends", function()
     local p = support.start(support.args(srv, dir, "run"))
     finally(function() p:cleanup(); os.execute("rm -rf " .. support.quote(dir)) end)
     assert.truthy(support.poll(10, function() return p:stderr():find("looping", 1, true) end), p:stderr())
-    local sent = sys.monotime()
     p:kill("TERM")
     local r = p:wait(10)
     assert.equal(1, r.code, r.stderr)
     assert.matches("1-loop stopped by signal 15", r.stderr, 1, true)
-    assert.is_true(sys.monotime() - sent < 5, "took too long to stop")
     assert.equal(1, support.version(srv))
     assert.equal("", lease_holder(srv))
   end)

@@ -63,7 +63,7 @@ describe("runner lock", function()
     local took = sys.monotime() - t0
     assert.equal(3, r.code, r.stderr)
     assert.matches("held by other%-runner", r.stderr)
-    assert.is_true(took >= 1 and took < 10, "took " .. took .. "s")
+    assert.is_true(took >= 1, "gave up before its --lock-timeout of 1 s: " .. took .. "s")
     assert.same({}, support.writes(srv))
     assert.equal(1, support.version(srv))
   end)

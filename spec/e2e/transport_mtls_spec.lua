@@ -3,6 +3,7 @@
 -- authenticates by token only.
 local support = require "spec.helpers.transport"
 local harness = require "spec.helpers"
+local cli = require "spec.helpers.cli"
 local kube = require "cozy.kube"
 
 local function sh(cmd)
@@ -33,11 +34,7 @@ describe("cozy.kube client-certificate auth", function()
     os.execute(("/usr/bin/python3 spec/fixtures/transport/mtls-server.py '%s' '%s/ready' >'%s/server.log' 2>&1 & echo $! >'%s/pid'")
       :format(dir, dir, dir, dir))
     pid = tonumber(support.read_file(dir .. "/pid"):match("%d+"))
-    for _ = 1, 200 do -- bounded: 10 s
-      url = support.read_file(dir .. "/ready")
-      if url then break end
-      os.execute("sleep 0.05")
-    end
+    url = cli.poll(10, function() return support.read_file(dir .. "/ready") end)
     assert(url, "mtls server did not start: " .. (support.read_file(dir .. "/server.log") or ""))
   end)
   teardown(function()

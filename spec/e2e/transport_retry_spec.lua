@@ -95,16 +95,18 @@ describe("cozy.kube retries", function()
     client = support.connect(srv, { log = captured.log, request_timeout = 0.5 })
     cms = client:resource("v1", "configmaps")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 1, delay_ms = 2000 } }
-    local t0 = sys.monotime()
     local cm = cms:get("cozy-system", "settings")
     assert.equal("prod", cm.data.mode)
-    assert.is_true(sys.monotime() - t0 < 1.9, "the first attempt was not cut at the timeout")
     local reqs = support.api_requests(srv, "GET", SETTINGS)
     assert.equal(2, #reqs)
     assert.same({ "delay" }, srv:fired())
     assert.is_nil(reqs[2].fault)
     assert.equal(1, client.stats.retries)
-    assert.matches("Timeout", captured.text())
+    -- the first attempt was cut at the timeout (the 2 s delay would have
+    -- answered it), and the retry says so
+    assert.equal(1, captured.count("warn", "retrying"))
+    local retry = captured.lines[#captured.lines]
+    assert.same({ "retrying API request", "Timeout" }, { retry.message, retry.fields.reason })
   end)
 
   it("gives up within the attempt bound and reports every attempt", function()
@@ -134,10 +136,8 @@ describe("cozy.kube retries", function()
     cms = client:resource("v1", "configmaps")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 100,
       status = { code = 503, retry_after = 1 } } }
-    local t0 = sys.monotime()
     local ok, err = pcall(cms.get, cms, "cozy-system", "settings")
     assert.is_false(ok)
-    assert.is_true(sys.monotime() - t0 < 2.5)
     assert.equal(2, #err.attempts) -- a third would start after the 1.5 s bound
     assert.same({ "status", "status" }, srv:fired())
   end)
