@@ -78,7 +78,9 @@ local function keys(set)
 end
 
 describe("the runtime image's closure", function()
-  it("builds the default image from scratch, non-root, cozy-migrate run; LEGACY=1 adds the shell tools", function()
+  -- no container engine here: this reads deploy/Dockerfile's text; that the
+  -- root its stages assemble really runs is the third case below
+  it("deploy/Dockerfile declares the default image as scratch plus the rootfs, uid 65532, `cozy-migrate run`; LEGACY=1 the shell tools", function()
     local text = assert(support.slurp("deploy/Dockerfile"))
     local default = assert(text:match("FROM scratch AS runtime%-0\n(.-)\n\n"))
     assert.same({ "COPY --from=rootfs /rootfs/ /" }, (function()
