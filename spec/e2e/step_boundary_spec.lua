@@ -484,7 +484,9 @@ return {
     ctx.outcome(many)
     ctx.outcome{ updated = 4 }
     for i = 1, 15 do ctx.log:warn("careful " .. i) end
-    assert(not pcall(ctx.outcome, { bad = {} }))
+    local ok, err = pcall(ctx.outcome, { bad = {} })
+    assert(not ok and tostring(err):find("ctx.outcome: bad must be a number, a string or a boolean, got a table", 1, true),
+      "ctx.outcome took a table value, or refused it otherwise: " .. tostring(err))
   end,
 }
 ]])
