@@ -18,21 +18,15 @@ function support.start(opts)
     token = opts.token or support.TOKEN, latency_ms = opts.latency_ms }
 end
 
--- In the calling describe block: one API server for the whole block (the
--- fake, or the real one under COZY_SPEC_SERVER=real), and before each test
--- its state reset to support.FIXTURE, its faults (the fake's) and request log
--- cleared, then each(srv) (a fresh client, a temp dir, ...).
+-- In the calling describe block: the harness's server for the block
+-- (harness.fake: the fake, or the real one under COZY_SPEC_SERVER=real, reset
+-- before each test to support.FIXTURE, its log and faults cleared) with the
+-- transport token, then each(srv) before each test (a fresh client, a temp
+-- dir, ...). Returns the harness (h.srv, h:requests(), h:fired()...).
 function support.fresh_server(each)
-  local busted = require "busted" -- the hooks, as spec/helpers registers them
-  local srv
-  busted.setup(function() srv = support.start() end)
-  busted.teardown(function() if srv then srv:stop() end end)
-  busted.before_each(function()
-    srv:reset { support.FIXTURE }
-    if not srv.real then srv:clear_faults() end
-    srv:clear_requests()
-    if each then each(srv) end
-  end)
+  local h = harness.fake { fixtures = { support.FIXTURE }, token = support.TOKEN }
+  if each then require("busted").before_each(function() each(h.srv) end) end
+  return h
 end
 
 -- Connect to srv with fast retries so the specs stay quick.
