@@ -6,6 +6,7 @@ local fake = require "spec.support.fake"
 local runner = require "cozy.runner"
 local sandbox = require "cozy.sandbox"
 local support = require "spec.helpers.cli"
+local harness = require "spec.helpers"
 
 -- Another client of the API server, writing while the engine works: the
 -- migrations of this spec call it (`require "spec.concurrent"`, a module the
@@ -138,10 +139,10 @@ local function run(target, body, mode)
       :format(PERMISSIONS, body) }
   local m = runner.load_file(dir .. "/1-probe.lua")
   os.execute("rm -rf " .. support.quote(dir))
+  local captured = harness.capture_log()
+  local ok, res = pcall(runner.run_migration, m, { kubeconfig = target.kubeconfig, mode = mode, log = captured.log })
   local lines = {}
-  local log = require("cozy.log").new { stream = assert(io.open("/dev/null", "w")),
-    sink = function(_, message) lines[#lines + 1] = message end }
-  local ok, res = pcall(runner.run_migration, m, { kubeconfig = target.kubeconfig, mode = mode, log = log })
+  for i, line in ipairs(captured.lines) do lines[i] = line.message end
   return ok, res, lines
 end
 

@@ -7,6 +7,7 @@ local fake = require "spec.support.fake"
 local json = require "cozy.json"
 local runner = require "cozy.runner"
 local support = require "spec.helpers.cli"
+local helpers = require "spec.helpers"
 
 -- A directory holding one migration `1-NAME.lua` with `source`.
 local function migration_dir(name, source)
@@ -222,8 +223,8 @@ local function harness(server, source, mode)
   local dir = migration_dir("probe", source)
   local m = runner.load_file(dir .. "/1-probe.lua")
   os.execute("rm -rf " .. support.quote(dir))
-  local quiet = require("cozy.log").new{ stream = assert(io.open("/dev/null", "w")) }
-  return pcall(runner.run_migration, m, { kubeconfig = server.kubeconfig, mode = mode or "run", log = quiet })
+  return pcall(runner.run_migration, m, { kubeconfig = server.kubeconfig, mode = mode or "run",
+    log = helpers.capture_log().log })
 end
 
 local function probe(body)
@@ -381,8 +382,7 @@ describe("the spec harness runs what production runs", function()
     local read = versions()
     srv:clear_requests()
     local m = runner.load_file("migrations/59-vmi-hotplug.lua")
-    local quiet = require("cozy.log").new{ stream = assert(io.open("/dev/null", "w")) }
-    runner.run_migration(m, { kubeconfig = srv.kubeconfig, log = quiet })
+    runner.run_migration(m, { kubeconfig = srv.kubeconfig, log = helpers.capture_log().log })
     local by_harness = migration_requests(read)
     local after_harness = srv:objects()
 

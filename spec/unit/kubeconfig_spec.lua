@@ -3,6 +3,7 @@
 -- file and the field. No server is contacted: connect does not send requests.
 local kube = require "cozy.kube"
 local cli = require "spec.helpers.cli"
+local harness = require "spec.helpers"
 local files = require "spec.helpers.files"
 
 local function tmpdir()
@@ -133,16 +134,15 @@ describe("kubeconfig", function()
   end)
 
   it("warns about insecure-skip-tls-verify on every connect", function()
-    local lines = {}
-    local log = { warn = function(_, m) lines[#lines + 1] = m end, debug = function() end }
+    local captured = harness.capture_log()
     local path = file { cluster = "    insecure-skip-tls-verify: true" }
     for _ = 1, 2 do
-      local c = kube.connect { kubeconfig = path, log = log }
+      local c = kube.connect { kubeconfig = path, log = captured.log }
       assert.is_true(c.info.insecure)
       c:close()
     end
-    assert.equal(2, #lines)
-    assert.matches("NOT verified", lines[1])
+    assert.equal(2, captured.count("warn", "NOT verified"))
+    assert.equal(2, #captured.lines)
   end)
 
   describe("errors name the file and the field", function()
