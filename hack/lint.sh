@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Lint, as CI runs it (hack/test.sh): luacheck over the Lua runtime, the
-# migrations and the specs (.luacheckrc); cppcheck over core/ with the
+# migrations and the specs (.luacheckrc); hack/spec-lint.lua over the specs
+# (spec/README.md, "What every spec holds to"); cppcheck over core/ with the
 # checks below; gofmt and go vet over the Go test tooling (spec/support/go);
 # clang-format (.clang-format) over core/, fuzz/ and cmake/luac.c, checked,
 # not applied.
@@ -11,6 +12,8 @@ cd "$(dirname "$0")/.."
 status=0
 echo "--- luacheck"
 luacheck --no-color -q scripts migrations spec bench deploy || status=1
+echo "--- spec-lint"
+lua5.4 hack/spec-lint.lua || status=1
 
 # cppcheck: warning (undefined behaviour, leaks, misuse of the C library),
 # portability and performance; style is clang-format's job. The Lua and
