@@ -7,11 +7,11 @@
 -- dry runs.
 local transport = require "cozy.transport"
 local json = require "cozy.json"
-local sys = require "cozy.sys"
 local errors = require "cozy.kube.errors"
 local patch = require "cozy.kube.patch"
 local pager = require "cozy.kube.pager"
 local request = require "cozy.kube.request"
+local update = require "cozy.kube.update"
 local base_errors = require "cozy.errors"
 
 local kube = {
@@ -109,9 +109,9 @@ function kube.connect(opts)
   local info = t:info()
   local options = {}
   for _, k in ipairs(plain_keys) do options[k] = opts[k] end
-  local update = {}
-  for k, v in pairs(kube.defaults.update) do update[k] = v end
-  for k, v in pairs(opts.update or {}) do update[k] = v end
+  local policy = {}
+  for k, v in pairs(kube.defaults.update) do policy[k] = v end
+  for k, v in pairs(opts.update or {}) do policy[k] = v end
   local self = setmetatable({
     namespace = info.namespace,
     server = info.server,
@@ -122,7 +122,7 @@ function kube.connect(opts)
     log = opts.log,
     page_limit = opts.page_limit or kube.defaults.page_limit,
     concurrency = math.tointeger(opts.concurrency) or kube.defaults.concurrency,
-    update_policy = update,
+    update_policy = policy,
     stats = { requests = 0, writes = 0, retries = 0, conflicts = 0, list_restarts = 0, recorded = 0 },
     _t = t,
     _warned = {},
@@ -426,14 +426,6 @@ function Resource:find(...)
   error(obj, 0)
 end
 
--- Did any attempt end in a way that leaves the write's fate unknown?
-local function uncertain(attempts)
-  for _, a in ipairs(attempts or {}) do
-    if a.code == 0 or a.code == 500 or a.code == 502 or a.code == 503 or a.code == 504 then return true end
-  end
-  return false
-end
-
 -- Each write below hands Client:call a `simulate` function: what the write
 -- would return, computed locally, for a client dry run. Whether the write is
 -- sent, recorded or refused is Client:call's decision alone.
@@ -457,7 +449,7 @@ function Resource:create(obj)
     simulate = function() return patch.deepcopy(obj) end })
   if ok then return res end
   if errors.is_error(res) and res.code == 409 and res.reason == "AlreadyExists" and named
-      and uncertain(res.attempts) and c.dry_run == nil then
+      and update.uncertain(res.attempts) and c.dry_run == nil then
     local current = self:find(ns, obj.metadata.name) or {}
     local sent = patch.deepcopy(obj)
     sent.metadata.resourceVersion = nil
@@ -492,7 +484,9 @@ local function as_ops(ops)
   return ops
 end
 
-function Resource:_json_patch(ns, name, ops, base, lean)
+-- The PATCH a JSON patch sends, for Client:prepare (the update engine sends
+-- it in a batch; _json_patch through Client:call): method, path, spec.
+function Resource:_patch_request(ns, name, ops, base, lean)
   local path = self:path(ns, name)
   as_ops(ops)
   local function simulate()
@@ -504,8 +498,12 @@ function Resource:_json_patch(ns, name, ops, base, lean)
   end
   -- a leading test makes a replay fail instead of applying twice
   local safe = type(ops[1]) == "table" and ops[1].op == "test"
-  return (self.client:call("PATCH", path, { body = ops, content_type = JSON_PATCH, retry_safe = safe,
-    simulate = simulate, projection = lean }))
+  return "PATCH", path, { body = ops, content_type = JSON_PATCH, retry_safe = safe,
+    simulate = simulate, projection = lean }
+end
+
+function Resource:_json_patch(ns, name, ops, base, lean)
+  return (self.client:call(self:_patch_request(ns, name, ops, base, lean)))
 end
 
 function Resource:json_patch(...)
@@ -533,56 +531,6 @@ function Resource:read_back(written)
   return self:find(written.metadata.namespace, written.metadata.name)
 end
 
-local update_in_parallel -- below update_each, which calls it
-
--- The conflict-aware loop behind update and change: compute(current)
--- returns the JSON patch ops to apply to `current` (nil or empty: nothing
--- to do); the engine prepends a test of its resourceVersion, sends it, and on
--- a conflict (409, or a 422 without causes: some op failed, maybe that test;
--- the re-read tells) re-reads and computes again, with
--- bounded attempts and backoff. Returns the object, and whether a write landed.
--- With `lean` (a projection tree) the re-reads and the answer are decoded lean.
-local function conflict_loop(self, ns, name, obj, compute, lean)
-  local c = self.client
-  local policy = c.update_policy
-  local delay = policy.base_delay
-  local maybe_applied = false
-  local last_err
-  for attempt = 1, policy.attempts do
-    if obj == nil then obj = self:_get(ns, name, lean) end
-    local rv = obj.metadata and obj.metadata.resourceVersion
-    if rv == nil then error(("update: %s has no metadata.resourceVersion"):format(self:path(ns, name)), 0) end
-    local ops = compute(obj)
-    if ops == nil or next(ops) == nil then return obj, maybe_applied end
-    local full = json.array { { op = "test", path = "/metadata/resourceVersion", value = rv } }
-    for i = 1, #ops do full[i + 1] = ops[i] end
-    local ok, res = pcall(self._json_patch, self, ns, name, full, obj, lean)
-    if ok then return res, true end
-    if not errors.is_error(res) then error(res, 0) end
-    local ours = res.code == 409
-    local fresh
-    if res.code == 422 and not errors.is_invalid_object(res) then
-      -- our test failed if the object moved on; otherwise one of the ops did
-      fresh = self:_get(ns, name, lean)
-      ours = fresh.metadata.resourceVersion ~= rv
-    end
-    if not ours then error(res, 0) end
-    if uncertain(res.attempts) then maybe_applied = true end
-    last_err = res
-    c.stats.conflicts = c.stats.conflicts + 1
-    debug(c, "update conflict: re-reading and recomputing", { path = self:path(ns, name), attempt = attempt,
-      code = res.code, resourceVersion = rv })
-    obj = fresh
-    if attempt < policy.attempts then
-      local d = math.min(delay, policy.max_delay)
-      sys.sleep(d * (1 - policy.jitter / 2 + policy.jitter * math.random()))
-      delay = delay * policy.factor
-    end
-  end
-  last_err.message = ("%s (gave up after %d conflicting attempts)"):format(last_err.message, policy.attempts)
-  error(last_err, 0)
-end
-
 -- (obj, fn) or (ns, name, fn) / (name, fn): the object to start from, its
 -- namespace and name, and the function.
 local function subject(self, level, what, a, ...)
@@ -600,14 +548,26 @@ local function subject(self, level, what, a, ...)
   return obj, ns, name, fn, absent_opts(opts, what)
 end
 
+-- One change driven by the update engine (cozy.kube.update): returns the
+-- object, whether a write landed, and what compute's info was; raises
+-- what ended it otherwise (an absent object's 404 included).
+local function drive(self, ns, name, obj, compute, lean)
+  local ch = update.one(update.new { resource = self, ns = ns, name = name, obj = obj, compute = compute,
+    lean = lean })
+  if ch.state == "done" then return ch.result, ch.changed, ch.info end
+  error(ch.err, 0)
+end
+
 -- The conflict-aware update (docs/engine-api.md): mutate(copy) returns JSON
 -- patch ops. Returns obj, changed.
 function Resource:update(a, ...)
   local obj, ns, name, mutate, skip = subject(self, 2, "update", a, ...)
   -- mutate gets its own copy: the object must stay intact as the base of a
   -- client dry run, and mutate must not be able to change it behind us
-  return unless_absent(skip, conflict_loop, self, ns, name, obj,
-    function(current) return mutate(patch.deepcopy(current)) end)
+  return unless_absent(skip, function()
+    local obj_after, changed = drive(self, ns, name, obj, function(current) return mutate(patch.deepcopy(current)) end)
+    return obj_after, changed
+  end)
 end
 
 -- Change by editing a copy (docs/engine-api.md): edit(copy) changes a copy of
@@ -617,117 +577,29 @@ end
 -- what the last call of edit returned.
 function Resource:change(a, ...)
   local obj, ns, name, edit, skip = subject(self, 2, "change", a, ...)
-  return unless_absent(skip, self._change, self, obj, ns, name, edit)
+  return unless_absent(skip, drive, self, ns, name, obj, update.editing(edit))
 end
 
-function Resource:_change(obj, ns, name, edit, lean)
-  local info
-  local result, changed = conflict_loop(self, ns, name, obj, function(current)
-    local copy = patch.deepcopy(current)
-    info = edit(copy)
-    return patch.diff(current, copy)
-  end, lean)
-  return result, changed, info
-end
-
--- update_each with up to `concurrency` changes in flight at once, on the
--- transport's multi interface: each change is prepared by Client:prepare
--- (the same choke point, gate and per-attempt lock guard as one request),
--- has its own conflict re-read and retries, and its own error. The first
--- failure stops new changes; those in flight finish (or fail) and are
--- counted; then the failure is raised. Progress steps as changes end.
-update_in_parallel = function(self, pull, edit, opts, counts, concurrency, lean)
-  local c = self.client
-  local policy = c.update_policy
-  local m <close> = c._t:multi { concurrency = concurrency }
-  local inflight, pending, done, first_err, drained = {}, 0, 0, nil, false
-
-  local function finished(state)
-    done = done + 1
-    if opts.progress then opts.progress:step(done) end
-    return state
+-- update_each's argument checks; returns pull (the next item and its
+-- value, nil: no more) and the projection tree of opts.project.
+local function each_args(items, edit, opts)
+  local pull = items
+  if type(items) == "table" and (items[1] ~= nil or next(items) == nil) then
+    local i = 0
+    pull = function() i = i + 1 return items[i] end
+  elseif type(items) == "table" and type(items.next) == "function" then
+    pull = function() return items:next() end -- a list's pager, read as the batch goes
+  elseif type(items) ~= "function" then
+    error("update_each(items, edit, opts): items must be an array, a list or a function returning the next item", 3)
   end
-
-  -- Computes the change of `state` from state.obj and sends it, or ends
-  -- the state when there is nothing to change.
-  local function start(state)
-    local ns, name = state.obj.metadata.namespace, state.obj.metadata.name
-    local rv = state.obj.metadata.resourceVersion
-    local copy = patch.deepcopy(state.obj)
-    state.info = edit(copy, state.item, state.value)
-    local ops = patch.diff(state.obj, copy)
-    if #ops == 0 then
-      if state.maybe_applied then
-        counts.changed = counts.changed + 1
-        if opts.on_change then opts.on_change(state.item, state.info, state.obj, state.value) end
-      else
-        counts.unchanged = counts.unchanged + 1
-      end
-      return finished(state)
-    end
-    local full = json.array { { op = "test", path = "/metadata/resourceVersion", value = rv } }
-    for i = 1, #ops do full[i + 1] = ops[i] end
-    state.rv, state.ns, state.name = rv, ns, name
-    local req = c:prepare("PATCH", self:path(ns, name), { body = full, content_type = JSON_PATCH, retry_safe = true,
-      projection = lean })
-    state.req = req
-    inflight[m:submit("PATCH", req.path, req.options)] = state
-    pending = pending + 1
+  if type(edit) ~= "function" then error("update_each: edit must be a function", 3) end
+  if opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail" then
+    error("update_each: opts.absent must be \"skip\" or \"fail\"", 3)
   end
-
-  -- What a completed PATCH means for its state: changed, another attempt
-  -- from a fresh read (a conflict of ours), or a failure.
-  local function settle(state, ok, res)
-    if ok then
-      counts.changed = counts.changed + 1
-      if opts.on_change then opts.on_change(state.item, state.info, res, state.value) end
-      return finished(state)
-    end
-    if errors.is_error(res) and (res.code == 409 or res.code == 422) and not errors.is_invalid_object(res) then
-      local fresh_ok, fresh = pcall(self._get, self, state.ns, state.name, lean)
-      if not fresh_ok then return settle(state, false, fresh) end
-      local ours = res.code == 409 or fresh.metadata.resourceVersion ~= state.rv
-      if ours and state.attempt < policy.attempts then
-        if uncertain(res.attempts) then state.maybe_applied = true end
-        c.stats.conflicts = c.stats.conflicts + 1
-        state.attempt, state.obj = state.attempt + 1, fresh
-        return start(state)
-      end
-      if ours then
-        res.message = ("%s (gave up after %d conflicting attempts)"):format(res.message, policy.attempts)
-      end
-    end
-    if opts.absent == "skip" and errors.is_error(res) and res.absent == "object" then
-      counts.absent = counts.absent + 1
-      if opts.on_absent then opts.on_absent(state.item, state.value) end
-      return finished(state)
-    end
-    first_err = first_err or res
-    return finished(state)
+  if opts.project ~= nil and type(opts.project) ~= "table" then
+    error("update_each: opts.project must be an array of dotted paths", 3)
   end
-
-  while true do
-    -- keep the pipe full (submitted beyond the concurrency wait in the batch)
-    while first_err == nil and not drained and pending < concurrency * 2 do
-      local ok, err = pcall(function()
-        local item, value = pull()
-        if item == nil then drained = true return end
-        counts.total = counts.total + 1
-        start { item = item, value = value, obj = item, attempt = 1 }
-      end)
-      if not ok then first_err = err end
-    end
-    if pending == 0 then break end
-    local id, status, body, attempts, warnings, decode_error = m:wait()
-    if id == nil then break end
-    local state = inflight[id]
-    inflight[id], pending = nil, pending - 1
-    local ok, res = pcall(c.finish, c, state.req, status, body, attempts, warnings, decode_error)
-    local sok, serr = pcall(settle, state, ok, res)
-    if not sok then first_err = first_err or serr end
-  end
-  if first_err ~= nil then error(first_err, 0) end
-  return counts
+  return pull, opts.project and kube.projection(opts.project)
 end
 
 -- A batch of independent changes: change(item, edit) for each item (an
@@ -750,58 +622,38 @@ end
 -- error stops the batch and is raised.
 function Resource:update_each(items, edit, opts)
   opts = opts or {}
-  local array = type(items) == "table" and (items[1] ~= nil or next(items) == nil)
-  local pull = items
-  if array then
-    local i = 0
-    pull = function() i = i + 1 return items[i] end
-  elseif type(items) == "table" and type(items.next) == "function" then
-    pull = function() return items:next() end -- a list's pager, read as the batch goes
-  elseif type(items) ~= "function" then
-    error("update_each(items, edit, opts): items must be an array, a list or a function returning the next item", 2)
-  end
-  if type(edit) ~= "function" then error("update_each: edit must be a function", 2) end
-  if opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail" then
-    error("update_each: opts.absent must be \"skip\" or \"fail\"", 2)
-  end
-  if opts.project ~= nil and type(opts.project) ~= "table" then
-    error("update_each: opts.project must be an array of dotted paths", 2)
-  end
-  local lean = opts.project and kube.projection(opts.project)
-  -- the next item, which must be an object that names itself (nil: no more)
-  local function next_object()
+  local pull, lean = each_args(items, edit, opts)
+  local counts = { total = 0, changed = 0, unchanged = 0, absent = 0 }
+  -- the next change, of an item that must be an object naming itself
+  local function next_change()
     local item, value = pull()
     if item == nil then return nil end
     if not names_itself(self, item) then
       error(("update_each: an item is not an object whose metadata names it (got %s)"):format(type(item)), 0)
     end
-    return item, value
-  end
-  local counts = { total = 0, changed = 0, unchanged = 0, absent = 0 }
-  local concurrency = math.tointeger(opts.concurrency) or self.client.concurrency
-  -- a client dry run sends nothing: its changes are computed one by one
-  if concurrency > 1 and (not array or #items > 1) and self.client.dry_run ~= "client" then
-    return update_in_parallel(self, next_object, edit, opts, counts, concurrency, lean)
-  end
-  while true do
-    local item, value = next_object()
-    if item == nil then break end
     counts.total = counts.total + 1
-    local md = item.metadata
-    local ok, obj, changed, info = pcall(self._change, self, item, md.namespace, md.name,
-      function(copy) return edit(copy, item, value) end, lean)
-    if not ok then
-      if not (opts.absent == "skip" and errors.is_error(obj) and obj.absent == "object") then error(obj, 0) end
-      counts.absent = counts.absent + 1
-      if opts.on_absent then opts.on_absent(item, value) end
-    elseif changed then
-      counts.changed = counts.changed + 1
-      if opts.on_change then opts.on_change(item, info, obj, value) end
-    else
-      counts.unchanged = counts.unchanged + 1
-    end
-    if opts.progress then opts.progress:step(counts.total) end
+    return update.new { resource = self, ns = item.metadata.namespace, name = item.metadata.name, obj = item,
+      lean = lean, item = item, value = value,
+      compute = update.editing(function(copy) return edit(copy, item, value) end) }
   end
+  local done = 0
+  local function ended(ch)
+    done = done + 1
+    if opts.progress then opts.progress:step(done) end
+    if ch.state == "done" and ch.changed then
+      counts.changed = counts.changed + 1
+      if opts.on_change then opts.on_change(ch.item, ch.info, ch.result, ch.value) end
+    elseif ch.state == "done" then
+      counts.unchanged = counts.unchanged + 1
+    elseif ch.state == "absent" and opts.absent == "skip" then
+      counts.absent = counts.absent + 1
+      if opts.on_absent then opts.on_absent(ch.item, ch.value) end
+    else
+      error(ch.err, 0)
+    end
+  end
+  local concurrency = math.tointeger(opts.concurrency) or self.client.concurrency
+  update.run(self.client, next_change, math.max(1, math.min(64, concurrency)), ended)
   return counts
 end
 
