@@ -64,7 +64,7 @@ function runner.protect(opts, fn)
     log:error(errors.text(res), errors.fields(res))
     local cause = errors.is(res.cause) and res.cause or res
     if cause.traceback then
-      if cause.kind == "bug" then log:error(cause.traceback) else log:debug(cause.traceback) end
+      if errors.is(cause, "bug") then log:error(cause.traceback) else log:debug(cause.traceback) end
     end
   else
     log:error("internal error: " .. errors.safe_text(res))
@@ -186,6 +186,7 @@ function runner.execute(opts, mode, report)
       report(w)
     end or nil })
     local cms = client:resource("v1", "configmaps", { kind = "ConfigMap" })
+    local leases = client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" })
     proc.trap()
     local identity = lease.identity()
     local holder
@@ -204,7 +205,7 @@ function runner.execute(opts, mode, report)
       })
     end
 
-    local decision = steps.decide(set, cms, namespace, target, log)
+    local decision = steps.decide(set, cms, namespace, target, log, leases)
     if decision.action == "bootstrap" then
       log:info("no version ConfigMap: fresh install, stamping the target and running nothing",
         { configmap = stamp.CONFIGMAP, namespace = namespace, version = target })
@@ -279,7 +280,7 @@ function runner.execute(opts, mode, report)
       if not planning then
         holder = take_lock(client, opts, namespace, identity, log)
         -- another runner may have moved the version while we waited
-        decision = steps.decide(set, cms, namespace, target)
+        decision = steps.decide(set, cms, namespace, target, nil, leases)
         if decision.action ~= "migrate" then
           log:info("up to date after taking the lock", { version = decision.current })
           return

@@ -54,6 +54,12 @@ function M.collect(opts, log)
     st.state = #st.pending == 0 and "up to date" or (#st.pending .. " pending")
   end
   local l = client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" }):find(namespace, lease.NAME)
+  if cm == nil and l ~= nil then
+    st.state = "stamp missing (run refuses: a Lease shows that migrations have run here)"
+    st.warnings[#st.warnings + 1] = ("the version ConfigMap %s/%s is missing but the Lease %s exists: "
+      .. "recreate the ConfigMap at the cluster's real version; run will not bootstrap over it")
+      :format(namespace, stamp.CONFIGMAP, lease.NAME)
+  end
   if l and lease.holder_of(l) then
     local remaining = lease.remaining(l, sys.time())
     st.lock = { holder = lease.holder_of(l), renewed = l.spec.renewTime, expired = remaining < 0,

@@ -10,6 +10,7 @@
 -- step's client view, whose gate (Client:call) decides what may be sent.
 local errors = require "cozy.errors"
 local join = require "cozy.kube.join"
+local text = require "cozy.text"
 local json = require "cozy.json"
 
 local context = {}
@@ -215,11 +216,12 @@ local function progress_facade(p)
 end
 
 -- Bounds of what a step's outcome (kept in the history record) may hold.
-context.OUTCOME_LIMITS = { counts = 20, warnings = 10, text = 200 }
+context.OUTCOME_LIMITS = { counts = 20, warnings = 10, text = 200, key = 63 }
 
 local function bounded_text(v)
   local s = errors.safe_text(v)
-  if #s > context.OUTCOME_LIMITS.text then s = s:sub(1, context.OUTCOME_LIMITS.text - 3) .. "..." end
+  if #s > context.OUTCOME_LIMITS.text then s = text.prefix(s, context.OUTCOME_LIMITS.text - 3) .. "..." end
+  s = text.utf8(s)
   return s
 end
 
@@ -248,9 +250,9 @@ local function log_facade(logger, outcome, mode)
   end)
   for _, level in ipairs({ "info", "warn", "error", "debug" }) do
     l[level] = method(l, function(message, fields)
-      local text = errors.safe_text(message)
-      if level == "warn" or level == "error" then note_warning(outcome, text) end
-      return logger:write(level, text, fields and plain(fields) or nil)
+      local line = errors.safe_text(message)
+      if level == "warn" or level == "error" then note_warning(outcome, line) end
+      return logger:write(level, line, fields and plain(fields) or nil)
     end)
   end
   l.enabled = method(l, function(level) return logger:enabled(level) end)
@@ -283,21 +285,37 @@ function context.new(opts)
   -- What the step did, in a few counts (or short strings) for the history
   -- record: ctx.outcome{ updated = 3, volumes = 5 }. Later calls add to and
   -- overwrite earlier keys; at most OUTCOME_LIMITS.counts keys are kept.
+  -- A call is checked whole before anything is kept (all or nothing): keys
+  -- are short names, values numbers, strings or booleans; a number that is
+  -- not finite is left out (with a warning), so what a step reports can
+  -- always be encoded and never stops its stamp.
   local outcome = opts.outcome
   function ctx.outcome(fields)
     if type(fields) ~= "table" then error("ctx.outcome(fields): fields must be a table", 2) end
-    if outcome == nil then return end
     for k, v in next, fields do
-      if type(k) ~= "string" then error("ctx.outcome: keys must be strings", 2) end
+      if type(k) ~= "string" or #k > context.OUTCOME_LIMITS.key or not k:find("^[%a_][%w_.-]*$") then
+        error(("ctx.outcome: keys must be names of at most %d characters (letters, digits, _ . -), got %s")
+          :format(context.OUTCOME_LIMITS.key, bounded_text(type(k) == "string" and ("%q"):format(k) or type(k))), 2)
+      end
       local t = type(v)
       if t ~= "number" and t ~= "string" and t ~= "boolean" then
         error(("ctx.outcome: %s must be a number, a string or a boolean, got a %s"):format(k, t), 2)
       end
+    end
+    if outcome == nil then return end
+    for k, v in next, fields do
       local n = 0
+      -- a ratio of nothing (0/0) is data, not a mistake in the code: it is
+      -- left out with a warning rather than failing the step
+      if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
+        logger:write("warn", ("ctx.outcome: %s is %s, not a finite number: left out of the history"):format(k, tostring(v)))
+        goto continue
+      end
       for _ in next, outcome.counts do n = n + 1 end
       if outcome.counts[k] ~= nil or n < context.OUTCOME_LIMITS.counts then
-        outcome.counts[k] = t == "string" and bounded_text(v) or v
+        outcome.counts[k] = type(v) == "string" and bounded_text(v) or v
       end
+      ::continue::
     end
   end
   -- a text worded for the mode: "{updated|would update}" (run | plan)

@@ -19,6 +19,9 @@ local stamp = {}
 stamp.CONFIGMAP = "cozystack-version"
 stamp.LABEL = "platform.cozystack.io/no-delete"
 stamp.HISTORY_LIMIT = 100
+-- The largest history record: HISTORY_LIMIT of them stay far below the
+-- 1 MiB a ConfigMap may hold.
+stamp.RECORD_BYTES = 4096
 
 local function pointer_escape(s)
   return (s:gsub("~", "~0"):gsub("/", "~1"))
@@ -111,9 +114,16 @@ function stamp.history_record(m, from, to, started, identity, outcome)
     engine = sys.version, runner = identity,
   }
   -- what the step reported (ctx.outcome) and warned about, already bounded
+  -- and checked; should it still not encode, or encode past the record's
+  -- bound, it is left out and says so: nothing a step reports stops its stamp
   if outcome and (next(outcome.counts) ~= nil or #outcome.warnings > 0) then
     rec.outcome = { counts = json.object(outcome.counts), warnings = json.array(outcome.warnings),
       warnings_dropped = outcome.warnings_dropped > 0 and outcome.warnings_dropped or nil }
+    local ok, encoded = pcall(json.encode, rec)
+    if not ok or #encoded > stamp.RECORD_BYTES then
+      rec.outcome = { dropped = ok and ("the outcome made the record %d bytes, over %d"):format(#encoded,
+        stamp.RECORD_BYTES) or "the outcome could not be encoded" }
+    end
   end
   return rec
 end
@@ -141,28 +151,40 @@ end
 -- Stamps `to` after the step `from` -> `to` with its history record, in one
 -- write guarded by resourceVersion. A conflict re-reads; if the version is
 -- then no longer `from`, someone else moved it: fail closed.
+-- A ConfigMap deleted while a run holds the lock: the version it held is
+-- gone and a rerun must not take the cluster for a fresh install (see
+-- steps.decide), so the run stops here naming what to restore.
+local function updated(cms, cm, at, edit)
+  local ok, obj = pcall(cms.update, cms, cm, edit)
+  if ok then return obj end
+  if errors.is(obj, "api") and obj.code == 404 then
+    errors.raise("failed", ("the version ConfigMap %s/%s was deleted during the run (it was at version %d): "
+      .. "recreate it at the version the cluster is really at before running again")
+      :format(cm.metadata.namespace or "?", stamp.CONFIGMAP, at), { cause = obj })
+  end
+  error(obj, 0)
+end
+
 function stamp.advance(cms, cm, from, to, record)
-  local obj = cms:update(cm, function(current)
+  return updated(cms, cm, from, function(current)
     local v = stamp.version_of(current)
     if v ~= from then
       errors.raise("failed", ("version moved to %d while this runner stamped %d -> %d"):format(v, from, to))
     end
     return stamp.ops(current, { version = to, record = record })
   end)
-  return obj
 end
 
 -- After a legacy script stamped by itself: adds its history record and the
 -- label, provided the version is still `to`.
 function stamp.record(cms, cm, to, record)
-  local obj = cms:update(cm, function(current)
+  return updated(cms, cm, to, function(current)
     local v = stamp.version_of(current)
     if v ~= to then
       errors.raise("failed", ("version moved to %d while this runner recorded step -> %d"):format(v, to))
     end
     return stamp.ops(current, { record = record })
   end)
-  return obj
 end
 
 return stamp

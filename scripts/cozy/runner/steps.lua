@@ -2,6 +2,7 @@
 -- cluster is at, and so which migrations a run takes it through.
 local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
+local lease = require "cozy.runner.lease"
 local stamp = require "cozy.runner.stamp"
 
 local steps = {}
@@ -45,14 +46,33 @@ local function cross_check(log, current)
   end
 end
 
+-- A missing ConfigMap means a fresh install only where no runner has
+-- migrated before. The Lease is created by the first run that migrates and
+-- is kept (release only clears its holder), so a Lease without a ConfigMap
+-- means the stamp was deleted: bootstrapping would stamp the target over
+-- steps that never ran. That is for an operator to resolve; raises "failed".
+function steps.refuse_lost_stamp(leases, namespace)
+  if leases == nil then return end
+  local l = leases:find(namespace, lease.NAME)
+  if l == nil then return end
+  errors.raise("failed", ("the version ConfigMap %s/%s is missing, but the Lease %s/%s shows that migrations have "
+    .. "run here: refusing to treat the cluster as a fresh install. Recreate the ConfigMap at the version the "
+    .. "cluster is at (kubectl -n %s create configmap %s --from-literal=version=N), or delete the Lease if this "
+    .. "really is a fresh install"):format(namespace, stamp.CONFIGMAP, namespace, lease.NAME, namespace,
+    stamp.CONFIGMAP), { namespace = namespace })
+end
+
 -- What a run would do now, read from the cluster:
 --   { action = "bootstrap" }                       no ConfigMap: stamp the target, run nothing
 --   { action = "none", current =, cm = }           at or past the target
 --   { action = "migrate", current =, cm =, steps = {m...} }
 -- Raises "invalid" for a gap in the pending range.
-function steps.decide(set, cms, namespace, target, log)
+function steps.decide(set, cms, namespace, target, log, leases)
   local cm = stamp.read(cms, namespace)
-  if cm == nil then return { action = "bootstrap", target = target } end
+  if cm == nil then
+    steps.refuse_lost_stamp(leases, namespace)
+    return { action = "bootstrap", target = target }
+  end
   local current = stamp.version_of(cm)
   -- a history the first stamp could not append to stops the run before any step
   stamp.history_of(cm)
