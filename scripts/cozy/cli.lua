@@ -1,5 +1,6 @@
 -- The command line: parses the contract of README.md and --help, and dispatches to one
 -- module per command (cozy.cmd.<name>), each returning an exit status.
+local text = require "cozy.text"
 local errors = require "cozy.errors"
 local sys = require "cozy.sys"
 
@@ -245,7 +246,7 @@ function cli.main(argv)
   if not ok then
     local err = command
     if errors.is(err, "usage") then
-      io.stderr:write("cozy-migrate: ", err.message, "\n", "Try 'cozy-migrate --help'.\n")
+      io.stderr:write("cozy-migrate: ", text.safe(err.message), "\n", "Try 'cozy-migrate --help'.\n")
       return cli.EXIT_USAGE
     end
     error(err, 0)

@@ -17,6 +17,13 @@ local errors = {}
 
 local Error = { __name = "cozy.Error" }
 
+-- error -> its kind, as the engine made it. `err.kind` is a copy for
+-- readers; a migration that catches an error can write to the error, but
+-- the engine decides by this table alone, so `err.kind = "lost"` raised
+-- again is still what it was (a lost lock is never released, so a forged
+-- "lost" would leave the lock behind).
+local kind_of = setmetatable({}, { __mode = "k" })
+
 -- kind -> exit status (0 done, 1 failed, 2 usage/configuration/invalid set, 3 locked)
 errors.exit_status = {
   api = 1,          -- an API request failed (err.code, err.reason, ...)
@@ -34,13 +41,20 @@ errors.exit_status = {
   bug = 1,          -- a non-string error value: a bug, logged with its traceback
 }
 
--- A text for any value, even one whose __tostring raises or returns a
--- non-string: reporting an error must never fail.
+-- A text for any value, even one whose __tostring raises, loops or returns
+-- a non-string: reporting an error must never fail nor hang. A table or
+-- userdata is shown through its __tostring only when that is the engine's
+-- (an engine error): anything else may be a migration's code, which runs
+-- only under a watch, and this may run after the watch is gone.
 local function safe_text(v)
-  if type(v) == "string" then return v end
+  local t = type(v)
+  if t == "string" then return v end
+  if (t == "table" or t == "userdata") and debug.getmetatable(v) ~= nil and debug.getmetatable(v) ~= Error then
+    return ("(a %s value that cannot be shown)"):format(t)
+  end
   local ok, s = pcall(tostring, v)
   if ok and type(s) == "string" then return s end
-  return ("(a %s value that cannot be shown)"):format(type(v))
+  return ("(a %s value that cannot be shown)"):format(t)
 end
 errors.safe_text = safe_text
 
@@ -58,11 +72,12 @@ end
 
 function Error.__tostring(e)
   local message = safe_text(e.message or "?")
-  if e.kind == "api" then
+  local kind = kind_of[e]
+  if kind == "api" then
     local head = e.method and ("%s %s: "):format(e.method, e.path or "?") or ""
     local code = e.code and e.code ~= 0 and (" (%d)"):format(e.code) or ""
     return ("%s%s%s: %s%s"):format(head, e.reason or "Error", code, message, describe_attempts(e.attempts))
-  elseif e.kind == "config" then
+  elseif kind == "config" then
     return "configuration error: " .. message
   end
   return message
@@ -77,7 +92,13 @@ function errors.new(kind, fields)
   end
   fields = fields or {}
   fields.kind = kind
+  kind_of[fields] = kind
   return setmetatable(fields, Error)
+end
+
+-- The kind an engine error was made with (nil for anything else).
+function errors.kind(v)
+  return kind_of[v]
 end
 
 -- Raises a new error of `kind` with `message` and more fields.
@@ -90,18 +111,18 @@ end
 
 -- Is v an engine error (of `kind`, or of one of several kinds)?
 function errors.is(v, kind, ...)
-  if type(v) ~= "table" or debug.getmetatable(v) ~= Error then return false end
-  if kind == nil then return true end
-  if v.kind == kind then return true end
+  local own = kind_of[v]
+  if own == nil then return false end
+  if kind == nil or own == kind then return true end
   for i = 1, select("#", ...) do
-    if v.kind == select(i, ...) then return true end
+    if own == select(i, ...) then return true end
   end
   return false
 end
 
 -- The exit status for whatever ended a command.
 function errors.exit_status_of(e)
-  if errors.is(e) then return errors.exit_status[e.kind] or 1 end
+  if errors.is(e) then return errors.exit_status[kind_of[e]] or 1 end
   return 1
 end
 
@@ -114,10 +135,10 @@ function errors.text(e)
 end
 
 -- Flat, printable fields of an error for a log line.
-local shown = { "kind", "code", "reason", "method", "path", "file", "field", "holder", "migration" }
+local shown = { "code", "reason", "method", "path", "file", "field", "holder", "migration" }
 function errors.fields(e)
   if not errors.is(e) then return nil end
-  local f = {}
+  local f = { kind = kind_of[e] }
   for _, k in ipairs(shown) do
     local v = e[k]
     if v ~= nil and type(v) ~= "table" then f[k] = v end

@@ -5,6 +5,7 @@
 local json = require "cozy.json"
 local sys = require "cozy.sys"
 local proc = require "cozy.proc"
+local text = require "cozy.text"
 
 local log = {}
 
@@ -43,13 +44,31 @@ local function text_value(v)
   return ("%q"):format(v):gsub("\\\n", "\\n")
 end
 
+-- A value as it may be printed: strings made valid UTF-8 with credentials
+-- blanked (text.safe), tables copied the same way (to a bounded depth:
+-- deeper levels are shown as text), anything else as it is. Every message
+-- and field goes through it, whoever wrote it: a legacy script's Latin-1
+-- line, an error body cut by a server, curl quoting a proxy URL.
+local function printable(v, depth)
+  local t = type(v)
+  if t == "string" then return text.safe(v) end
+  if t ~= "table" then return v end
+  if (depth or 0) >= 8 then return text.safe(tostring(v)) end
+  local c = {}
+  for k, x in next, v do
+    c[type(k) == "string" and text.safe(k) or k] = printable(x, (depth or 0) + 1)
+  end
+  local mt = getmetatable(v)
+  return setmetatable(c, (mt == json.array_mt or mt == json.object_mt) and mt or nil)
+end
+
 local function merged(tags, fields)
   local all = {}
   for k, v in pairs(tags) do all[k] = v end
   if fields then
     for k, v in pairs(fields) do all[k] = v end
   end
-  return all
+  return printable(all)
 end
 
 function Logger:enabled(level)
@@ -69,16 +88,17 @@ end
 function Logger:write(level, message, fields)
   if not self:enabled(level) then return end
   local all = merged(self.tags, fields)
+  message = text.safe(message)
   local line
   if self.format == "json" then
-    local obj = { ts = iso8601(sys.time()), level = level, msg = tostring(message) }
+    local obj = { ts = iso8601(sys.time()), level = level, msg = message }
     for k, v in pairs(all) do
       if obj[k] == nil then obj[k] = v end
     end
     local ok, s = pcall(json.encode, obj)
-    line = ok and s or json.encode({ ts = obj.ts, level = level, msg = tostring(message) })
+    line = ok and s or json.encode({ ts = obj.ts, level = level, msg = message })
   else
-    local parts = { iso8601(sys.time()), ("%-5s"):format(level:upper()), tostring(message) }
+    local parts = { iso8601(sys.time()), ("%-5s"):format(level:upper()), message }
     for _, k in ipairs(sorted_keys(all)) do
       parts[#parts + 1] = tostring(k) .. "=" .. text_value(all[k])
     end

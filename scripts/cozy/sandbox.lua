@@ -48,6 +48,17 @@ end
 
 sandbox.modules["cozy.obj"] = function() return copy(require "cozy.obj") end
 
+-- Every string shares one metatable, whose __index is what `("").name`
+-- reaches, in a migration as anywhere: point it at a copy of the string
+-- library without `dump`, so that a migration cannot make binary chunks
+-- through a string's methods either. The engine's own `string` table keeps
+-- dump; nothing calls it as a method.
+do
+  local methods = copy(string)
+  methods.dump = nil
+  debug.getmetatable("").__index = methods
+end
+
 local base_names = {
   "assert", "error", "ipairs", "next", "pairs", "pcall", "xpcall", "select",
   "tonumber", "tostring", "type", "rawequal", "rawget", "rawlen", "rawset",
@@ -66,8 +77,18 @@ local function rethrow(ok, ...)
 end
 
 local function watched_pcall(f, ...) return rethrow(pcall(f, ...)) end
-local function watched_xpcall(f, handler, ...) return rethrow(xpcall(f, handler, ...)) end
+-- A migration's message handler does not run while a stop is pending: one
+-- that loops would otherwise turn the stop into "error in error handling".
+local function watched_xpcall(f, handler, ...)
+  return rethrow(xpcall(f, function(e)
+    if pending_stop() then return e end
+    return handler(e)
+  end, ...))
+end
 local function watched_resume(co, ...) return rethrow(coroutine.resume(co, ...)) end
+-- coroutine.close runs the coroutine's pending <close> handlers and returns
+-- their error: a stop raised in one must not end there.
+local function watched_close(co) return rethrow(coroutine.close(co)) end
 
 -- A fresh environment for one migration.
 function sandbox.env()
@@ -83,6 +104,7 @@ function sandbox.env()
   env.utf8 = copy(utf8)
   env.coroutine = copy(coroutine)
   env.coroutine.resume = watched_resume
+  env.coroutine.close = watched_close
   env.os = { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime }
 
   -- Metatables: a migration may set and read those of its own tables, and
@@ -139,6 +161,25 @@ function sandbox.env()
   return env
 end
 
+-- Runs fn(...) under a watch made of `watch_opts` (deadline, on_stop) and
+-- returns ok, what fn returned or raised, and the traceback of what it
+-- raised. The watch stays armed until the stack has unwound: the <close>
+-- handlers a failing fn leaves run after the message handler, and they are
+-- migration code too. Only then is it closed.
+function sandbox.watched(watch_opts, fn, ...)
+  local watch = proc.watch(watch_opts)
+  local trace
+  local result = table.pack(xpcall(fn, function(e)
+    -- a stop needs no traceback, and the fewer instructions run here under
+    -- a firing hook the better (an error in the handler loses the stop)
+    if not pending_stop() then trace = debug.traceback(type(e) == "string" and e or nil, 2) end
+    return e
+  end, ...))
+  watch:close()
+  if result[1] then return table.unpack(result, 1, result.n) end
+  return false, result[2], trace
+end
+
 -- How long a migration file's top level may run (it should only build the
 -- migration table): a file that does not return within it is refused.
 sandbox.LOAD_TIMEOUT = 5
@@ -162,14 +203,12 @@ function sandbox.load(source, chunkname, timeout, compiled)
   if chunk == nil then return nil, err end
   timeout = timeout or sandbox.LOAD_TIMEOUT
   local stopped
-  local watch = proc.watch { deadline = sys.monotime() + timeout, on_stop = function(reason, detail, where)
+  local ok, result = sandbox.watched({ deadline = sys.monotime() + timeout, on_stop = function(reason, detail, where)
     stopped = reason
     if reason == "signal" then error(("interrupted by signal %d while loading (at %s)"):format(detail, where), 0) end
     error(("its top level did not return within %ss (at %s): it must only build the migration table")
       :format(tostring(timeout), where), 0)
-  end }
-  local ok, result = xpcall(chunk, function(e) watch:close(); return e end)
-  watch:close()
+  end }, chunk)
   if not ok then
     local text = type(result) == "string" and result or ("(error object is a %s value)"):format(type(result))
     return nil, text, stopped

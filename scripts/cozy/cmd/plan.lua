@@ -6,6 +6,7 @@
 -- them on stdout, as text for people or (with --log-format json) as one JSON
 -- object per line: {"type": "plan" | "bootstrap" | "step" | "write" |
 -- "legacy" | "failure" | "summary", ...}.
+local cozy_text = require "cozy.text"
 local json = require "cozy.json"
 local runner = require "cozy.runner"
 
@@ -57,7 +58,7 @@ function M.printer(opts)
     if as_json then
       io.stdout:write(json.encode(e), "\n")
     else
-      io.stdout:write(text[e.type](e), "\n")
+      io.stdout:write(cozy_text.safe(text[e.type](e)), "\n")
     end
     io.stdout:flush()
   end

@@ -2,6 +2,8 @@
 -- target, the pending migrations, the lock holder and the history, with a
 -- warning where a shipped file's sha256 differs from the recorded one.
 -- Read-only.
+local cozy_text = require "cozy.text"
+local discovery = require "cozy.runner.discovery"
 local json = require "cozy.json"
 local lease = require "cozy.runner.lease"
 local runner = require "cozy.runner"
@@ -39,19 +41,22 @@ function M.collect(opts, log)
       end
       st.history[#st.history + 1] = entry
     end
-    for n = st.current, target - 1 do
-      local m = set.by_number[n]
+    for _, e in ipairs(discovery.span(set, st.current, target)) do
+      local m = e.migration
       if m then
         st.pending[#st.pending + 1] = { number = m.number, name = m.name, kind = m.kind, description = m.description }
       else
-        st.pending[#st.pending + 1] = { number = n, missing = true }
-        st.warnings[#st.warnings + 1] = ("no migration for version %d: run would refuse (gap)"):format(n)
+        -- one entry per run of missing versions, however wide
+        st.pending[#st.pending + 1] = { number = e.gap, through = e.through ~= e.gap and e.through or nil, missing = true }
+        st.warnings[#st.warnings + 1] = e.through == e.gap
+          and ("no migration for version %d: run would refuse (gap)"):format(e.gap)
+          or ("no migrations for versions %d to %d: run would refuse (gap)"):format(e.gap, e.through)
       end
     end
     if st.current > target then
       st.warnings[#st.warnings + 1] = ("version %d is ahead of the target %d"):format(st.current, target)
     end
-    st.state = #st.pending == 0 and "up to date" or (#st.pending .. " pending")
+    st.state = #st.pending == 0 and "up to date" or (math.max(0, target - st.current) .. " pending")
   end
   local l = client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" }):find(namespace, lease.NAME)
   if cm == nil and l ~= nil then
@@ -89,7 +94,8 @@ local function text(st)
   if #st.pending > 0 then
     add("pending:")
     for _, p in ipairs(st.pending) do
-      if p.missing then add("  %-4d MISSING", p.number)
+      if p.missing and p.through then add("  %d-%d MISSING", p.number, p.through)
+      elseif p.missing then add("  %-4d MISSING", p.number)
       else add("  %-4d %-32s %-6s %s", p.number, p.name, p.kind, p.description) end
     end
   end
@@ -124,7 +130,7 @@ function M.run(opts)
     if opts.output == "json" then
       io.stdout:write(json.encode(st), "\n")
     else
-      io.stdout:write(text(st))
+      io.stdout:write(cozy_text.safe(text(st)))
     end
     return 0
   end)

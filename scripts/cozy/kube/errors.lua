@@ -7,6 +7,7 @@
 -- and `update` when mutate returns nil (it returns obj, false). Nothing is
 -- returned as `nil, err`.
 local base = require "cozy.errors"
+local text = require "cozy.text"
 
 local errors = {}
 
@@ -46,7 +47,7 @@ function errors.from_response(method, path, code, status, raw, attempts)
   end
   if e.reason == nil or e.reason == "" then e.reason = reasons[code] or "Unknown" end
   if e.message == nil or e.message == "" then
-    e.message = raw and raw ~= "" and raw:sub(1, 200) or ("HTTP " .. tostring(code))
+    e.message = raw and raw ~= "" and text.prefix(raw, 200) or ("HTTP " .. tostring(code))
   end
   -- attempts from C carry a status only: name each, and the last one fully
   for i, a in ipairs(attempts or {}) do

@@ -171,6 +171,11 @@ local function admit(self, method, path, query, write)
   if gate == nil then return end
   if gate.permissions and (self._internal or 0) == 0 then
     local a = request.attributes(method, path, query_table(query))
+    if a.unroutable then
+      base_errors.raise("denied", ("%s sent %s %s, which cannot be judged as the API server routes it (%s); nothing was sent")
+        :format(gate.who or "a migration", method, path, a.unroutable),
+        { migration = gate.who, method = method, path = path })
+    end
     if not request.allowed(gate.permissions, a) then
       base_errors.raise("denied", ("%s sent %s %s, which its permissions do not declare; declare %s")
         :format(gate.who or "a migration", method, path, request.declaration(a)),

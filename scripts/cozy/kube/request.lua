@@ -16,19 +16,38 @@ end
 
 local verbs = { POST = "create", PUT = "update", PATCH = "patch" }
 
+-- The path's segments as the API server routes them: percent-decoded
+-- first, then split on "/" (Go's net/http decodes URL.Path before the
+-- RequestInfo is read, so "%2F" is a separator there, not part of a name).
+-- Returns nil and why for a path the gate cannot judge the way the server
+-- would: a malformed escape, a byte that has no place in a path, or an
+-- empty, "." or ".." segment (which redirects, 404s or routes elsewhere).
 local function split(path)
+  if path:find("%%%X") or path:find("%%%x%X") or path:find("%%.?$") then
+    return nil, "a malformed percent-escape"
+  end
+  local decoded = path:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)
+  if decoded:find("[%c #?]") then return nil, "a control character, space, '#' or '?' in the path" end
   local parts = {}
-  for part in path:gmatch("[^/]+") do
-    parts[#parts + 1] = part:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)
+  local body = decoded:match("^/(.-)/?$")
+  if body == nil then return nil, "a path that does not start with '/'" end
+  if body == "" then return parts end
+  for part in (body .. "/"):gmatch("([^/]*)/") do
+    if part == "" or part == "." or part == ".." then
+      return nil, "an empty, '.' or '..' segment"
+    end
+    parts[#parts + 1] = part
   end
   return parts
 end
 
 -- The request's attributes: { verb=, group=, version=, resource=,
 -- subresource=, namespace=, name= }, or { non_resource = true, verb= } for
--- paths outside the resource tree (/version, discovery, /openapi).
+-- paths outside the resource tree (/version, discovery, /openapi), or
+-- { unroutable = why, verb= } for a path split() cannot judge.
 function request.attributes(method, path, query)
-  local parts = split((path:gsub("%?.*$", "")))
+  local parts, why = split((path:gsub("%?.*$", "")))
+  if parts == nil then return { unroutable = why, verb = method:lower(), path = path } end
   local group, version, rest
   if parts[1] == "api" and parts[2] then
     group, version, rest = "", parts[2], 3
@@ -83,6 +102,7 @@ end
 -- resource tree are reads of discovery and version: allowed when they are
 -- GETs.
 function request.allowed(permissions, a)
+  if a.unroutable then return false end
   if a.non_resource then return a.verb == "get" or a.verb == "head" end
   for _, p in ipairs(permissions) do
     if matches(p, a) then return true end

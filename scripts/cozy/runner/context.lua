@@ -286,15 +286,15 @@ function context.new(opts)
   -- record: ctx.outcome{ updated = 3, volumes = 5 }. Later calls add to and
   -- overwrite earlier keys; at most OUTCOME_LIMITS.counts keys are kept.
   -- A call is checked whole before anything is kept (all or nothing): keys
-  -- are short names, values numbers, strings or booleans; a number that is
+  -- are short texts, values numbers, strings or booleans; a number that is
   -- not finite is left out (with a warning), so what a step reports can
   -- always be encoded and never stops its stamp.
   local outcome = opts.outcome
   function ctx.outcome(fields)
     if type(fields) ~= "table" then error("ctx.outcome(fields): fields must be a table", 2) end
     for k, v in next, fields do
-      if type(k) ~= "string" or #k > context.OUTCOME_LIMITS.key or not k:find("^[%a_][%w_.-]*$") then
-        error(("ctx.outcome: keys must be names of at most %d characters (letters, digits, _ . -), got %s")
+      if type(k) ~= "string" or k == "" or #k > context.OUTCOME_LIMITS.key or k:find("%c") or not utf8.len(k) then
+        error(("ctx.outcome: keys must be texts of 1 to %d bytes without control characters, got %s")
           :format(context.OUTCOME_LIMITS.key, bounded_text(type(k) == "string" and ("%q"):format(k) or type(k))), 2)
       end
       local t = type(v)

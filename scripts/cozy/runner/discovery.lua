@@ -31,11 +31,27 @@ local allowed_keys = { description = true, run = true, check = true, permissions
 local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true,
   name = true }
 
--- Validates the table a migration file returned; raises "invalid" naming the file.
+-- A copy of what a migration file returned, read with next and rawget
+-- only: a table with a metatable is refused, so validating the definition
+-- calls nothing the file supplied (an __index or __pairs that loops would
+-- run outside any watch, and one that answers differently each time could
+-- pass validation and then change).
+local function plain_copy(v, file, depth)
+  if type(v) ~= "table" then return v end
+  if debug.getmetatable(v) ~= nil then invalid(file, "the migration table must be plain data: a table in it has a metatable") end
+  if depth > 3 then invalid(file, "the migration table is nested too deeply") end
+  local c = {}
+  for k, x in next, v do c[k] = plain_copy(x, file, depth + 1) end
+  return c
+end
+
+-- Validates the table a migration file returned; raises "invalid" naming
+-- the file. Returns the validated copy, which is what the engine uses.
 function discovery.validate_definition(def, file)
   if type(def) ~= "table" then
     invalid(file, "must return a table { description = ..., run = function(ctx) ... end }, got %s", { type(def) })
   end
+  def = plain_copy(def, file, 1)
   for k in pairs(def) do
     if not allowed_keys[k] then
       invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, permissions, timeout)",
@@ -132,7 +148,7 @@ local function load_lua(m)
     errors.raise("invalid", tostring(err), { file = m.file })
   end
   m.definition = discovery.validate_definition(def, m.file)
-  m.description = def.description
+  m.description = m.definition.description
 end
 
 -- sha256: the source's, when known already (a built-in migration's is
@@ -265,15 +281,33 @@ end
 
 -- The migrations that move `current` to `target`, in order; raises "invalid"
 -- for a gap.
+-- The versions [from, to) as the set covers them, in order: { migration = m }
+-- for each version with a migration and { gap = first, through = last } for
+-- each run of versions without one. Its work is proportional to the number of
+-- migrations, never to the width of the range: a target of 2^31 costs what
+-- a target of 60 does.
+function discovery.span(set, from, to)
+  local out, next_version = {}, from
+  for _, m in ipairs(set.migrations) do
+    if m.number >= to then break end
+    if m.number >= from then
+      if m.number > next_version then out[#out + 1] = { gap = next_version, through = m.number - 1 } end
+      out[#out + 1] = { migration = m }
+      next_version = m.number + 1
+    end
+  end
+  if next_version < to then out[#out + 1] = { gap = next_version, through = to - 1 } end
+  return out
+end
+
 function discovery.pending(set, current, target)
   local steps = {}
-  for n = current, target - 1 do
-    local m = set.by_number[n]
-    if m == nil then
+  for _, e in ipairs(discovery.span(set, current, target)) do
+    if e.gap then
       invalid(set.origin, "no migration for version %d: a gap inside [%d, %d) (have: %s)",
-        { n, current, target, discovery.numbers(set) })
+        { e.gap, current, target, discovery.numbers(set) })
     end
-    steps[#steps + 1] = m
+    steps[#steps + 1] = e.migration
   end
   return steps
 end

@@ -13,7 +13,7 @@
 local context = require "cozy.runner.context"
 local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
-local proc = require "cozy.proc"
+local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
 
 local step = {}
@@ -107,16 +107,10 @@ function step.execute(m, opts)
     from = m.number, to = m.number + 1, mode = mode, findings = findings, outcome = outcome,
   }
   local limit = step.timeout(m, opts.timeout)
-  local trace
   -- the step's deadline and SIGTERM/SIGINT stop it wherever it is: in Lua
-  -- code, a request, a backoff; the watch is closed before anything else runs
-  local watch = proc.watch { deadline = sys.monotime() + limit, on_stop = stopper(m.name, limit) }
-  local ok, err = xpcall(fn, function(e)
-    watch:close()
-    trace = debug.traceback(type(e) == "string" and e or nil, 2)
-    return e
-  end, ctx)
-  watch:close()
+  -- code, a request, a backoff, a <close> handler run while unwinding
+  local ok, err, trace = sandbox.watched({ deadline = sys.monotime() + limit, on_stop = stopper(m.name, limit) },
+    fn, ctx)
   if ok then return true, nil, result end
   return false, classify(err, m.name, trace), result
 end
