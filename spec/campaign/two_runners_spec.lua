@@ -7,7 +7,9 @@
 -- it waits for the lock (up to --lock-timeout), then decides again under
 -- it, finds 60 and exits 0 with "up to date after taking the lock"; with
 -- --lock-timeout 0 it gives up at once with exit 3. Odd trials wait, even
--- trials do not; each asserts exactly its outcome.
+-- trials do not; each asserts exactly its outcome. The first stamp is held
+-- (the fake's `await`) until both have read the Lease, so every trial is
+-- two runners at once, however loaded the machine.
 local support = require "spec.helpers.campaign"
 
 local FLEET = 200
@@ -44,6 +46,13 @@ describe("two runners started together, " .. TRIALS .. " trials on a " .. FLEET 
       local wait = trial % 2 == 1
       local where = ("trial %d (%s)"):format(trial, wait and "--lock-timeout 60" or "--lock-timeout 0")
       srv:reset(fixture)
+      -- Started together is not enough on a loaded machine: one runner could
+      -- still finish before the other has asked for anything, and the other
+      -- then rightly finds nothing to do, which is not two runners at once. So
+      -- the first stamp is held until both runners have read the Lease: the
+      -- second always meets the first holding the lock.
+      srv:faults { { method = "PATCH", path = "/configmaps/cozystack-version$", times = 1,
+        await = { method = "GET", path = "/leases/cozystack-migrations$", count = 2, timeout_ms = 60000 } } }
       local timeout = wait and "60" or "0"
       -- both wait at a gate, opened once both are there: started one after
       -- the other, the second could come after the first had finished (and
@@ -84,6 +93,8 @@ describe("two runners started together, " .. TRIALS .. " trials on a " .. FLEET 
         refused = refused + 1
       end
 
+      local held = srv:requests { method = "PATCH", path = "/configmaps/cozystack%-version$" }[1]
+      assert.is_true(held.fault ~= nil and held.fault.awaited, where .. ": the stamp was not held until both read the Lease")
       local final = support.state(srv)
       assert.equal("60", final.version, where)
       assert.same({ 59 }, final.history, where)

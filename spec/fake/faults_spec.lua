@@ -111,6 +111,38 @@ describe("fake API server faults and request log", function()
     assert.equal("delay", srv:requests()[1].fault.action)
   end)
 
+  it("await: holds a request until the requests it awaits have arrived, then serves it", function()
+    srv:faults{ { method = "GET", path = "/configmaps/cm-a$",
+      await = { method = "GET", path = "/configmaps/cm-b$", count = 2, timeout_ms = 30000 } } }
+    local dir = assert(io.popen("mktemp -d")):read("l")
+    finally(function() os.execute("rm -rf '" .. dir .. "'") end)
+    os.execute(("(curl -sS -o /dev/null -w '%%{http_code}' --cacert '%s' -H 'Authorization: Bearer %s' '%s' >'%s/status') "
+      .. ">/dev/null 2>&1 &"):format(srv.ca, srv.token, srv.url .. CM .. "/cm-a", dir))
+    assert(fake.poll(10, function() return srv:requests()[1] end), "the held request never reached the server")
+    -- held: one awaited request is not enough
+    assert.equal(200, srv:request("GET", CM .. "/cm-b").status)
+    local first = srv:requests()[1]
+    assert.is_true(first.status == nil or first.status == json.null, "answered before the second awaited request")
+    assert.equal(200, srv:request("GET", CM .. "/cm-b").status)
+    local done = fake.poll(10, function()
+      local f = io.open(dir .. "/status")
+      local v = f and f:read("a")
+      if f then f:close() end
+      return v ~= nil and v ~= "" and v
+    end)
+    assert.equal("200", done)
+    local held = srv:requests { path = "/configmaps/cm%-a$" }[1]
+    assert.same({ "await" }, srv:fired())
+    assert.is_true(held.fault.awaited)
+  end)
+
+  it("await: serves the request after timeout_ms when the awaited requests never come, and says so", function()
+    srv:faults{ { path = "/configmaps/cm-a$", await = { path = "/never$", count = 1, timeout_ms = 200 } } }
+    assert.equal(200, srv:request("GET", CM .. "/cm-a").status)
+    assert.same({ "await" }, srv:fired())
+    assert.is_false(srv:requests()[1].fault.awaited)
+  end)
+
   it("bumps the target's resourceVersion before serving, like a concurrent writer", function()
     local vm = srv:request("GET", VM .. "/vm1").json
     srv:faults{ { method = "PUT", path = "/virtualmachines/vm1$", bump = true } }
@@ -198,6 +230,16 @@ describe("fake API server faults and request log", function()
       assert.matches('unknown key in status: "retryAfter"',
         refused { { status = { code = 503, retryAfter = 1 } } }, 1, true)
       assert.matches('unknown key in respond: "code"', refused { { respond = { code = 200 } } }, 1, true)
+    end)
+
+    it("an await without a count or a timeout, or with an unknown key", function()
+      for _, case in ipairs({
+        { { path = "x", timeout_ms = 10 }, "await.count must be a positive integer" },
+        { { path = "x", count = 1 }, "await.timeout_ms must be a positive number" },
+        { { path = "x", count = 1, timeout_ms = 10, times = 2 }, 'unknown key in await: "times"' },
+      }) do
+        assert.matches(case[2], refused { { path = "cm-a", await = case[1] } }, 1, true)
+      end
     end)
 
     it("no action, or two", function()
