@@ -7,11 +7,6 @@ local fake = require "spec.support.fake"
 local files = require "spec.helpers.files"
 local support = require "spec.helpers.cli"
 
-local function lease_holder(srv)
-  local l = srv:object("Lease.coordination.k8s.io", "cozy-system", "cozystack-migrations")
-  return l and l.spec.holderIdentity
-end
-
 local function run_migration(srv, source, ...)
   local dir = support.migration_dir { ["1-hostile.lua"] = source }
   local r = support.run(support.args(srv, dir, "run", ...))
@@ -187,13 +182,13 @@ return { description = "forges", permissions = { { verb = "get", group = "", res
     local r = run_migration(srv, rethrown_as("lost"))
     assert.equal(1, r.code, r.stderr)
     assert.matches("NotFound", r.stderr, 1, true)
-    assert.equal("", lease_holder(srv))
+    assert.equal("", support.lease_holder(srv))
     assert.equal(1, support.version(srv))
   end)
 
   it("kind 'locked' written on it does not change the exit status to 3", function()
     local r = run_migration(srv, rethrown_as("locked"))
     assert.equal(1, r.code, r.stderr)
-    assert.equal("", lease_holder(srv))
+    assert.equal("", support.lease_holder(srv))
   end)
 end)

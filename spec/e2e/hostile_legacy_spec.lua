@@ -32,11 +32,6 @@ local function pids(dir, n)
   end)
 end
 
-local function lease_holder(srv)
-  local l = srv:object("Lease.coordination.k8s.io", "cozy-system", "cozystack-migrations")
-  return l and l.spec.holderIdentity
-end
-
 describe("hostile legacy scripts", function()
   local srv
   setup(function() srv = fake.start { fixtures = { support.fixture(1) } } end)
@@ -54,7 +49,7 @@ describe("hostile legacy scripts", function()
       .. "%(it was killed by signal 15%) kind=timeout", r.stderr)
     for _, pid in ipairs(pids(dir, 2)) do assert.is_false(alive(pid), "pid " .. pid .. " survived") end
     assert.equal(1, support.version(srv))
-    assert.equal("", lease_holder(srv))
+    assert.equal("", support.lease_holder(srv))
   end)
 
   it("kills a script that ignores SIGTERM at its time limit after the grace", function()

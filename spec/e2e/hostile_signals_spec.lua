@@ -10,11 +10,6 @@ local q = support.quote
 
 local NOOP = [[return { description = "does nothing", run = function(ctx) ctx.log:info("step ran") end }]]
 
-local function lease_holder(srv)
-  local l = srv:object("Lease.coordination.k8s.io", "cozy-system", "cozystack-migrations")
-  return l and l.spec.holderIdentity
-end
-
 -- An executable legacy script `name` in dir.
 local function script(dir, name, body)
   files.write(dir .. "/" .. name, "#!/bin/sh\n" .. body .. "\n")
@@ -58,7 +53,7 @@ describe("hostile signals and descriptors", function()
     assert.same({ "status" }, srv:fired { method = "PATCH" })
     assert.equal(1, support.version(srv))
     assert.matches("lock released", r.stderr)
-    assert.equal("", lease_holder(srv))
+    assert.equal("", support.lease_holder(srv))
   end)
 
   it("honours SIGTERM while the Lease create is retried after 429 Retry-After: 5", function()
@@ -69,7 +64,7 @@ describe("hostile signals and descriptors", function()
     assert.matches("run stopped by signal 15 %(POST [^ ]*/leases: Interrupted.*%) kind=interrupted", r.stderr)
     assert.same({ "status" }, srv:fired { method = "POST" })
     assert.not_matches("step ran", r.stderr)
-    assert.is_nil(lease_holder(srv))
+    assert.is_nil(support.lease_holder(srv))
     assert.equal(1, support.version(srv))
   end)
 
@@ -85,7 +80,7 @@ describe("hostile signals and descriptors", function()
     assert.equal(3, #support.lines(r.stdout))
     assert.equal("0", (files.read(dir .. "/rc") or ""):match("%d+"), r.stdout)
     assert.equal(2, support.version(srv))
-    assert.equal("", lease_holder(srv))
+    assert.equal("", support.lease_holder(srv))
   end)
 
   it("survives an output whose reader is gone before the run starts", function()
@@ -103,7 +98,7 @@ describe("hostile signals and descriptors", function()
     local r = support.shell(("%s -c %s %s"):format(q(fake.python), q(py), table.concat(words, " ")))
     assert.equal(0, r.code, r.stderr)
     assert.equal(2, support.version(srv))
-    assert.equal("", lease_holder(srv))
+    assert.equal("", support.lease_holder(srv))
   end)
 
   -- The script records what the runner (its parent) has as fd 0-2.

@@ -8,11 +8,6 @@ local files = require "spec.helpers.files"
 local json = require "cozy.json"
 local support = require "spec.helpers.cli"
 
-local function lease_holder(srv)
-  local l = srv:object("Lease.coordination.k8s.io", "cozy-system", "cozystack-migrations")
-  return l and l.spec.holderIdentity
-end
-
 local NOOP = [[return { description = "step %d", run = function(ctx) end }]]
 
 describe("a stamp ConfigMap deleted during a run", function()
@@ -38,7 +33,7 @@ return { description = "deletes the stamp",
     assert.equal(1, r.code, r.stderr)
     assert.matches("the version ConfigMap cozy-system/cozystack-version was deleted during the run (it was at version 2)",
       r.stderr, 1, true)
-    assert.equal("", lease_holder(srv))
+    assert.equal("", support.lease_holder(srv))
     for _, command in ipairs({ "run", "plan" }) do
       local again = support.run(support.args(srv, dir, command))
       assert.equal(1, again.code, command .. ": " .. again.stderr)

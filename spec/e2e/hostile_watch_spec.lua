@@ -21,11 +21,6 @@ return {
 ]]):format(body)
 end
 
-local function lease_holder(srv)
-  local l = srv:object("Lease.coordination.k8s.io", "cozy-system", "cozystack-migrations")
-  return l and l.spec.holderIdentity
-end
-
 -- Runs `run` of one migration in the background and waits for it (bounded:
 -- a run that hangs fails the spec instead of hanging it).
 local function run_step(srv, source, ...)
@@ -45,7 +40,7 @@ describe("a step's migration code under its watch", function()
     assert.equal(1, r.code, r.stderr)
     assert.matches("1-hostile ran past its time limit of 1s", r.stderr, 1, true)
     assert.equal(1, support.version(srv))
-    assert.equal("", lease_holder(srv))
+    assert.equal("", support.lease_holder(srv))
   end
 
   it("a <close> handler that loops while a failing step unwinds ends at the step's time limit", function()
@@ -61,7 +56,7 @@ describe("a step's migration code under its watch", function()
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("1-hostile stopped by signal 15", r.stderr, 1, true)
-    assert.equal("", lease_holder(srv))
+    assert.equal("", support.lease_holder(srv))
   end)
 
   it("a message handler of the migration's own xpcall that loops does not hide the stop", function()
@@ -88,7 +83,7 @@ describe("a step's migration code under its watch", function()
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("1-hostile raised a table value: (a table value that cannot be shown)", r.stderr, 1, true)
-    assert.equal("", lease_holder(srv))
+    assert.equal("", support.lease_holder(srv))
   end)
 end)
 

@@ -207,6 +207,12 @@ function cli.args(srv, dir, ...)
   return args
 end
 
+-- The holder of the runners' Lease ("" once released), nil when there is no Lease.
+function cli.lease_holder(srv)
+  local l = srv:object("Lease.coordination.k8s.io", "cozy-system", "cozystack-migrations")
+  return l and l.spec.holderIdentity
+end
+
 -- data.version of the stamp, as a number (nil: absent), and the ConfigMap
 function cli.version(srv)
   local cm = srv:object("ConfigMap", "cozy-system", "cozystack-version")
