@@ -63,6 +63,8 @@ update.Change = Change
 --              to `current` (nil or empty: nothing to do); info is kept
 --   lean       a projection tree: re-reads and the answer are decoded lean
 --   deadline   no attempt starts after it (cozy.sys monotonic time)
+--   attempts   the most attempts (default: the client's update_policy's)
+--   on_conflict(ch, err, delay)  told of each conflict it will wait out
 --   anything else (item, value, ...) is the caller's and left alone
 -- Its `state` ends "done" (result, changed, info), "absent" or "failed"
 -- (err); "conflicts" counts the conflicts met, and gave_up is set when
@@ -70,6 +72,7 @@ update.Change = Change
 function update.new(o)
   local c = o.resource.client
   o.policy = c.update_policy
+  o.attempts = o.attempts or o.policy.attempts
   o.attempt, o.conflicts, o.maybe_applied, o.state = 1, 0, false, "ready"
   o.wait = update.backoff(o.policy, o.deadline)
   return setmetatable(o, Change)
@@ -133,7 +136,7 @@ function Change:settle(ok, res)
     end
     local delay = self.wait()
     local why
-    if self.attempt >= self.policy.attempts then
+    if self.attempt >= self.attempts then
       why = ("gave up after %d conflicting attempts"):format(self.attempt)
     elseif self.deadline and sys.monotime() + delay >= self.deadline then
       why = ("gave up at its deadline after %d conflicting attempts"):format(self.attempt)
@@ -143,6 +146,7 @@ function Change:settle(ok, res)
       return self:_end("failed", { err = res, gave_up = true })
     end
     self.attempt, self.obj, self.delay, self.state = self.attempt + 1, fresh, delay, "again"
+    if self.on_conflict then self.on_conflict(self, res, delay) end
     return nil
   end
   if errors.is_error(res) and res.absent == "object" then return self:_end("absent", { err = res }) end

@@ -4,7 +4,8 @@
 -- Taking it: an absent Lease is created; a Lease with no holder, our own
 -- identity, or an expired one is taken with a JSON patch guarded by its
 -- resourceVersion (two runners racing: one wins, the other sees a conflict
--- and looks again). A live Lease of another holder: wait up to the lock
+-- and looks again: the takeover is the update engine's, cozy.kube.update,
+-- with the lock timeout as its deadline). A live Lease of another holder: wait up to the lock
 -- timeout, then exit 3. Expired means renewTime + leaseDurationSeconds is
 -- more than CLOCK_SKEW seconds in the past by our clock, or we watched the
 -- Lease not change for a whole duration (the second rule protects against a skewed clock, as client-go
@@ -22,6 +23,7 @@ local json = require "cozy.json"
 local kerrors = require "cozy.kube.errors"
 local proc = require "cozy.proc"
 local sys = require "cozy.sys"
+local update = require "cozy.kube.update"
 
 local lease = {}
 
@@ -109,74 +111,6 @@ local function new_spec(identity, duration, transitions, now)
   }
 end
 
--- Is a failed create or takeover of the Lease worth another try? a 409 (another runner's create or write got in first), or a
--- 422 without causes on the takeover when the re-read shows the Lease moved
--- on (our test of its resourceVersion failed). A 422 on the create (nothing
--- of ours to test: the server refused the Lease itself, as a
--- ValidatingAdmissionPolicy does), a 422 that names refused fields, a 422
--- without causes while the Lease did not move, a 403...: no retry can change
--- it, and looping on it would only flood the server.
-local function is_conflict(e, leases, opts, rv)
-  if not kerrors.is_error(e) then return false end
-  if e.code == 409 then return true end
-  if e.code ~= 422 or rv == nil or kerrors.is_invalid_object(e) then return false end
-  local fresh = leases:find(opts.namespace, lease.NAME)
-  return fresh == nil or fresh.metadata.resourceVersion ~= rv
-end
-
--- The same growing, jittered, capped waits as the update engine's conflict
--- loop (client.update_policy, kube.defaults.update), bounded by `deadline`.
-local function backoff(client)
-  local policy = client.update_policy
-    or { base_delay = 0.01, factor = 3, max_delay = 2, jitter = 0.5 }
-  local delay = policy.base_delay
-  return function(deadline)
-    local d = math.min(delay, policy.max_delay) * (1 - policy.jitter / 2 + policy.jitter * math.random())
-    delay = delay * policy.factor
-    return math.max(0, math.min(d, deadline - sys.monotime()))
-  end
-end
-
--- Sends the create (obj == nil) or the resourceVersion-guarded takeover of
--- the Lease. Returns ok, the answer or the error, and the monotonic time taken
--- before the request left: the server stamps renewTime = `now`, so another
--- runner counts our lease from then, however long the answer takes (or the
--- transport's retries of it, which resend the same body).
-local function send_take(leases, opts, obj, transitions)
-  local sent = sys.monotime()
-  local spec = new_spec(opts.identity, opts.duration, transitions, sys.time())
-  local ok, res
-  if obj == nil then
-    ok, res = pcall(leases.create, leases, {
-      apiVersion = "coordination.k8s.io/v1", kind = "Lease",
-      metadata = { name = lease.NAME, namespace = opts.namespace }, spec = spec,
-    })
-  else
-    ok, res = pcall(leases.json_patch, leases, opts.namespace, lease.NAME, {
-      { op = "test", path = "/metadata/resourceVersion", value = obj.metadata.resourceVersion },
-      { op = "add", path = "/spec", value = spec },
-    })
-  end
-  return ok, res, sent
-end
-
--- A failed take of the Lease: raises (exit 1) unless another runner's write
--- explains it; else waits `wait` seconds (logged) and returns why, for the
--- message should the lock timeout run out.
-local function after_refusal(res, leases, opts, obj, wait)
-  if not is_conflict(res, leases, opts, obj and obj.metadata.resourceVersion) then
-    if kerrors.is_error(res) then
-      res.message = ("cannot take the lock %s/%s (not a conflict, so not retried): %s")
-        :format(opts.namespace, lease.NAME, tostring(res.message))
-    end
-    error(res, 0)
-  end
-  opts.log:info("lock write refused, backing off", { lease = lease.NAME, code = res.code, reason = res.reason,
-    retry_in_s = ("%.2f"):format(wait) })
-  sys.sleep(wait)
-  return "the server kept refusing it: " .. tostring(res)
-end
-
 -- Shares of the lease, counted from before a request was sent:
 -- a take of the lock counts only if answered within the first third (when
 -- the first renewal is due); the holder stops writing once two thirds passed
@@ -184,6 +118,67 @@ end
 -- does not count either.
 local TAKE_ANSWER_LIMIT = 1 / 3
 local UNRENEWED_LIMIT = 2 / 3
+
+-- A refusal no retry changes: a 422 on the create (nothing of ours to test:
+-- the server refused the Lease itself, as a ValidatingAdmissionPolicy
+-- does), a 422 that names refused fields, a 422 without causes while the
+-- Lease did not move, a 403...: raised at once (exit 1), since looping on it
+-- would only flood the server.
+local function refused(res, opts)
+  if kerrors.is_error(res) then
+    res.message = ("cannot take the lock %s/%s (not a conflict, so not retried): %s")
+      :format(opts.namespace, lease.NAME, tostring(res.message))
+  end
+  error(res, 0)
+end
+
+local function backing_off(opts, res, wait)
+  opts.log:info("lock write refused, backing off", { lease = lease.NAME, code = res.code, reason = res.reason,
+    retry_in_s = ("%.2f"):format(wait) })
+end
+
+-- One attempt at taking the Lease, and what came of it. `take` holds what
+-- acquire keeps between attempts (observed resourceVersion, why the last
+-- take failed, whether the server may still name us holder, the expired
+-- holder taken over). Returns "ours", the Lease and the time it counts from;
+-- "held", the Lease as read; or "again" (a failed take to try again).
+local function attempt(leases, opts, take, deadline, wait)
+  local obj = leases:find(opts.namespace, lease.NAME)
+  if obj == nil then
+    -- absent: created. A 409 is another runner's create that got in first
+    if take.failed and sys.monotime() >= deadline then take.give_up() end
+    local sent = sys.monotime()
+    local ok, res = pcall(leases.create, leases, {
+      apiVersion = "coordination.k8s.io/v1", kind = "Lease",
+      metadata = { name = lease.NAME, namespace = opts.namespace },
+      spec = new_spec(opts.identity, opts.duration, 0, sys.time()),
+    })
+    if ok then return "ours", res, sent end
+    if not (kerrors.is_error(res) and res.code == 409) then refused(res, opts) end
+    local d = wait()
+    backing_off(opts, res, d)
+    sys.sleep(d)
+    take.failed = "the server kept refusing it: " .. tostring(res)
+    return "again"
+  end
+  -- present: taken over by the update engine, its test of the
+  -- resourceVersion guarding against another runner's take (a conflict:
+  -- re-read, decided again, within the lock timeout)
+  local ch = update.one(update.new { resource = leases, ns = opts.namespace, name = lease.NAME, obj = obj,
+    compute = function(current) return take.decide(current) end,
+    attempts = math.huge, deadline = deadline,
+    on_conflict = function(_, res, d) backing_off(opts, res, d) end })
+  if ch.state == "done" and ch.changed then return "ours", ch.result, ch.info.sent end
+  if ch.state == "done" then return "held", ch.info.obj end
+  if ch.state == "absent" then return "again" end
+  if errors.is(ch.err, "interrupted", "locked") then error(ch.err, 0) end
+  if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
+  if ch.gave_up then
+    take.failed = "the server kept refusing it: " .. tostring(ch.err)
+    take.give_up()
+  end
+  refused(ch.err, opts)
+end
 
 -- Takes the lock or raises errors kind "locked" (exit 3) after `timeout`
 -- seconds; kind "interrupted" if a signal arrives while waiting; an API
@@ -196,58 +191,70 @@ function lease.acquire(client, opts)
   local log = opts.log
   local timeout = opts.timeout or 300
   local deadline = sys.monotime() + timeout
-  local wait_after = backoff(client)
-  local waiting_logged = false
+  -- one backoff for the whole wait: the update engine's (client.update_policy)
+  local wait = update.backoff(client.update_policy, deadline)
+  local take = {}
   local observed_rv, observed_at
-  -- why the last take did not give us the lock, and whether the server may
-  -- still name us its holder (an answer that came too late)
-  local failed, maybe_ours
-  local previous -- the expired holder we took the Lease from (logged once ours)
+  function take.give_up()
+    errors.raise("locked", ("could not take the lock %s/%s within %ss: %s")
+      :format(opts.namespace, lease.NAME, tostring(timeout), take.failed))
+  end
+  -- The decision on the Lease as read (each re-read too): the JSON patch
+  -- ops that take it, or none when another runner holds it.
+  function take.decide(obj)
+    if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
+    local holder, rv = holder_of(obj), obj.metadata.resourceVersion
+    if rv ~= observed_rv then observed_rv, observed_at = rv, sys.monotime() end
+    local remaining = lease.remaining(obj, sys.time())
+    -- we watched it not change for a whole duration: expired, whatever the clocks say
+    local stale = sys.monotime() - observed_at > (tonumber(obj.spec and obj.spec.leaseDurationSeconds) or opts.duration)
+    if not (holder == nil or holder == opts.identity or remaining < -lease.CLOCK_SKEW or stale) then
+      return nil, { obj = obj, holder = holder, remaining = remaining }
+    end
+    if take.failed and sys.monotime() >= deadline then take.give_up() end
+    local transitions = math.tointeger(obj.spec and obj.spec.leaseTransitions) or 0
+    if holder ~= opts.identity then transitions = transitions + 1 end
+    if holder ~= nil and holder ~= opts.identity then
+      -- the expired holder we take it from (logged once it is ours, even
+      -- when a take answered too late made us its holder meanwhile)
+      take.previous = { holder = holder, renewed = obj.spec.renewTime, expired_for = -remaining }
+    end
+    -- the server stamps renewTime = `now`, so another runner counts our
+    -- lease from then, however long the answer takes (or the transport's
+    -- retries of it, which resend the same body): so do we
+    local sent = sys.monotime()
+    return { { op = "add", path = "/spec", value = new_spec(opts.identity, opts.duration, transitions, sys.time()) } },
+      { sent = sent }
+  end
+  local waiting_logged = false
   while true do
     if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
-    local obj = leases:find(opts.namespace, lease.NAME)
-    local take, transitions, holder, remaining = obj == nil, 0, nil, nil
-    if obj then
-      holder = holder_of(obj)
-      local rv = obj.metadata.resourceVersion
-      if rv ~= observed_rv then observed_rv, observed_at = rv, sys.monotime() end
-      remaining = lease.remaining(obj, sys.time())
-      local stale = sys.monotime() - observed_at > (tonumber(obj.spec and obj.spec.leaseDurationSeconds) or opts.duration)
-      take = holder == nil or holder == opts.identity or remaining < -lease.CLOCK_SKEW or stale
-      transitions = math.tointeger(obj.spec and obj.spec.leaseTransitions) or 0
-      if holder ~= opts.identity then transitions = transitions + 1 end
+    local ok, what, obj, sent = pcall(attempt, leases, opts, take, deadline, wait)
+    if not ok then
+      -- an answer that came too late may still have made us the holder
+      if errors.is(what, "locked") and take.maybe_ours then lease.release(client, opts) end
+      error(what, 0)
     end
-    if take and failed and sys.monotime() >= deadline then
-      if maybe_ours then lease.release(client, opts) end
-      errors.raise("locked", ("could not take the lock %s/%s within %ss: %s")
-        :format(opts.namespace, lease.NAME, tostring(timeout), failed))
-    elseif take then
-      if holder ~= nil and holder ~= opts.identity then
-        previous = { holder = holder, renewed = obj.spec.renewTime, expired_for = -remaining }
-      end
-      local ok, res, sent = send_take(leases, opts, obj, transitions)
-      if ok then
-        local age = sys.monotime() - sent
-        if age <= opts.duration * TAKE_ANSWER_LIMIT then
-          if previous then
-            log:warn("lock taken over from an expired holder", { lease = lease.NAME, previous = previous.holder,
-              renewed = previous.renewed, expired_for_s = ("%.1f"):format(previous.expired_for) })
-          else
-            log:info("lock acquired", { lease = lease.NAME, holder = opts.identity })
-          end
-          return res, sent
+    if what == "ours" then
+      local age = sys.monotime() - sent
+      if age <= opts.duration * TAKE_ANSWER_LIMIT then
+        if take.previous then
+          log:warn("lock taken over from an expired holder", { lease = lease.NAME, previous = take.previous.holder,
+            renewed = take.previous.renewed, expired_for_s = ("%.1f"):format(take.previous.expired_for) })
+        else
+          log:info("lock acquired", { lease = lease.NAME, holder = opts.identity })
         end
-        -- another runner counts this lease from `sent`: by now it may have
-        -- found it expired and taken it, so it is not ours to write under
-        failed = ("the server answered its last take after %.1fs, past a third of the %ds lease")
-          :format(age, opts.duration)
-        maybe_ours = true
-        log:warn("lock answer came too late to count on: taking it again", { lease = lease.NAME,
-          answered_after_s = ("%.1f"):format(age), lease_s = opts.duration })
-      else
-        failed = after_refusal(res, leases, opts, obj, wait_after(deadline))
+        return obj, sent
       end
-    else
+      -- another runner counts this lease from `sent`: by now it may have
+      -- found it expired and taken it, so it is not ours to write under
+      take.failed = ("the server answered its last take after %.1fs, past a third of the %ds lease")
+        :format(age, opts.duration)
+      take.maybe_ours = true
+      log:warn("lock answer came too late to count on: taking it again", { lease = lease.NAME,
+        answered_after_s = ("%.1f"):format(age), lease_s = opts.duration })
+    elseif what == "held" then
+      local holder, remaining = holder_of(obj), lease.remaining(obj, sys.time())
       local left = deadline - sys.monotime()
       if left <= 0 then
         errors.raise("locked", ("lock %s/%s is held by %s (renewed %s); gave up after %ss")
