@@ -20,6 +20,7 @@
 -- the request, never a loop.
 local errors = require "cozy.kube.errors"
 local json = require "cozy.json"
+local encode_query = require("cozy.kube.request").encode_query
 local compare = require("cozy.sys").compare
 
 local pager = {}
@@ -71,7 +72,7 @@ end
 
 -- The request as the error names it: path and query, as kube errors do.
 local function shown(path, query)
-  local qs = require("cozy.kube")._encode_query(query)
+  local qs = encode_query(query)
   return qs ~= "" and (path .. "?" .. qs) or path
 end
 

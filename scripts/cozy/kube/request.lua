@@ -120,4 +120,31 @@ function request.declaration(a)
   return "{ " .. table.concat(parts, ", ") .. " }"
 end
 
+-- Paths and queries -----------------------------------------------------------
+
+local function urlescape(s)
+  return (tostring(s):gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end))
+end
+request.urlescape = urlescape
+
+-- Query parameters in a fixed order: a list of { key, value } pairs.
+local function encode_query(pairs_)
+  local out = {}
+  for _, kv in ipairs(pairs_) do
+    if kv[2] ~= nil then out[#out + 1] = urlescape(kv[1]) .. "=" .. urlescape(kv[2]) end
+  end
+  return table.concat(out, "&")
+end
+
+local function query_table(pairs_)
+  local t = {}
+  for _, kv in ipairs(pairs_) do
+    if kv[2] ~= nil then t[kv[1]] = kv[2] end
+  end
+  return t
+end
+
+request.encode_query = encode_query
+request.query_table = query_table
+
 return request

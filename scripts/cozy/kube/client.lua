@@ -1,0 +1,322 @@
+-- The client of cozy.kube: the connection, the gate every request passes
+-- (Client:prepare), the one place answers are judged (Client:finish), the
+-- one function that sends a single request (Client:call), and the
+-- discovery cache (Client:served). Batches (cozy.kube.update) send through
+-- Client:prepare and Client:finish too.
+local transport = require "cozy.transport"
+local json = require "cozy.json"
+local base_errors = require "cozy.errors"
+local errors = require "cozy.kube.errors"
+local request = require "cozy.kube.request"
+local resource = require "cozy.kube.resource"
+
+local client = {}
+
+-- Defaults, documented in docs/transport.md.
+client.defaults = {
+  request_timeout = 30,
+  qps = 1000,
+  burst = 2000,
+  page_limit = 500,
+  -- changes of an update_each in flight at once (docs/transport.md, "Parallel writes")
+  concurrency = 8,
+  -- the update loop: client-go's DefaultBackoff is 4 steps of 10 ms x5
+  -- (jitter 0.1); we allow more attempts, grow slower and cap the wait, so a
+  -- busy object (a VM whose status virt-controller keeps writing) still gets
+  -- its change in without multi-second sleeps.
+  update = { attempts = 8, base_delay = 0.01, factor = 3, max_delay = 2, jitter = 0.5 },
+}
+
+local JSON = "application/json"
+
+local encode_query, query_table = request.encode_query, request.query_table
+
+local Client = {}
+Client.__index = Client
+client.Client = Client
+
+-- The connect options that are plain data (no functions): enough to open an
+-- independent client in another Lua state (e.g. a lease renewer thread).
+local plain_keys = { "kubeconfig", "context", "request_timeout", "connect_timeout", "qps", "burst",
+  "token_refresh", "retry", "dry_run", "page_limit", "update", "max_response_bytes", "concurrency" }
+
+local function warn(self, message, fields)
+  if self.log then
+    self.log:warn(message, fields)
+  else
+    local parts = { "cozy-migrate: warning: ", message }
+    for k, v in pairs(fields or {}) do parts[#parts + 1] = (" %s=%s"):format(k, tostring(v)) end
+    parts[#parts + 1] = "\n"
+    io.stderr:write(table.concat(parts)) -- one write: other threads log too
+  end
+end
+
+local function debug(self, message, fields)
+  if self.log then self.log:debug(message, fields) end
+end
+
+function client.connect(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("kube.connect: options must be a table", 2) end
+  local dry = opts.dry_run
+  if dry ~= nil and dry ~= "server" and dry ~= "client" then
+    error(("kube.connect: dry_run must be nil, \"server\" or \"client\", got %q"):format(tostring(dry)), 2)
+  end
+  local t, cerr = transport.new {
+    kubeconfig = opts.kubeconfig, context = opts.context,
+    request_timeout = opts.request_timeout or client.defaults.request_timeout,
+    connect_timeout = opts.connect_timeout,
+    qps = opts.qps or client.defaults.qps, burst = opts.burst or client.defaults.burst,
+    token_refresh = opts.token_refresh, retry = opts.retry,
+    max_response_bytes = opts.max_response_bytes,
+  }
+  if t == nil then
+    error(errors.config { file = cerr.file, field = cerr.field ~= "" and cerr.field or nil, message = cerr.message })
+  end
+  local info = t:info()
+  local options = {}
+  for _, k in ipairs(plain_keys) do options[k] = opts[k] end
+  local policy = {}
+  for k, v in pairs(client.defaults.update) do policy[k] = v end
+  for k, v in pairs(opts.update or {}) do policy[k] = v end
+  local self = setmetatable({
+    namespace = info.namespace,
+    server = info.server,
+    info = info,
+    options = options,
+    dry_run = dry,
+    record = opts.record,
+    log = opts.log,
+    page_limit = opts.page_limit or client.defaults.page_limit,
+    concurrency = math.tointeger(opts.concurrency) or client.defaults.concurrency,
+    update_policy = policy,
+    stats = { requests = 0, writes = 0, retries = 0, conflicts = 0, list_restarts = 0, recorded = 0 },
+    _t = t,
+    _warned = {},
+    _discovery = {},
+  }, Client)
+  if info.insecure then
+    warn(self, "insecure-skip-tls-verify is set in the kubeconfig: the API server's certificate is NOT verified",
+      { cluster = info.cluster, kubeconfig = info.source })
+  end
+  debug(self, "connected", { server = info.server, source = info.source, context = info.context,
+    auth = info.auth, qps = info.qps, burst = info.burst })
+  return self
+end
+
+-- For the client's modules (a resource's create read-back): a warning
+-- through the client's logger.
+function Client:_warn(message, fields)
+  warn(self, message, fields)
+end
+
+-- A resource of this client (cozy.kube.resource).
+function Client:resource(api_version, plural, opts)
+  return resource.new(self, api_version, plural, opts)
+end
+
+function Client:close()
+  if self._t then self._t:close() end
+end
+
+-- Views: the same connection, counters and dry-run mode under another gate.
+-- The step executor gives each migration step a view whose gate carries the
+-- step's rules (its declared permissions, read-only for check, the lock and
+-- SIGTERM guard); the runner's own client carries the engine's gate.
+function Client:view(gate)
+  return setmetatable({ gate = gate, _internal = 0 }, { __index = self })
+end
+
+-- Runs fn with the gate's permission check off: the reads a client dry run
+-- makes to compute what a write would return are the engine's, not the
+-- migration's (the real write would not make them).
+local function internally(self, fn)
+  self._internal = (self._internal or 0) + 1
+  local ok, res = pcall(fn)
+  self._internal = self._internal - 1
+  if not ok then error(res, 0) end
+  return res
+end
+
+-- The choke point's decision: may this request be sent? Taken from the
+-- request alone (its method and path); raises a cozy.errors error if not.
+--   gate.permissions  the declared permissions (a migration's view): a
+--                     request they do not cover is refused (kind "denied")
+--   gate.read_only    a write is refused (kind "readonly"); the text says whose
+--   gate.guard(method, path)  called before every write: raises to stop it
+local function admit(self, method, path, query, write)
+  local gate = self.gate
+  if gate == nil then return end
+  if gate.permissions and (self._internal or 0) == 0 then
+    local a = request.attributes(method, path, query_table(query))
+    if a.unroutable then
+      base_errors.raise("denied", ("%s sent %s %s, which cannot be judged as the API server routes it (%s); nothing was sent")
+        :format(gate.who or "a migration", method, path, a.unroutable),
+        { migration = gate.who, method = method, path = path })
+    end
+    if not request.allowed(gate.permissions, a) then
+      base_errors.raise("denied", ("%s sent %s %s, which its permissions do not declare; declare %s")
+        :format(gate.who or "a migration", method, path, request.declaration(a)),
+        { migration = gate.who, method = method, path = path })
+    end
+  end
+  if write then
+    if gate.read_only then
+      base_errors.raise("readonly", ("%s attempted a write, %s %s: %s; nothing was sent")
+        :format(gate.who or "a read-only caller", method, path, gate.read_only),
+        { migration = gate.who, method = method, path = path })
+    end
+    if gate.guard then gate.guard(method, path) end
+  end
+end
+
+local function record_write(self, method, path, query, ctype, body)
+  if self.record then
+    self.record { method = method, path = path, query = query_table(query), content_type = ctype, body = body }
+  end
+end
+
+-- The request Client:call sends, prepared: the choke point's decision made
+-- (admit), the query and body encoded, the gate's per-attempt guard bound.
+-- Returns the prepared request, or (for a write a client dry run keeps back)
+-- nil and the locally computed result. Split from sending so that a batch
+-- of requests in flight at once takes exactly the same path.
+function Client:prepare(method, path, spec)
+  spec = spec or {}
+  local query = spec.query or {}
+  local body = spec.body
+  local ctype = body ~= nil and (spec.content_type or JSON) or nil
+  local write = request.is_write(method)
+  admit(self, method, path, query, write)
+  if write and self.dry_run == "client" then
+    -- kept back: computed locally (a simulation that fails raises, as the
+    -- real write would), then recorded exactly once
+    local result
+    if spec.simulate then result = internally(self, spec.simulate) end
+    self.stats.recorded = self.stats.recorded + 1
+    record_write(self, method, path, query, ctype, body)
+    return nil, result
+  end
+  if write and self.dry_run == "server" then
+    query = table.move(query, 1, #query, 1, {})
+    query[#query + 1] = { "dryRun", "All" }
+    -- sent for the server to judge, and shown on its way out, as a client
+    -- dry run shows the writes it keeps back
+    record_write(self, method, path, query, ctype, body)
+  end
+  local qs = encode_query(query)
+  local shown = qs ~= "" and (path .. "?" .. qs) or path
+  -- a write under a lock: every attempt (first and retried) is checked by
+  -- the gate, and its time bounded so that "held until after the attempt"
+  -- can be known (docs/transport.md, "The lock and retried writes")
+  local gate = self.gate
+  local before_attempt, timeout = nil, spec.timeout
+  if write and gate and gate.before_attempt then
+    before_attempt = function(info) return gate.before_attempt(info, method, path) end
+    if timeout == nil and gate.write_timeout then timeout = gate.write_timeout() end
+  end
+  return {
+    method = method, path = path, shown = shown, write = write,
+    options = {
+      -- a successful answer comes back decoded by the transport, straight
+      -- from its buffer; only these parts of it with a projection
+      decode = spec.projection or true,
+      query = qs,
+      body = body ~= nil and json.encode(body) or nil,
+      content_type = ctype,
+      retry_safe = spec.retry_safe,
+      timeout = timeout,
+      before_attempt = before_attempt,
+      on_retry = function(a)
+        warn(self, "retrying API request", { method = method, path = shown, code = a.code,
+          reason = a.reason, after_s = a.after_s and ("%.2f"):format(a.after_s) or nil })
+      end,
+    },
+  }
+end
+
+-- The answer to a prepared request (the transport's results): counted, its
+-- warnings logged once, decoded; raises kube.Error for any non-2xx answer or
+-- transport failure. A 2xx body arrives decoded (req.options.decode), or as
+-- text with the decoder's message when it is not JSON.
+function Client:finish(req, status, body, attempts, warnings, decode_error)
+  -- attempts a watch stopped before they were sent are not requests
+  local sent = 0
+  for _, a in ipairs(attempts) do
+    if a.sent ~= false then sent = sent + 1 end
+  end
+  local stats = self.stats
+  stats.requests = stats.requests + sent
+  stats.retries = stats.retries + math.max(0, sent - 1)
+  if req.write then stats.writes = stats.writes + 1 end
+  if status == 0 then error(errors.from_transport(req.method, req.shown, attempts)) end
+  if warnings then
+    -- the API server's Warning headers (deprecated APIs, ignored fields): once each per client
+    for text in warnings:gmatch("[^\n]+") do
+      if not self._warned[text] then
+        self._warned[text] = true
+        warn(self, "API server warning", { warning = text, method = req.method, path = req.path })
+      end
+    end
+  end
+  if status >= 200 and status < 300 then
+    if decode_error ~= nil then
+      error(errors.new { method = req.method, path = req.shown, code = status, reason = "InvalidResponse",
+        message = "the server's answer is not JSON: " .. decode_error, attempts = attempts })
+    end
+    return body, status, attempts
+  end
+  local decoded -- a Status object, when the error body is one
+  if body ~= nil and body ~= "" then
+    local ok, v = pcall(json.decode, body)
+    if ok then decoded = v end
+  end
+  error(errors.from_response(req.method, req.shown, status, decoded, body, attempts))
+end
+
+-- One API call: the one path every request of the engine, the runner and a
+-- migration takes. Returns the decoded body (nil when empty), the status and
+-- the attempts; raises kube.Error for any non-2xx answer or transport failure.
+-- spec = { query = {{k,v},...}, body = lua value, content_type =, retry_safe =, timeout =,
+--          simulate = function() -> the result a client dry run returns instead of sending }
+-- Whether the request is a write is decided here, from its method.
+function Client:call(method, path, spec)
+  local req, kept_back = self:prepare(method, path, spec)
+  if req == nil then return kept_back, 0, {} end
+  return self:finish(req, self._t:request(method, path, req.options))
+end
+
+-- Is `plural` of `api_version` served? Answered from discovery (the group
+-- version's resource list), cached for the client's lifetime. A group
+-- version the server does not know (404) is "not served"; any other error
+-- raises: an unreachable server is never read as an absent API.
+function Client:served(api_version, plural)
+  if type(api_version) ~= "string" or type(plural) ~= "string" then
+    error("served(api_version, plural) expects two strings", 2)
+  end
+  local cache = self._discovery
+  local resources = cache[api_version]
+  if resources == nil then
+    local path = api_version:find("/", 1, true) and ("/apis/" .. api_version) or ("/api/" .. api_version)
+    local ok, list = pcall(self.call, self, "GET", path)
+    if ok then
+      resources = {}
+      for _, r in ipairs(type(list) == "table" and type(list.resources) == "table" and list.resources or {}) do
+        if type(r) == "table" and type(r.name) == "string" then resources[r.name] = true end
+      end
+    elseif errors.is_error(list) and list.code == 404 then
+      resources = {}
+    else
+      error(list, 0)
+    end
+    cache[api_version] = resources
+  end
+  return resources[plural] == true
+end
+
+-- Raw access for the runner (e.g. /version): decoded body, raises on failure.
+function Client:get_path(path, query)
+  return (self:call("GET", path, { query = query }))
+end
+
+return client
