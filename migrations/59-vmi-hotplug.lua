@@ -5,14 +5,15 @@ local KUBEVIRT = "kubevirt.io/v1"
 local VOLUMES = "spec.template.spec.volumes"
 local DISKS = "spec.template.spec.domain.devices.disks"
 local INTERFACES = "spec.template.spec.domain.devices.interfaces"
-local VM_READS = { VOLUMES, DISKS, INTERFACES, "status.volumeRequests" } -- all the rule reads of a VM
+local VM_READS = { VOLUMES, DISKS, INTERFACES, "status.volumeRequests", "spec.updateVolumesStrategy" } -- all the rule reads of a VM
 local VMI_READS = { "metadata.ownerReferences", "spec.domain.devices.disks", "status.phase", "spec.volumes.*.name", -- hotplug volumes whole,
   "spec.volumes.*.persistentVolumeClaim", "spec.volumes.*.dataVolume" }                    -- no other volume's data (cloud-init)
 
 -- A volume virt-controller reconciles declaratively (IsDeclarativeHotplugVolume).
 local function is_hotplug_volume(v) return obj.get(v, "dataVolume.hotpluggable") == true or obj.get(v, "persistentVolumeClaim.hotpluggable") == true end
--- Owners match by uid too (a VM recreated under that name does not own the old VMI).
-local function is_referenced_vm(vm, ref) return ref.uid == nil or obj.get(vm, "metadata.uid") == nil or ref.uid == obj.get(vm, "metadata.uid") end
+-- Owners match by uid too (a VM recreated under that name does not own the old VMI). A VMI without a controller
+-- reference is the VM's of its name: virt-controller adopts it (ClaimVirtualMachineInstanceByName), then reconciles it.
+local function is_referenced_vm(vm, ref) return ref == nil or ref.uid == nil or obj.get(vm, "metadata.uid") == nil or ref.uid == obj.get(vm, "metadata.uid") end
 -- The VMI's hotplug volumes and disks the VM template lacks, in VMI order; the names of those it has otherwise.
 local function missing_from_vm(vm, vmi)
   local in_template, vm_disks = obj.index_by(obj.list(vm, VOLUMES), "name"), obj.index_by(obj.list(vm, DISKS), "name")
@@ -56,8 +57,9 @@ local function read_fleet(ctx, note)
       local hotplug = #missing_from_vm({}, vmi) > 0 -- what a VM without volumes would lack: all its hotplug volumes
       local ref = hotplug and obj.controller_of(vmi, "VirtualMachine", "kubevirt.io")
       fleet.vmis = fleet.vmis + (hotplug and 1 or 0)
-      if hotplug and not ref then left(vmi, "it has no controller ownerReference of kind VirtualMachine") end
-      return ref and vmi.metadata.namespace .. "/" .. tostring(ref.name) or nil
+      local adoptable = hotplug and not ref and not obj.controller_of(vmi) -- no controller at all: its VM's by name
+      if hotplug and not ref and not adoptable then left(vmi, "its controller ownerReference is not of kind VirtualMachine") end
+      return (ref or adoptable) and vmi.metadata.namespace .. "/" .. (ref and tostring(ref.name) or vmi.metadata.name) or nil
     end })
   for vm, vmis in joined do
     fleet.vms = fleet.vms + 1
@@ -73,13 +75,16 @@ local function read_fleet(ctx, note)
       local volumes, disks, differ = missing_from_vm(vm, vmi)
       if not is_referenced_vm(vm, ref) then
         left(vmi, ("its ownerReference names uid %s but VM %s has uid %s"):format(ref.uid, ref.name, vm.metadata.uid), true)
-      elseif vmi.metadata.name ~= ref.name then -- virt-controller looks a VM's VMI up by the VM's own name
+      elseif ref and vmi.metadata.name ~= ref.name then -- virt-controller looks a VM's VMI up by the VM's own name
         left(vmi, "it is not named like its owner VM " .. ref.name, true)
       elseif phase ~= "Running" then
         left(vmi, "it is not Running (phase " .. tostring(phase or "none") .. "): its next start is built from the VM spec")
         if phase == "Unknown" and #volumes > 0 then note("warn", ("VMI %s is in phase Unknown and holds hotplugged volumes %s missing"
           .. " from its VM spec: they are not copied, and are unplugged if it comes back Running"):format(obj.key(vmi), obj.names(volumes)),
           { vmi = vmi }) end -- not reconciled now, but unplugged if it comes back Running
+      elseif obj.get(vm, "spec.updateVolumesStrategy") == "Migration" and #volumes > 0 then -- HandleDeclarativeVolumes returns at once
+        note("warn", ("VM %s has updateVolumesStrategy Migration, which declarative hotplug leaves alone: hotplugged volumes %s of its"
+          .. " VMI are not copied, and are unplugged if the strategy changes"):format(obj.key(vm), obj.names(volumes)), { vm = vm })
       else
         for _, name in ipairs(differ) do note("warn", ("VM %s: hotplug volume %s differs between the VM and its VMI: it will be unplugged"
           .. " and plugged again"):format(obj.key(vm), name), { vm = vm, volume = name }) end
@@ -98,7 +103,10 @@ local function read_fleet(ctx, note)
       end
     end
   end
-  for key, vmi in joined:unmatched() do left(vmi, "its VM " .. key:match("/(.*)") .. " is gone") end
+  for key, vmi in joined:unmatched() do
+    left(vmi, obj.controller_of(vmi) and "its VM " .. key:match("/(.*)") .. " is gone"
+      or "it has no controller ownerReference and no VM of its name")
+  end
   return fleet
 end
 
