@@ -1,7 +1,8 @@
--- Legacy executables run as child processes with today's environment; their
+-- Legacy scripts run as child processes with today's environment; their
 -- output is streamed into the log; the runner verifies their stamp.
 local fake = require "spec.support.fake"
 local json = require "cozy.json"
+local files = require "spec.helpers.files"
 local support = require "spec.helpers.cli"
 
 describe("runner legacy scripts", function()
@@ -94,5 +95,64 @@ describe("runner legacy scripts", function()
     for _, w in ipairs(support.writes(srv)) do assert.matches("dryRun=All", w.query) end
     assert.equal(1, support.version(srv))
     assert.is_nil(srv:object("ConfigMap", "cozy-system", "runner-test"))
+  end)
+
+  describe("written as the platform writes them", function()
+    -- mode 0644 (run-migrations.sh runs chmod +x before each), #!/bin/sh with
+    -- pipefail, a lib/ sourced next to the script; "4" is not a file at all
+    local dir
+    setup(function()
+      dir = support.migration_dir {}
+      os.execute("mkdir " .. support.quote(dir .. "/lib"))
+      files.write(dir .. "/lib/stamp.sh", [[
+stamp_version() {
+  kubectl -n "$NAMESPACE" patch configmap cozystack-version --type merge -p "{\"data\":{\"version\":\"$1\"}}" >/dev/null
+}
+]])
+      files.write(dir .. "/2", [[#!/bin/sh
+set -euo pipefail
+. "$(dirname "$0")/lib/stamp.sh"
+echo "platform style 2 from $CURRENT_VERSION"
+stamp_version 3
+]])
+      files.write(dir .. "/3", [[#!/bin/sh
+set -euo pipefail
+echo "before the pipeline"
+false | cat
+echo "pipefail did not stop me"
+]])
+      os.execute("chmod 0644 " .. support.quote(dir .. "/2") .. " " .. support.quote(dir .. "/3")
+        .. " && mkdir " .. support.quote(dir .. "/4"))
+    end)
+    teardown(function() files.rm_rf(dir) end)
+
+    it("run whatever their mode, sh with pipefail wherever cozy-migrate runs, lib/ next to them", function()
+      srv:reset(support.fixture(2))
+      local r = support.run({ "run", "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir,
+        "--target", "3" })
+      assert.equal(0, r.code, r.stderr)
+      assert.matches("platform style 2 from 2", r.stderr, 1, true)
+      assert.equal(3, support.version(srv))
+      -- "4" is outside [2, 3): a warning, not a refusal
+      assert.matches("outside the pending range, so not refused: " .. dir .. "/4: is not a regular file",
+        r.stderr, 1, true)
+
+      r = support.run({ "run", "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir, "--target", "4" })
+      assert.equal(1, r.code, r.stderr)
+      assert.matches("before the pipeline", r.stderr, 1, true)
+      assert.not_matches("pipefail did not stop me", r.stderr, 1, true)
+      assert.matches("legacy script " .. dir .. "/3 exited with status 1", r.stderr, 1, true)
+      assert.equal(3, support.version(srv))
+    end)
+
+    it("a defect inside the pending range still refuses the set before anything runs", function()
+      srv:reset(support.fixture(3))
+      local r = support.run({ "run", "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir,
+        "--target", "5" })
+      assert.equal(2, r.code, r.stderr)
+      assert.matches(dir .. "/4: is not a regular file", r.stderr, 1, true)
+      assert.not_matches("before the pipeline", r.stderr, 1, true)
+      assert.equal(3, support.version(srv))
+    end)
   end)
 end)

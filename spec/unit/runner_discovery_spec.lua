@@ -90,13 +90,33 @@ describe("runner discovery", function()
     assert.matches("no migration for version 2", msg)
   end)
 
-  it("refuses a non-executable legacy file", function()
+  it("takes a legacy file whatever its mode, and runs sh scripts and those without #! as POSIX sh", function()
+    local legacy = require "cozy.runner.legacy"
     local dir = os.tmpname()
     os.remove(dir)
-    os.execute("mkdir -p " .. dir .. " && printf '#!/bin/sh\\n' > " .. dir .. "/5-old")
-    local msg = invalid_message(discovery.discover, { migrations = dir, builtin = false })
+    os.execute("mkdir -p " .. dir .. " && printf '#!/bin/sh\\nset -o pipefail\\n' > " .. dir .. "/5-old"
+      .. " && printf '#!/usr/bin/env python3\\n' > " .. dir .. "/6-py && printf 'echo hi\\n' > " .. dir .. "/7"
+      .. " && cp " .. dir .. "/6-py " .. dir .. "/8-exec && chmod +x " .. dir .. "/8-exec")
+    local set = discovery.discover { migrations = dir, builtin = false }
     os.execute("rm -rf " .. dir)
-    assert.matches("not executable", msg)
+    local m = set.by_number
+    assert.is_false(m[5].executable)
+    assert.same({ "/bin/bash", "--posix", dir .. "/5-old" }, legacy.command(m[5]))
+    assert.same({ "/usr/bin/env", "python3", dir .. "/6-py" }, legacy.command(m[6]))
+    assert.same({ "/bin/bash", "--posix", dir .. "/7" }, legacy.command(m[7]))
+    assert.same({ dir .. "/8-exec" }, legacy.command(m[8]))
+  end)
+
+  it("keeps a legacy entry that is not a file as a defect, refused only inside the pending range", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p " .. dir .. "/6 && printf '#!/bin/sh\\n' > " .. dir .. "/5")
+    local set = discovery.discover { migrations = dir, builtin = false }
+    os.execute("rm -rf " .. dir)
+    assert.equal(1, #discovery.pending(set, 5, 6))
+    assert.same({ dir .. "/6: is not a regular file" }, discovery.defects(set, 5, 6))
+    assert.matches(dir .. "/6: is not a regular file", invalid_message(discovery.pending, set, 5, 7), 1, true)
+    assert.same({}, discovery.defects(set, 5, 7))
   end)
 
   it("refuses a missing directory", function()

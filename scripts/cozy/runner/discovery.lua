@@ -4,7 +4,7 @@
 --
 -- A migration set is the binary's own (the shipped migrations/*.lua) plus
 -- a directory's (--migrations DIR, $COZY_MIGRATE_MIGRATIONS, /migrations),
--- which holds legacy executables (`NN` or `NN-name` with the run bit) and
+-- which holds legacy scripts (`NN` or `NN-name`, whatever their mode) and
 -- may hold Lua files of numbers the binary does not have.
 local errors = require "cozy.errors"
 local sandbox = require "cozy.sandbox"
@@ -194,12 +194,22 @@ local function from_directory(dir, found)
     local path = dir .. "/" .. filename
     if number then
       local what, executable = sys.stat(path)
-      if what ~= "file" then invalid(path, "is not a regular file") end
-      if kind == "legacy" and not executable then
-        invalid(path, "looks like a legacy migration (NN or NN-name) but is not executable")
+      if what ~= "file" then
+        -- a legacy script outside the pending range must not refuse the
+        -- set (see discovery.pending); a Lua file is checked whole, as before
+        if kind == "lua" then invalid(path, "is not a regular file") end
+        local m = entry(filename, number, kind, path, "", path)
+        m.defect = "is not a regular file"
+        found[#found + 1] = m
+      else
+        -- a legacy script runs whatever its mode (legacy.command)
+        local source, err = read_file(path)
+        if source == nil and kind == "lua" then invalid(path, "cannot be read: %s", { err }) end
+        local m = entry(filename, number, kind, path, source or "", path)
+        m.executable = executable
+        if source == nil then m.defect = "cannot be read: " .. tostring(err) end
+        found[#found + 1] = m
       end
-      local source = assert(read_file(path))
-      found[#found + 1] = entry(filename, number, kind, path, source, path)
     end
   end
 end
@@ -209,8 +219,9 @@ end
 -- add to them and never replace one: a directory entry whose number is built
 -- in is refused, naming both files. Returns { migrations = {sorted},
 -- by_number = {}, origin = }, raising errors kind "invalid" for a duplicate
--- number, a Lua file that does not load or does not return a valid table, or
--- a non-executable legacy file.
+-- number or a Lua file that does not load or does not return a valid table.
+-- A legacy entry that is not a regular file is kept with its `defect`,
+-- refused only when a run reaches it (discovery.pending).
 function discovery.discover(opts)
   opts = opts or {}
   local found = {}
@@ -279,8 +290,6 @@ function discovery.default_target(set)
   return last and last.number + 1 or nil
 end
 
--- The migrations that move `current` to `target`, in order; raises "invalid"
--- for a gap.
 -- The versions [from, to) as the set covers them, in order: { migration = m }
 -- for each version with a migration and { gap = first, through = last } for
 -- each run of versions without one. Its work is proportional to the number of
@@ -300,6 +309,10 @@ function discovery.span(set, from, to)
   return out
 end
 
+-- The migrations that move `current` to `target`, in order; raises
+-- "invalid" for a gap or for a migration in the range with a defect (a
+-- legacy entry that is not a regular file). Only the pending range is held
+-- to that: a defect outside it is for discovery.defects to report.
 function discovery.pending(set, current, target)
   local steps = {}
   for _, e in ipairs(discovery.span(set, current, target)) do
@@ -307,9 +320,22 @@ function discovery.pending(set, current, target)
       invalid(set.origin, "no migration for version %d: a gap inside [%d, %d) (have: %s)",
         { e.gap, current, target, discovery.numbers(set) })
     end
+    if e.migration.defect then invalid(e.migration.file, e.migration.defect) end
     steps[#steps + 1] = e.migration
   end
   return steps
+end
+
+-- The defects of migrations outside [current, target): "file: defect" each,
+-- for a warning; they never refuse a run that does not reach them.
+function discovery.defects(set, current, target)
+  local out = {}
+  for _, m in ipairs(set.migrations) do
+    if m.defect and (m.number < current or m.number >= target) then
+      out[#out + 1] = ("%s: %s"):format(m.file, m.defect)
+    end
+  end
+  return out
 end
 
 function discovery.numbers(set)

@@ -1,5 +1,5 @@
--- Legacy migrations: executables `NN` or `NN-name`, as today's
--- run-migrations.sh runs them. Each gets our environment plus what those
+-- Legacy migrations: files `NN` or `NN-name`, as today's run-migrations.sh
+-- runs them (whatever their mode: it runs `chmod +x` before each one). Each gets our environment plus what those
 -- scripts expect: NAMESPACE, CURRENT_VERSION (the version this script moves
 -- from), TARGET_VERSION, and KUBECONFIG when the engine was given a
 -- kubeconfig (in-cluster, kubectl finds the service account from the pod's
@@ -18,6 +18,40 @@ local step = require "cozy.runner.step"
 local sys = require "cozy.sys"
 
 local legacy = {}
+
+-- What `#!/bin/sh` means to the platform's scripts: POSIX sh with
+-- `pipefail` (set -euo pipefail heads 25 of its 55), as busybox ash gives it
+-- in the platform's Alpine image. dash, Debian's /bin/sh, refuses pipefail,
+-- so the same script would fail on a Debian image or workstation. bash in
+-- POSIX mode has pipefail and is on both (Essential in Debian, installed in
+-- the platform's image); busybox is on neither by default. So a script whose
+-- interpreter is sh, or that has no `#!` line (which a shell runs with sh),
+-- runs under it wherever cozy-migrate runs.
+legacy.POSIX_SH = { "/bin/bash", "--posix" }
+
+local function is_sh(interpreter, arg)
+  return interpreter == "/bin/sh" or interpreter == "/usr/bin/sh"
+    or (interpreter == "/usr/bin/env" or interpreter == "/bin/env") and arg == "sh"
+end
+
+-- The argv that runs script m, as the kernel would read its `#!` line (one
+-- interpreter and at most one argument), with sh read as legacy.POSIX_SH;
+-- a file without the run bit runs through its interpreter all the same.
+function legacy.command(m)
+  -- the script runs from its own directory: a relative path would not hold there
+  local path = m.path:sub(1, 1) == "/" and m.path or (sys.realpath(m.path) or m.path)
+  local line = m.source:match("^#!([^\n]*)")
+  local interpreter, arg
+  if line then interpreter, arg = line:match("^%s*(%S+)%s*(.-)%s*$") end
+  if interpreter == nil or is_sh(interpreter, arg) then
+    return { legacy.POSIX_SH[1], legacy.POSIX_SH[2], path }
+  end
+  if m.executable then return { path } end
+  local argv = { interpreter }
+  if arg ~= "" then argv[#argv + 1] = arg end
+  argv[#argv + 1] = path
+  return argv
+end
 
 -- The child's environment: ours, with `set` overriding (name -> value).
 function legacy.environment(set)
@@ -81,7 +115,7 @@ function legacy.run(m, opts)
   -- from its own directory, so `$(dirname "$0")/lib/...` and plain `lib/...` both work
   local dir = m.path:match("^(.*)/[^/]*$") or "."
   local limit = step.timeout(m, opts.timeout)
-  local how, code, stopped = proc.spawn({ m.path }, legacy.environment(vars), function(stream, line)
+  local how, code, stopped = proc.spawn(legacy.command(m), legacy.environment(vars), function(stream, line)
     if stream == "stderr" then log:warn(line, { stream = stream }) else log:info(line, { stream = stream }) end
   end, { cwd = dir, deadline = sys.monotime() + limit })
   if how ~= "exit" or code ~= 0 or stopped then failure(m, how, code, stopped, limit) end

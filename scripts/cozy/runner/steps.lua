@@ -76,7 +76,12 @@ function steps.decide(set, cms, namespace, target, log, leases)
   local current = stamp.version_of(cm)
   -- a history the first stamp could not append to stops the run before any step
   stamp.history_of(cm)
-  if log then cross_check(log, current) end
+  if log then
+    cross_check(log, current)
+    for _, d in ipairs(discovery.defects(set, current, target)) do
+      log:warn("outside the pending range, so not refused: " .. d)
+    end
+  end
   if current >= target then return { action = "none", current = current, target = target, cm = cm } end
   return { action = "migrate", current = current, target = target, cm = cm,
     steps = discovery.pending(set, current, target) }
