@@ -9,6 +9,7 @@ local base_errors = require "cozy.errors"
 local errors = require "cozy.kube.errors"
 local request = require "cozy.kube.request"
 local resource = require "cozy.kube.resource"
+local trace = require "cozy.kube.trace"
 
 local client = {}
 
@@ -240,6 +241,8 @@ end
 -- transport failure. A 2xx body arrives decoded (req.options.decode), or as
 -- text with the decoder's message when it is not JSON.
 function Client:finish(req, status, body, attempts, warnings, decode_error)
+  -- kubectl's -v=6 request trace: here, where every request's result is known
+  if self.log then trace.request(self.log, req, body, attempts) end
   -- attempts a watch stopped before they were sent are not requests
   local sent = 0
   for _, a in ipairs(attempts) do

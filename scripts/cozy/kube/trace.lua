@@ -1,0 +1,101 @@
+-- cozy.kube.trace: kubectl's request tracing (-v=6 and up), called from the
+-- one place every request's result is known (Client:finish, serial and
+-- batched alike). One log line per attempt that went out: method, path,
+-- status and duration; from -v=8 the request's and the answer's bodies too,
+-- cut at 1 KiB as kubectl cuts them (-v=9: whole).
+--
+-- Never logged: headers (the transport keeps them, the token and client key
+-- never leave C memory), and a Secret's data: any object of kind Secret,
+-- and the objects, lists and patches of a secrets path, have their `data`
+-- and `stringData` values (and a JSON patch's values) replaced before the
+-- body is encoded. Every line also goes through cozy.log's text.safe.
+local json = require "cozy.json"
+
+local trace = { REQUESTS = 6, BODIES = 8, WHOLE_BODIES = 9, BODY_BYTES = 1024 }
+
+local REDACTED = "<redacted>"
+
+local function redact_values(t)
+  if type(t) ~= "table" then return REDACTED end
+  local c = setmetatable({}, getmetatable(t))
+  for k in pairs(t) do c[k] = REDACTED end
+  return c
+end
+
+-- A copy of v (the caller's body is never changed) with Secret data redacted.
+-- `secret`: v is the body of a secrets path (an object, a list, or a patch).
+local function redacted(v, secret, depth)
+  if type(v) ~= "table" then return v end
+  depth = depth or 0
+  if depth > 64 then return "<too deep>" end
+  local c = setmetatable({}, getmetatable(v))
+  for k, x in pairs(v) do c[k] = redacted(x, secret and k == "items", depth + 1) end
+  if secret or c.kind == "Secret" then
+    if c.data ~= nil then c.data = redact_values(c.data) end
+    if c.stringData ~= nil then c.stringData = redact_values(c.stringData) end
+    if secret and c[1] ~= nil then
+      -- a list's items, or a JSON patch's operations
+      for i, x in ipairs(c) do
+        if type(x) == "table" then
+          if x.op ~= nil and x.value ~= nil then x.value = REDACTED end
+          if x.data ~= nil then x.data = redact_values(x.data) end
+          if x.stringData ~= nil then x.stringData = redact_values(x.stringData) end
+          c[i] = x
+        end
+      end
+    end
+  end
+  return c
+end
+trace.redacted = redacted
+
+-- A secrets path: core v1's secrets collection, an object in it, or its subresources.
+local function is_secrets(path)
+  return path:match("^/api/v1/secrets") ~= nil or path:match("^/api/v1/namespaces/[^/]+/secrets") ~= nil
+end
+
+local function shown_body(body, secret, whole)
+  if body == nil or body == "" then return nil end
+  if type(body) == "string" then
+    local ok, v = pcall(json.decode, body)
+    if ok then
+      body = v
+    elseif secret then
+      return REDACTED -- not JSON: nothing to pick the data out of
+    end
+  end
+  if type(body) == "table" then
+    local ok, s = pcall(json.encode, redacted(body, secret))
+    body = ok and s or "<not encodable>"
+  end
+  body = tostring(body)
+  if not whole and #body > trace.BODY_BYTES then
+    body = body:sub(1, trace.BODY_BYTES) .. (" [truncated %d chars]"):format(#body - trace.BODY_BYTES)
+  end
+  return body
+end
+
+-- Logs the attempts of one request at log's verbosity (nothing below 6).
+function trace.request(log, req, body, attempts)
+  local v = log.verbosity or 0
+  if v < trace.REQUESTS then return end
+  local secret = is_secrets(req.path)
+  local bodies = v >= trace.BODIES
+  local whole = v >= trace.WHOLE_BODIES
+  local request_body = bodies and shown_body(req.options and req.options.body, secret, whole) or nil
+  local n = #attempts
+  for i, a in ipairs(attempts) do
+    if a.sent ~= false then
+      log:write("debug", "API request", {
+        method = req.method, path = req.shown, status = a.code,
+        ms = a.elapsed_s and math.floor(a.elapsed_s * 1000 + 0.5) or nil,
+        attempt = n > 1 and i or nil, reason = a.code == 0 and a.reason or nil,
+        request_body = request_body,
+        -- the answer's body is the last attempt's
+        response_body = bodies and i == n and shown_body(body, secret, whole) or nil,
+      })
+    end
+  end
+end
+
+return trace

@@ -1,0 +1,81 @@
+-- cozy.kube.trace: kubectl's -v=6/-v=8 request trace, Secret data redacted.
+local trace = require "cozy.kube.trace"
+local json = require "cozy.json"
+
+-- A logger that keeps each line's fields.
+local function logger(verbosity)
+  local lines = {}
+  return { verbosity = verbosity, write = function(_, level, message, fields)
+    lines[#lines + 1] = { level = level, message = message, fields = fields }
+  end }, lines
+end
+
+local function req(method, path, body)
+  return { method = method, path = path, shown = path, options = { body = body and json.encode(body) } }
+end
+
+describe("cozy.kube.trace", function()
+  it("logs nothing below -v=6", function()
+    local log, lines = logger(5)
+    trace.request(log, req("GET", "/api"), {}, { { code = 200, elapsed_s = 0.01 } })
+    assert.same({}, lines)
+  end)
+
+  it("logs each attempt sent at -v=6: method, path, status, duration; no bodies", function()
+    local log, lines = logger(6)
+    trace.request(log, req("PATCH", "/api/v1/namespaces/a/configmaps/x", { data = { k = "v" } }), { kind = "ConfigMap" },
+      { { code = 503, elapsed_s = 0.0104 }, { sent = false, code = 0 }, { code = 200, elapsed_s = 0.02 } })
+    assert.equal(2, #lines)
+    assert.same({ method = "PATCH", path = "/api/v1/namespaces/a/configmaps/x", status = 503, ms = 10, attempt = 1 },
+      lines[1].fields)
+    assert.same({ method = "PATCH", path = "/api/v1/namespaces/a/configmaps/x", status = 200, ms = 20, attempt = 3 },
+      lines[2].fields)
+  end)
+
+  it("names a transport failure's reason", function()
+    local log, lines = logger(6)
+    trace.request(log, req("GET", "/api"), nil, { { code = 0, reason = "ConnectionRefused", elapsed_s = 0.001 } })
+    assert.equal("ConnectionRefused", lines[1].fields.reason)
+  end)
+
+  for _, case in ipairs({
+    { "a secrets list", req("GET", "/api/v1/namespaces/a/secrets"),
+      { kind = "SecretList", items = { { metadata = { name = "x" }, data = { a = "AAAA" } } } }, "AAAA" },
+    { "a JSON patch of a Secret", req("PATCH", "/api/v1/namespaces/a/secrets/x",
+      { { op = "replace", path = "/data/a", value = "BBBB" } }), { kind = "Secret", data = { a = "BBBB" } }, "BBBB" },
+    { "a merge patch's stringData", req("PATCH", "/api/v1/namespaces/a/secrets/x", { stringData = { a = "plain" } }),
+      nil, "plain" },
+    { "a Secret in another list", req("GET", "/api/v1/namespaces/a/pods"),
+      { kind = "List", items = { { kind = "Secret", data = { a = "CCCC" }, stringData = { b = "DDDD" } } } }, "CCCC", "DDDD" },
+    { "the cluster-wide secrets list", req("GET", "/api/v1/secrets"),
+      { items = { { data = { a = "EEEE" } } } }, "EEEE" },
+    { "a secrets answer that is not JSON", req("GET", "/api/v1/namespaces/a/secrets/x"), "FFFF not json", "FFFF" },
+  }) do
+    it("redacts " .. case[1] .. " at -v=9, and leaves the caller's body as it was", function()
+      local log, lines = logger(9)
+      local before = json.encode({ case[3] or json.null })
+      trace.request(log, case[2], case[3], { { code = 200, elapsed_s = 0.01 } })
+      assert.equal(before, json.encode({ case[3] or json.null }))
+      local shown = (lines[1].fields.request_body or "") .. (lines[1].fields.response_body or "")
+      assert.matches("<redacted>", shown, 1, true)
+      for i = 4, #case do assert.not_matches(case[i], shown, 1, true) end
+    end)
+  end
+
+  it("shows other bodies, cut at 1 KiB at -v=8 and whole at -v=9", function()
+    local data = {}
+    for i = 1, 100 do data["k" .. i] = ("x"):rep(30) end
+    for _, v in ipairs({ 8, 9 }) do
+      local log, lines = logger(v)
+      trace.request(log, req("GET", "/api/v1/namespaces/a/configmaps/x"), { kind = "ConfigMap", data = data },
+        { { code = 200, elapsed_s = 0.01 } })
+      local body = lines[1].fields.response_body
+      if v == 8 then
+        assert.matches("^{.+ %[truncated %d+ chars%]$", body)
+        assert.equal(1024, #body:match("^(.-) %[truncated"))
+      else
+        assert.same({ kind = "ConfigMap", data = data }, json.decode(body))
+      end
+    end
+  end)
+end)
