@@ -1,5 +1,14 @@
 -- The command line: parses the contract of README.md and --help, and dispatches to one
 -- module per command (cozy.cmd.<name>), each returning an exit status.
+--
+-- Hand-written rather than Debian's lua-argparse: the conventions below are
+-- kubectl's (pflag/cobra: options before or after the command, `-n ns`,
+-- `-nns`, `-n=ns`, `-v 6`/`--v=6`, `COMMAND --help`, `help COMMAND`, Go
+-- durations), and argparse has no options before a subcommand that are
+-- also accepted after it, no pflag-style `-n=ns`, and its own error and
+-- help formats; it would also be one more runtime dependency for a binary
+-- that embeds all its Lua (the image carries no Lua packages). What it
+-- would give, generated help, comes from the tables below instead.
 local text = require "cozy.text"
 local errors = require "cozy.errors"
 local sys = require "cozy.sys"
@@ -10,81 +19,72 @@ local cli = {}
 -- 2 usage/configuration/invalid migration set, 3 lock not taken within --lock-timeout.
 cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_LOCKED = 0, 1, 2, 3
 
-cli.usage = [==[
-Usage: cozy-migrate COMMAND [OPTIONS]
+-- kubectl's -v levels that mean something here (docs/operations.md, "Verbosity"):
+-- 1-5 debug lines; 6 and up one line per API request (method, path, status,
+-- duration); 8 and up its bodies too, Secret data redacted, cut at 1 KiB; 9 whole.
+-- A bare -v (no level; kubectl has none) keeps its old meaning, debug: level 4.
+cli.V_DEBUG, cli.V_REQUESTS, cli.V_BODIES, cli.V_WHOLE_BODIES = 4, 6, 8, 9
 
-Commands:
-  run     [--target N] [--dry-run] [--server-dry-run]   apply pending migrations
-  plan    [--target N] [--server-dry-run]               what run would change, nothing written
-  status  [--output text|json]                          version, target, pending, lock, history
-  check   [--migration N] [--output text|json]          read-only preflight and each pending check()
-          [--service-account NAME]                      review NAME's permissions (SubjectAccessReview), not ours
-  list    [--output text|json]                          migrations known to this build
-  new NAME                                              scaffold migrations/NN-NAME.lua and its spec
-  rbac    [--all] [--target N] [--preflight] [--output yaml|json]
-                                                        the least-privilege RBAC of the pending range
-  lua [SCRIPT [ARGS...]] | lua -e CODE                  Lua 5.4 interpreter with the engine's modules
-
-Common options:
-  --kubeconfig PATH         kubeconfig file (else $KUBECONFIG, in-cluster, ~/.kube/config)
-  --context NAME            kubeconfig context (else current-context)
-  --namespace NS            namespace of the version ConfigMap and the lock
-                            (else $NAMESPACE, in-cluster the service account's namespace, cozy-system)
-  --migrations DIR          add DIR's migrations (legacy scripts NN, NN-name) to the built-in ones
-                            (else $COZY_MIGRATE_MIGRATIONS, else /migrations when it exists)
-  --no-builtin              leave the built-in migrations out (DIR's set alone)
-  --log-format text|json    log line format (default text)
-  --request-timeout SECONDS per-request timeout (default 30)
-  --lock-timeout SECONDS    how long to wait for another runner's lock (default 300)
-  --concurrency N           changes of a batch (update_each) in flight at once (run, plan; 1-64, default 8)
-  --step-timeout SECONDS    time limit of each migration's run or check, or legacy script (run,
-                            plan, check; default: the migration's `timeout`, else 1800)
-  --qps N --burst N         client-side rate limit on API requests (default 1000 per second, bursts of 2000)
-  -v                        more detail (repeatable)
-  --version                 print the version and exit
-  --help                    print this help and exit
-
-Environment:
-  NAMESPACE                   default for --namespace
-  TARGET_VERSION              default for --target (else the highest migration + 1)
-  CURRENT_VERSION             only cross-checked against the ConfigMap; a mismatch is logged
-  KUBECONFIG                  kubeconfig files, as kubectl reads them
-  POD_NAME                    the lock holder's identity (else host-pid)
-  COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
-  COZY_MIGRATE_PAGE_LIMIT     objects per list page (default 500)
-  COZY_MIGRATE_MIGRATIONS     default for --migrations (empty: no directory, not even /migrations)
-  KUBERNETES_SERVICE_HOST/PORT  in-cluster API server (with the service account's token, ca.crt, namespace)
-  COZY_MIGRATE_SERVICEACCOUNT_DIR  the service account's directory (tests; else the pod's)
-  HTTPS_PROXY, HTTP_PROXY, NO_PROXY  proxy for the API server, as kubectl uses them
-
-Exit status: 0 done or nothing to do; 1 a migration or an API call failed,
-a run was stopped (SIGTERM, lost lock) or check found a blocking finding;
-2 usage, configuration or an invalid migration set; 3 the lock could not be
-taken within --lock-timeout (held by another runner, or refused by the server).
-See docs/operations.md.
-]==]
-
-local commands = {
-  run = true, plan = true, status = true, check = true, list = true, new = true, rbac = true,
+-- The commands, in --help's order: synopsis (after the command's name) and what it does.
+local command_list = {
+  { "run", "[--target N] [--dry-run] [--server-dry-run]", "apply pending migrations" },
+  { "plan", "[--target N] [--server-dry-run]", "what run would change, nothing written" },
+  { "status", "[-o text|json]", "version, target, pending, lock, history" },
+  { "check", "[--migration N] [-o text|json]", "read-only preflight and each pending check()" },
+  { "list", "[-o text|json]", "migrations known to this build" },
+  { "new", "NAME", "scaffold migrations/NN-NAME.lua and its spec" },
+  { "rbac", "[--all] [--target N] [--preflight] [-o yaml|json]", "the least-privilege RBAC of the pending range" },
+  { "lua", "[SCRIPT [ARGS...]] | lua -e CODE", "Lua 5.4 interpreter with the engine's modules" },
+  { "help", "[COMMAND]", "this help, or COMMAND's" },
 }
+local commands = {}
+for _, c in ipairs(command_list) do commands[c[1]] = { synopsis = c[2], summary = c[3] } end
 
--- option name -> kind: "flag", "count", or a value parser. Numbers are plain
+-- Every option, in --help's order: name, shorthand, metavar, description.
+local option_list = {
+  { "--kubeconfig", nil, "PATH", "kubeconfig file (else $KUBECONFIG, in-cluster, ~/.kube/config)" },
+  { "--context", nil, "NAME", "kubeconfig context (else current-context)" },
+  { "--namespace", "-n", "NS", "namespace of the version ConfigMap and the lock\n"
+    .. "(else $NAMESPACE, in-cluster the service account's namespace, cozy-system)" },
+  { "--migrations", nil, "DIR", "add DIR's migrations (legacy scripts NN, NN-name) to the built-in ones\n"
+    .. "(else $COZY_MIGRATE_MIGRATIONS, else /migrations when it exists)" },
+  { "--no-builtin", nil, nil, "leave the built-in migrations out (DIR's set alone)" },
+  { "--log-format", nil, "text|json", "log line format (default text)" },
+  { "--request-timeout", nil, "DURATION", "per-request timeout (default 30s)" },
+  { "--lock-timeout", nil, "DURATION", "how long to wait for another runner's lock (default 5m)" },
+  { "--qps", nil, "N", "client-side rate limit on API requests (default 1000 per second)" },
+  { "--burst", nil, "N", "bursts above --qps (default 2000)" },
+  { "--v", "-v", "LEVEL", "log detail, kubectl's levels: 1-5 debug lines; 6 each API request\n"
+    .. "(method, path, status, duration); 8 bodies too (Secret data redacted,\n"
+    .. "cut at 1 KiB), 9 whole; -v alone: 4 (debug)" },
+  { "--help", "-h", nil, "print the help (of COMMAND, after it) and exit" },
+  { "--version", nil, nil, "print the version and exit" },
+  -- command options
+  { "--target", nil, "N", "the version to reach (else $TARGET_VERSION, else highest + 1)" },
+  { "--dry-run", nil, nil, "client dry run: reads sent, writes printed, not sent" },
+  { "--server-dry-run", nil, nil, "writes sent with dryRun=All: validated, not stored" },
+  { "--concurrency", nil, "N", "changes of a batch in flight at once (1-64, default 8)" },
+  { "--step-timeout", nil, "DURATION", "time limit of each step's run or check, legacy scripts too\n"
+    .. "(default: the migration's `timeout`, else 30m)" },
+  { "--migration", nil, "N", "check only migration N" },
+  { "--service-account", nil, "NAME", "review NAME's permissions (SubjectAccessReview), not ours" },
+  { "--output", "-o", "FORMAT", "text|json (rbac: yaml|json)" },
+  { "--all", nil, nil, "every known migration's RBAC (no cluster needed)" },
+  { "--preflight", nil, nil, "the check Job's read-only variant" },
+}
+local option_help, shorthands = {}, {}
+for _, o in ipairs(option_list) do
+  option_help[o[1]] = o
+  if o[2] then shorthands[o[2]:sub(2)] = o[1] end
+end
+
+-- option name -> kind: "flag", "verbosity", or a value parser. Numbers are plain
 -- decimal (no hex, no exponent, no sign): what an operator types.
 local function decimal(v)
   if type(v) ~= "string" or not (v:match("^%d+$") or v:match("^%d+%.%d+$") or v:match("^%.%d+$")) then
     return nil
   end
   return tonumber(v)
-end
-
-local function number_value(name)
-  return function(v)
-    local n = decimal(v)
-    if n == nil then
-      errors.raise("usage", ("%s expects a non-negative number, in plain decimal, got %q"):format(name, v))
-    end
-    return n
-  end
 end
 
 local function integer_value(name)
@@ -108,6 +108,40 @@ local function positive_value(name)
   end
 end
 
+-- Durations as kubectl's --request-timeout takes them (Go's
+-- time.ParseDuration: 5s, 1m30s, 500ms, 1.5h; units h m s ms us µs ns),
+-- or plain decimal seconds as before. Returns seconds.
+local unit_seconds = { h = 3600, m = 60, s = 1, ms = 1e-3, us = 1e-6, ["µs"] = 1e-6, ns = 1e-9 }
+
+function cli.duration(v)
+  local n = decimal(v)
+  if n ~= nil then return n end
+  if type(v) ~= "string" or v == "" then return nil end
+  local total, pos = 0, 1
+  while pos <= #v do
+    local num, unit, after = v:match("^(%d*%.?%d*)(%a+)()", pos)
+    if num == nil then -- "µ" is not %a
+      num, unit, after = v:match("^(%d*%.?%d*)(µs)()", pos)
+    end
+    local x = num and decimal(num)
+    if x == nil or not unit_seconds[unit] then return nil end
+    total = total + x * unit_seconds[unit]
+    pos = after
+  end
+  return total
+end
+
+local function duration_value(name, positive)
+  return function(v)
+    local n = cli.duration(v)
+    if n == nil or n == math.huge or (positive and n <= 0) then
+      errors.raise("usage", ("%s expects a %sduration (5s, 1m30s, 500ms) or plain seconds, got %q")
+        :format(name, positive and "positive " or "", v))
+    end
+    return n
+  end
+end
+
 local function one_of(name, ...)
   local allowed = { ... }
   return function(v)
@@ -126,9 +160,9 @@ local options = {
   ["--namespace"] = string_value,
   ["--migrations"] = string_value,
   ["--log-format"] = one_of("--log-format", "text", "json"),
-  ["--request-timeout"] = number_value("--request-timeout"),
-  ["--lock-timeout"] = number_value("--lock-timeout"),
-  ["--step-timeout"] = positive_value("--step-timeout"),
+  ["--request-timeout"] = duration_value("--request-timeout"),
+  ["--lock-timeout"] = duration_value("--lock-timeout"),
+  ["--step-timeout"] = duration_value("--step-timeout", true),
   ["--concurrency"] = function(v)
     local n = v:match("^%d+$") and math.tointeger(tonumber(v))
     if not n or n < 1 or n > 64 then
@@ -147,7 +181,9 @@ local options = {
   ["--no-builtin"] = "flag",
   ["--all"] = "flag",
   ["--preflight"] = "flag",
-  ["-v"] = "count",
+  ["--v"] = "verbosity",
+  ["--help"] = "flag",
+  ["--version"] = "flag",
 }
 
 -- An option whose values differ for one command.
@@ -155,60 +191,219 @@ local command_values = {
   rbac = { ["--output"] = one_of("--output", "yaml", "json") },
 }
 
--- Which command-specific options each command accepts (common ones always).
+-- Which command-specific options each command accepts (common ones always), in help's order.
 local command_options = {
-  run = { ["--target"] = true, ["--dry-run"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true,
-    ["--concurrency"] = true },
-  plan = { ["--target"] = true, ["--server-dry-run"] = true, ["--step-timeout"] = true, ["--concurrency"] = true },
-  status = { ["--output"] = true, ["--target"] = true },
-  check = { ["--migration"] = true, ["--output"] = true, ["--target"] = true, ["--step-timeout"] = true,
-    ["--service-account"] = true },
-  list = { ["--output"] = true },
+  run = { "--target", "--dry-run", "--server-dry-run", "--step-timeout", "--concurrency" },
+  plan = { "--target", "--server-dry-run", "--step-timeout", "--concurrency" },
+  status = { "--output", "--target" },
+  check = { "--migration", "--output", "--target", "--step-timeout", "--service-account" },
+  list = { "--output" },
   new = {},
-  rbac = { ["--all"] = true, ["--target"] = true, ["--preflight"] = true, ["--output"] = true },
+  rbac = { "--all", "--target", "--preflight", "--output" },
+  lua = {},
+  help = {},
 }
-local common = {
-  ["--kubeconfig"] = true, ["--context"] = true, ["--namespace"] = true,
-  ["--migrations"] = true, ["--no-builtin"] = true, ["--log-format"] = true, ["--request-timeout"] = true,
-  ["--lock-timeout"] = true, ["--qps"] = true, ["--burst"] = true, ["-v"] = true,
-}
+cli.command_options = command_options
+for _, list in pairs(command_options) do
+  for _, name in ipairs(list) do list[name] = true end
+end
+local common_list = { "--kubeconfig", "--context", "--namespace", "--migrations", "--no-builtin", "--log-format",
+  "--request-timeout", "--lock-timeout", "--qps", "--burst", "--v", "--help", "--version" }
+cli.common_options = common_list
+local common = {}
+for _, name in ipairs(common_list) do common[name] = true end
+local command_specific = {}
+for _, o in ipairs(option_list) do
+  if not common[o[1]] then command_specific[#command_specific + 1] = o[1] end
+end
+
+-- Which commands take the option named, in --help's order ("run, plan").
+local function takers(name)
+  local t = {}
+  for _, c in ipairs(command_list) do
+    if command_options[c[1]][name] then t[#t + 1] = c[1] end
+  end
+  return table.concat(t, ", ")
+end
+
+local function option_lines(names, with_commands)
+  local out = {}
+  for _, name in ipairs(names) do
+    local o = option_help[name]
+    local head = (o[2] and (o[2] .. ", ") or "") .. o[1] .. (o[3] and (" " .. o[3]) or "")
+    local first = true
+    for line in o[4]:gmatch("[^\n]+") do
+      out[#out + 1] = ("  %-28s  %s"):format(first and head or "", line)
+      first = false
+    end
+    if with_commands then out[#out] = out[#out] .. " [" .. takers(name) .. "]" end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+local function command_lines()
+  local out = {}
+  for _, c in ipairs(command_list) do
+    local first = true
+    for line in c[3]:gmatch("[^\n]+") do
+      if first then
+        out[#out + 1] = ("  %-6s %-50s %s"):format(c[1], c[2], line)
+      else
+        out[#out + 1] = (" "):rep(60) .. line
+      end
+      first = false
+    end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+cli.usage = "Usage: cozy-migrate [OPTIONS] COMMAND [OPTIONS]\n\nCommands:\n" .. command_lines()
+  .. "\nCommon options (before or after the command):\n" .. option_lines(common_list)
+  .. "\nCommand options [the commands that take them]:\n" .. option_lines(command_specific, true) .. [==[
+
+Durations: 5s, 1m30s, 500ms, 1.5h (as kubectl's), or plain seconds.
+Values: --opt VALUE or --opt=VALUE; -n NS, -nNS or -n=NS. `--` ends the options.
+'cozy-migrate COMMAND --help' or 'cozy-migrate help COMMAND': COMMAND's options.
+
+Environment:
+  NAMESPACE                   default for --namespace
+  TARGET_VERSION              default for --target (else the highest migration + 1)
+  CURRENT_VERSION             only cross-checked against the ConfigMap; a mismatch is logged
+  KUBECONFIG                  kubeconfig files, as kubectl reads them
+  POD_NAME                    the lock holder's identity (else host-pid)
+  COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
+  COZY_MIGRATE_PAGE_LIMIT     objects per list page (default 500)
+  COZY_MIGRATE_MIGRATIONS     default for --migrations (empty: no directory, not even /migrations)
+  KUBERNETES_SERVICE_HOST/PORT  in-cluster API server (with the service account's token, ca.crt, namespace)
+  COZY_MIGRATE_SERVICEACCOUNT_DIR  the service account's directory (tests; else the pod's)
+  HTTPS_PROXY, HTTP_PROXY, NO_PROXY  proxy for the API server, as kubectl uses them
+
+Exit status: 0 done or nothing to do; 1 a migration or an API call failed,
+a run was stopped (SIGTERM, lost lock) or check found a blocking finding;
+2 usage, configuration or an invalid migration set; 3 the lock could not be
+taken within --lock-timeout (held by another runner, or refused by the server).
+See docs/operations.md.
+]==]
+
+-- COMMAND's help: its synopsis, what it does, its own options, and the common ones' names.
+function cli.command_usage(command)
+  local c = commands[command]
+  local out = { ("Usage: cozy-migrate %s %s\n\n"):format(command, c.synopsis) }
+  for line in c.summary:gmatch("[^\n]+") do out[#out + 1] = line .. "\n" end
+  if #command_options[command] > 0 then
+    out[#out + 1] = "\nOptions:\n" .. option_lines(command_options[command])
+  end
+  if command ~= "lua" and command ~= "help" then
+    out[#out + 1] = "\nCommon options ('cozy-migrate --help' describes them):\n  "
+      .. table.concat(common_list, " ") .. "\n"
+  end
+  return table.concat(out)
+end
 
 local function key(opt)
   return (opt:gsub("^%-+", ""):gsub("%-", "_"))
 end
 
+-- An argument as (option name, inline value): "--name=value", pflag's
+-- shorthands "-n ns", "-nns", "-n=ns", or (nil) not an option.
+local function split(a)
+  if a:sub(1, 1) ~= "-" or a == "-" or a == "--" then return nil end
+  local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
+  if name then return name, inline end
+  local short, rest = a:match("^%-(%a)(.*)$")
+  if short and shorthands[short] then
+    if rest == "" then return shorthands[short], nil end
+    return shorthands[short], (rest:gsub("^=", "", 1))
+  end
+  return a, nil
+end
+
+-- Whether the option named takes the next argument as its value. A bare -v
+-- takes it only when it is a level: `-v 6 status`, `-v status`.
+local function takes_next(name, inline, nxt)
+  local kind = options[name]
+  if inline ~= nil or kind == nil or kind == "flag" then return false end
+  if kind == "verbosity" then return nxt ~= nil and nxt:match("^%d+$") ~= nil end
+  return true
+end
+
+-- The command: the first argument that is neither an option nor an option's
+-- value (options may come before it, as kubectl's global flags do).
+local function find_command(argv)
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--" then return nil end
+    local name, inline = split(a)
+    if name == nil then return a, i end
+    if takes_next(name, inline, argv[i + 1]) then i = i + 1 end
+    i = i + 1
+  end
+end
+
 -- Parses argv (1-based, without the program name). Returns command, opts, args;
--- raises a cozy.errors error of kind "usage" on misuse.
+-- raises a cozy.errors error of kind "usage" on misuse. `--help` anywhere (and
+-- `help [COMMAND]`) returns "help", opts, { COMMAND }; `--version`, "version".
 function cli.parse(argv)
-  local command = argv[1]
-  if command == nil then errors.raise("usage", "no command given") end
+  local command, at = find_command(argv)
+  for i = 1, #argv do
+    if argv[i] == "--" then break end
+    local name = split(argv[i])
+    if name == "--help" then
+      if command ~= nil and not commands[command] then errors.raise("usage", ("unknown command %q"):format(command)) end
+      return "help", { v = 0 }, { command }
+    end
+  end
+  if command == nil then
+    for i = 1, #argv do
+      if argv[i] == "--version" then return "version", { v = 0 }, {} end
+    end
+    errors.raise("usage", "no command given")
+  end
   if not commands[command] then
     errors.raise("usage", ("unknown command %q"):format(command))
   end
+  if command == "lua" then
+    errors.raise("usage", "'lua' takes no options before it: cozy-migrate lua [SCRIPT [ARGS...]] | lua -e CODE")
+  end
   local opts, args = { v = 0 }, {}
-  local i = 2
+  argv = table.move(argv, 1, #argv, 1, {})
+  table.remove(argv, at) -- the command itself
+  local i = 1
   while i <= #argv do
     local a = argv[i]
-    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
-    name = name or a
-    local kind = (command_values[command] or {})[name] or options[name]
+    local name, inline = split(a)
     if a == "--" then
       for j = i + 1, #argv do args[#args + 1] = argv[j] end
       break
-    elseif kind == nil then
-      if a:sub(1, 1) == "-" and a ~= "-" then
-        errors.raise("usage", ("unknown option %q"):format(a))
-      end
+    elseif name == nil then
       args[#args + 1] = a
     else
+      local kind = (command_values[command] or {})[name] or options[name]
+      if kind == nil then
+        errors.raise("usage", ("unknown option %q"):format(a))
+      end
       if not (common[name] or command_options[command][name]) then
         errors.raise("usage", ("option %s does not apply to '%s'"):format(name, command))
       end
       if kind == "flag" then
         if inline then errors.raise("usage", ("option %s takes no value"):format(name)) end
         opts[key(name)] = true
-      elseif kind == "count" then
-        opts.v = opts.v + 1
+      elseif kind == "verbosity" then
+        local level = inline
+        if level == nil and takes_next(name, nil, argv[i + 1]) then
+          i = i + 1
+          level = argv[i]
+        end
+        if level == nil then
+          opts.v = math.max(opts.v, cli.V_DEBUG)
+        else
+          local n = level:match("^%d+$") and math.tointeger(tonumber(level))
+          if not n then
+            errors.raise("usage", ("-v expects a level, a non-negative integer (as kubectl's -v=6), got %q"):format(level))
+          end
+          opts.v = n
+        end
       else
         local v = inline
         if v == nil then
@@ -221,6 +416,14 @@ function cli.parse(argv)
     end
     i = i + 1
   end
+  if command == "help" then
+    if #args > 1 then errors.raise("usage", ("unexpected argument %q for 'help'"):format(args[2])) end
+    if args[1] ~= nil and not commands[args[1]] then
+      errors.raise("usage", ("unknown command %q"):format(args[1]))
+    end
+    return "help", opts, args
+  end
+  if opts.version then return "version", opts, {} end
   -- only `new` takes an argument (its NAME); anything else is a mistake
   local takes = command == "new" and 1 or 0
   if #args > takes then
@@ -231,14 +434,12 @@ end
 
 -- Entry point from core/main.c: argv[0] is the program name.
 function cli.main(argv)
-  local first = argv[1]
-  if first == "--version" then
-    io.stdout:write("cozy-migrate ", sys.version, " (", _VERSION, ")\n")
-    return cli.EXIT_OK
-  elseif first == "--help" or first == "-h" or first == "help" then
-    io.stdout:write(cli.usage)
-    return cli.EXIT_OK
-  elseif first == "lua" then
+  if argv[1] == "lua" then
+    -- lua5.4 has no --help; ours answers it as every other command does
+    if argv[2] == "--help" and argv[3] == nil then
+      io.stdout:write(cli.command_usage("lua"))
+      return cli.EXIT_OK
+    end
     return require("cozy.cmd.lua").run(argv)
   end
   local rest = table.move(argv, 1, #argv, 1, {})
@@ -250,6 +451,13 @@ function cli.main(argv)
       return cli.EXIT_USAGE
     end
     error(err, 0)
+  end
+  if command == "version" then
+    io.stdout:write("cozy-migrate ", sys.version, " (", _VERSION, ")\n")
+    return cli.EXIT_OK
+  elseif command == "help" then
+    io.stdout:write(args[1] and cli.command_usage(args[1]) or cli.usage)
+    return cli.EXIT_OK
   end
   -- a collector cycle starts once the heap has grown by half past what the
   -- last one kept (Lua's default waits until it doubles): a Job's memory limit

@@ -14,9 +14,70 @@ describe("cli.parse", function()
   it("parses a command with common and command options", function()
     local cmd, opts, args = cli.parse({ "run", "--target", "61", "--dry-run", "--namespace=ns1", "-v", "-v" })
     assert.equal("run", cmd)
-    assert.same({ target = 61, dry_run = true, namespace = "ns1", v = 2 }, opts)
+    assert.same({ target = 61, dry_run = true, namespace = "ns1", v = cli.V_DEBUG }, opts)
     assert.same({}, args)
   end)
+
+  -- kubectl's conventions (pflag/cobra), issue 26
+  it("takes common options before the command, as kubectl's global flags", function()
+    local cmd, opts, args = cli.parse({ "--kubeconfig", "/k", "--namespace=ns1", "-v", "status", "--output", "json" })
+    assert.equal("status", cmd)
+    assert.same({ kubeconfig = "/k", namespace = "ns1", v = cli.V_DEBUG, output = "json" }, opts)
+    assert.same({}, args)
+  end)
+
+  it("takes command options before the command too, judged for that command", function()
+    assert.same({ target = 3, v = 0 }, select(2, cli.parse({ "--target", "3", "run" })))
+    local ok, err = pcall(cli.parse, { "--output", "json", "run" })
+    assert.is_false(ok)
+    assert.equal("option --output does not apply to 'run'", err.message)
+  end)
+
+  for _, case in ipairs({
+    { { "-n", "ns1", "status" }, { namespace = "ns1" } },
+    { { "status", "-nns1" }, { namespace = "ns1" } },
+    { { "status", "-n=ns1" }, { namespace = "ns1" } },
+    { { "status", "-o", "json" }, { output = "json" } },
+    { { "-ojson", "status" }, { output = "json" } },
+    { { "rbac", "-o=yaml" }, { output = "yaml" } },
+    { { "-v", "6", "status" }, { v = 6 } },
+    { { "status", "-v=8" }, { v = 8 } },
+    { { "status", "--v=6" }, { v = 6 } },
+    { { "status", "--v", "7" }, { v = 7 } },
+    { { "status", "-v9" }, { v = 9 } },
+    { { "status", "-v" }, { v = 4 } },
+    { { "-v", "status", "-v", "0" }, { v = 0 } },
+    { { "status", "--request-timeout", "5s" }, { request_timeout = 5 } },
+    { { "status", "--request-timeout=1m30s" }, { request_timeout = 90 } },
+    { { "status", "--request-timeout", "500ms" }, { request_timeout = 0.5 } },
+    { { "status", "--request-timeout", "1.5h" }, { request_timeout = 5400 } },
+    { { "status", "--request-timeout", "12" }, { request_timeout = 12 } },
+    { { "status", "--request-timeout", "0" }, { request_timeout = 0 } },
+    { { "run", "--lock-timeout", "2m" }, { lock_timeout = 120 } },
+    { { "run", "--step-timeout", "1h2m3s" }, { step_timeout = 3723 } },
+  }) do
+    it("reads " .. table.concat(case[1], " "), function()
+      local _, opts = cli.parse(case[1])
+      local want = { v = 0 }
+      for k, v in pairs(case[2]) do want[k] = v end
+      assert.same(want, opts)
+    end)
+  end
+
+  for _, case in ipairs({
+    { { "run", "--help" }, "run" },
+    { { "--kubeconfig", "/k", "status", "-h" }, "status" },
+    { { "help", "check" }, "check" },
+    { { "--help" } },
+    { { "help" } },
+    { { "--kubeconfig", "/k", "--help" } },
+  }) do
+    it("answers help: " .. table.concat(case[1], " "), function()
+      local cmd, _, args = cli.parse(case[1])
+      assert.equal("help", cmd)
+      assert.same({ case[2] }, args)
+    end)
+  end
 
   it("keeps positional arguments", function()
     local cmd, _, args = cli.parse({ "new", "my-change" })
@@ -37,8 +98,20 @@ describe("cli.parse", function()
     { { "run", "--target", "0x3C" }, "non%-negative integer, in plain decimal" },
     { { "run", "--target", "1e3" }, "non%-negative integer, in plain decimal" },
     { { "run", "--target", " 60" }, "non%-negative integer, in plain decimal" },
-    { { "run", "--request-timeout", "1e3" }, "non%-negative number, in plain decimal" },
-    { { "run", "--request-timeout", "0x10" }, "non%-negative number, in plain decimal" },
+    { { "run", "--request-timeout", "1e3" }, "expects a duration %(5s, 1m30s, 500ms%) or plain seconds" },
+    { { "run", "--request-timeout", "0x10" }, "expects a duration" },
+    { { "run", "--request-timeout", "5x" }, "expects a duration" },
+    { { "run", "--request-timeout", "-5s" }, "expects a duration" },
+    { { "run", "--request-timeout", "5s3" }, "expects a duration" },
+    { { "run", "--request-timeout", "s" }, "expects a duration" },
+    { { "run", "--step-timeout", "0s" }, "expects a positive duration" },
+    { { "status", "-v", "x" }, "unexpected argument \"x\"" },
+    { { "status", "-v=x" }, "%-v expects a level, a non%-negative integer" },
+    { { "status", "-x" }, "unknown option \"%-x\"" },
+    { { "status", "-n" }, "option %-%-namespace needs a value" },
+    { { "help", "frob" }, "unknown command \"frob\"" },
+    { { "frob", "--help" }, "unknown command \"frob\"" },
+    { { "-v", "lua" }, "'lua' takes no options before it" },
     { { "run", "--qps", "inf" }, "positive number, in plain decimal" },
     { { "run", "--qps", "0" }, "positive number, in plain decimal" },
     { { "run", "extra" }, "unexpected argument \"extra\" for 'run'" },
@@ -67,6 +140,42 @@ describe("the binary", function()
     for _, c in ipairs({ "run", "plan", "status", "check", "list", "new", "lua" }) do
       assert.matches("\n  " .. c .. " ", out, 1, true)
     end
+  end)
+
+  it("prints every command's help for COMMAND --help and help COMMAND, exit 0, on stdout", function()
+    for _, c in ipairs({ "run", "plan", "status", "check", "list", "new", "rbac", "lua", "help" }) do
+      for _, form in ipairs({ c .. " --help", "help " .. c, "--kubeconfig /nonexistent " .. c .. " -h" }) do
+        if not (c == "lua" and form:find("kubeconfig", 1, true)) then
+          local code, out, err = run(form)
+          assert.equal(0, code, form .. ": " .. err)
+          assert.equal("", err, form)
+          assert.matches("^Usage: cozy%-migrate " .. c .. " ", out)
+          for _, o in ipairs(cli.command_options[c]) do assert.matches("[ ,]" .. o:gsub("%-", "%%-") .. "[ \n]", out) end
+        end
+      end
+    end
+  end)
+
+  it("lists every command and option in --help; README.md's usage block is --help's text", function()
+    local _, help = run("--help")
+    for c in pairs(cli.command_options) do assert.matches("\n  " .. c .. " ", help, 1, true) end
+    local all = {}
+    for _, o in ipairs(cli.common_options) do all[#all + 1] = o end
+    for _, list in pairs(cli.command_options) do
+      for _, o in ipairs(list) do all[#all + 1] = o end
+    end
+    for _, o in ipairs(all) do
+      assert.matches("[ ,]" .. o:gsub("%-", "%%-") .. "[ \n]", help, nil, false, "--help lists " .. o)
+    end
+    local readme = assert(io.open("README.md")):read("a")
+    local block = assert(readme:match("## Usage\n\n```\n(.-```)\n"), "README.md has a usage block")
+    assert.equal(help, block:sub(1, -4))
+  end)
+
+  it("takes options before the command: --kubeconfig X status reads X", function()
+    local code, _, err = run("--kubeconfig /nonexistent/kubeconfig status")
+    assert.equal(2, code)
+    assert.matches("/nonexistent/kubeconfig: cannot read kubeconfig", err, 1, true)
   end)
 
   it("exits 2 with a hint on misuse", function()

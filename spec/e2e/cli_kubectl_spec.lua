@@ -1,0 +1,232 @@
+-- kubectl's conventions (issue 26, item 1): options before or after the
+-- command, -n/-o shorthands, -v=6 request tracing, -v=8 bodies with Secret
+-- data redacted, Go durations, COMMAND --help. Where kubectl has the same
+-- convention, the real kubectl runs beside us on the same kubeconfig and the
+-- API server's request log says both did the same thing.
+local fake = require "spec.support.fake"
+local support = require "spec.helpers.cli"
+local files = require "spec.helpers.files"
+
+local TOKEN = "tok-never-logged-7f3a"
+local SECRET_B64 = "c2VjcmV0LXZhbHVl" -- "secret-value"
+
+local function stamp(ns, version)
+  return { apiVersion = "v1", kind = "ConfigMap",
+    metadata = { name = "cozystack-version", namespace = ns }, data = { version = tostring(version) } }
+end
+
+local function cluster()
+  return {
+    { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
+    { apiVersion = "v1", kind = "Namespace", metadata = { name = "other" } },
+    stamp("cozy-system", 1), stamp("other", 1),
+    { apiVersion = "v1", kind = "Secret", metadata = { name = "s", namespace = "other" },
+      data = { password = SECRET_B64 } },
+  }
+end
+
+-- Our trace lines: { method, path, status } of each "API request" line.
+local function our_trace(stderr)
+  local out = {}
+  for line in stderr:gmatch("[^\n]+") do
+    if line:find(" API request ", 1, true) then
+      out[#out + 1] = { line:match(" method=(%S+)"), line:match(" path=(%S+)"), line:match(" status=(%d+)") }
+    end
+  end
+  return out
+end
+
+-- kubectl's -v=6 lines: "GET https://host:port/path?query 200 OK in 3 milliseconds".
+local function kubectl_trace(stderr)
+  local out = {}
+  for method, path, status in stderr:gmatch("%] (%u+) https?://[^/%s]+(/%S*) (%d+) %u") do
+    out[#out + 1] = { method, path, status }
+  end
+  return out
+end
+
+-- What the server saw: { method, path with query, status }.
+local function served(srv)
+  local out = {}
+  for _, e in ipairs(srv:requests()) do
+    local q = e.query and e.query ~= "" and ("?" .. e.query) or ""
+    out[#out + 1] = { e.method, e.path .. q, tostring(e.status) }
+  end
+  return out
+end
+
+-- As sorted "METHOD path status" strings: kubectl sends its discovery
+-- requests in parallel, in no fixed order.
+local function as_set(list)
+  local out = {}
+  for i, t in ipairs(list) do out[i] = table.concat(t, " ") end
+  table.sort(out)
+  return out
+end
+
+-- The gcloud SDK's kubectl is a dispatcher: it asks GET /version?timeout=5s
+-- itself (to pick a kubectl for the server) before kubectl proper runs, and
+-- that request is not kubectl's to trace.
+local function kubectls_own(list)
+  local out = {}
+  for _, t in ipairs(list) do
+    if t[2] ~= "/version?timeout=5s" then out[#out + 1] = t end
+  end
+  return out
+end
+
+describe("kubectl's conventions", function()
+  local srv
+  setup(function() srv = fake.start{ fixtures = { cluster() }, tls = true, token = TOKEN } end)
+  teardown(function() if srv then srv:stop() end end)
+  before_each(function() srv:reset{ cluster() } end)
+
+  local function ours(...)
+    return support.run({ "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", "spec/fixtures/runner/two", ... })
+  end
+
+  -- -n forms before and after the command, against kubectl's same forms
+  for _, form in ipairs({ { "-n", "other" }, { "-nother" }, { "-n=other" }, { "--namespace=other" },
+      { "--namespace", "other" } }) do
+    local shown = table.concat(form, " ")
+    it("reads the stamp of the namespace given as " .. shown .. ", before or after the command, as kubectl", function()
+      local stamp_path = "/api/v1/namespaces/other/configmaps/cozystack-version"
+      for _, before in ipairs({ true, false }) do
+        local args = { "-v=6" }
+        if before then table.move(form, 1, #form, #args + 1, args) end
+        args[#args + 1] = "status"
+        if not before then table.move(form, 1, #form, #args + 1, args) end
+        srv:clear_requests()
+        local r = ours(table.unpack(args))
+        assert.equal(0, r.code, r.stderr)
+        assert.matches("version:%s+1\n", r.stdout)
+        assert.equal(1, #srv:requests{ method = "GET", path = "^" .. stamp_path:gsub("%-", "%%-") .. "$" })
+        assert.same(served(srv), our_trace(r.stderr))
+
+        local k = { "-v=6" }
+        if before then table.move(form, 1, #form, #k + 1, k) end
+        table.move({ "get", "configmap", "cozystack-version" }, 1, 3, #k + 1, k)
+        if not before then table.move(form, 1, #form, #k + 1, k) end
+        srv:clear_requests()
+        local kr = srv:kubectl(k)
+        assert(kr.ok, "kubectl failed: " .. kr.stderr)
+        local seen = kubectls_own(served(srv))
+        assert.same(as_set(seen), as_set(kubectl_trace(kr.stderr)))
+        local found = false
+        for _, s in ipairs(seen) do found = found or s[2] == stamp_path end
+        assert.is_true(found, "kubectl read " .. stamp_path)
+      end
+    end)
+  end
+
+  it("traces nothing below -v=6, as kubectl", function()
+    for _, v in ipairs({ "-v=5", "-v" }) do
+      srv:clear_requests()
+      local r = ours(v, "status")
+      assert.equal(0, r.code, r.stderr)
+      assert.is_true(#srv:requests() > 0)
+      assert.same({}, our_trace(r.stderr))
+      assert.matches(" DEBUG ", r.stderr, 1, true) -- a bare -v is still debug
+      local kr = srv:kubectl({ "-v=5", "get", "configmap", "cozystack-version", "-n", "cozy-system" })
+      assert(kr.ok, kr.stderr)
+      assert.same({}, kubectl_trace(kr.stderr))
+    end
+  end)
+
+  it("-v=6 traces each request's duration, and never the token", function()
+    local r = ours("status", "--v=6")
+    assert.equal(0, r.code, r.stderr)
+    for line in r.stderr:gmatch("[^\n]*API request[^\n]*") do
+      assert.matches(" ms=%d+", line)
+    end
+    assert.not_matches(TOKEN, r.stderr, 1, true)
+  end)
+
+  describe("-v=8 bodies", function()
+    local dir
+    before_each(function()
+      dir = support.tmpdir()
+      files.write(dir .. "/1-secret.lua", [[
+return {
+  description = "reads and patches a Secret",
+  permissions = {
+    { verb = "get", group = "", resource = "secrets" },
+    { verb = "patch", group = "", resource = "secrets" },
+  },
+  run = function(ctx)
+    local secrets = ctx.kube:resource("v1", "secrets")
+    local s = secrets:get("other", "s")
+    secrets:merge_patch("other", "s", { data = { password = s.data.password .. "AA" },
+      stringData = { extra = "plain-secret-text" } })
+  end,
+}
+]])
+    end)
+    after_each(function() files.rm_rf(dir) end)
+
+    it("shows request and answer bodies, with a Secret's data redacted and the token never", function()
+      local r = support.run({ "-v=9", "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir, "run" })
+      assert.equal(0, r.code, r.stderr)
+      -- the migration did read and write the Secret
+      assert.equal(SECRET_B64 .. "AA", srv:object("Secret", "other", "s").data.password)
+      local secret_lines = 0
+      for line in r.stderr:gmatch("[^\n]*API request[^\n]*") do
+        if line:find("/secrets/s", 1, true) then
+          secret_lines = secret_lines + 1
+          assert.matches("<redacted>", line, 1, true)
+        end
+      end
+      assert.equal(2, secret_lines) -- the GET and the PATCH
+      assert.matches("response_body=", r.stderr, 1, true)
+      assert.matches("request_body=", r.stderr, 1, true)
+      assert.matches("cozystack-version", r.stderr, 1, true) -- bodies that hold no secret are shown
+      for _, leaked in ipairs({ SECRET_B64, "secret-value", "plain-secret-text", TOKEN }) do
+        assert.not_matches(leaked, r.stderr, 1, true)
+      end
+    end)
+  end)
+
+  it("cuts bodies at 1 KiB at -v=8, as kubectl", function()
+    local big = { version = "1" }
+    for i = 1, 200 do big["k" .. i] = ("v"):rep(20) end
+    srv:reset{ cluster(), { { apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "cozystack-version", namespace = "cozy-system" }, data = big } } }
+    local r = ours("-v", "8", "status")
+    assert.equal(0, r.code, r.stderr)
+    local body = r.stderr:match("configmaps/cozystack%-version response_body=\"({.-) %[truncated (%d+) chars%]\"")
+    assert.truthy(body, r.stderr)
+    assert.equal(1024, #body:gsub("\\(.)", "%1"))
+  end)
+
+  it("takes durations as kubectl's --request-timeout does", function()
+    for _, d in ipairs({ "5s", "1m30s", "500ms", "12" }) do
+      local r = ours("--request-timeout", d, "status")
+      assert.equal(0, r.code, d .. ": " .. r.stderr)
+      local kr = srv:kubectl({ "--request-timeout", d, "get", "configmap", "cozystack-version", "-n", "cozy-system" })
+      assert(kr.ok, d .. ": " .. kr.stderr)
+    end
+    -- both refuse a unit neither knows; kubectl exits 1, we keep our usage status 2
+    local r = ours("--request-timeout", "5x", "status")
+    assert.equal(2, r.code)
+    assert.equal("cozy-migrate: --request-timeout expects a duration (5s, 1m30s, 500ms) or plain seconds, got \"5x\"",
+      r.stderr:match("^[^\n]*"))
+    local kr = srv:kubectl({ "--request-timeout", "5x", "get", "configmap", "cozystack-version" })
+    assert.equal(1, kr.code)
+    assert.matches("[Ii]nvalid timeout value", kr.stderr)
+  end)
+
+  it("answers COMMAND --help and help COMMAND on stdout with exit 0, as kubectl", function()
+    for _, form in ipairs({ { "get", "--help" }, { "help", "get" } }) do
+      local kr = srv:kubectl(form)
+      assert.equal(0, kr.code)
+      assert.equal("", kr.stderr)
+      assert.matches("Usage:", kr.stdout, 1, true)
+    end
+    for _, form in ipairs({ { "status", "--help" }, { "help", "status" }, { "-n", "x", "status", "-h" } }) do
+      local r = support.run(form)
+      assert.equal(0, r.code, r.stderr)
+      assert.equal("", r.stderr)
+      assert.matches("^Usage: cozy%-migrate status ", r.stdout)
+    end
+  end)
+end)
