@@ -204,7 +204,8 @@ function Logger:progress(label, total)
   }, Progress)
 end
 
--- opts: format ("text"|"json"), verbosity (0 = info, 1 = debug), stream
+-- opts: format ("text"|"json"), verbosity (0 = info, 1 and up = debug; the
+-- -v level, which a cozy.kube client reads for its request trace), stream
 -- (default io.stderr), tty (draw bars; default: the stream is stderr and a
 -- terminal), sink (function(level, message, fields), for tests and summaries).
 function log.new(opts)

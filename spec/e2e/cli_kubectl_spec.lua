@@ -30,7 +30,9 @@ local function our_trace(stderr)
   local out = {}
   for line in stderr:gmatch("[^\n]+") do
     if line:find(" API request ", 1, true) then
-      out[#out + 1] = { line:match(" method=(%S+)"), line:match(" path=(%S+)"), line:match(" status=(%d+)") }
+      -- a value holding "=" is quoted (cozy.log's text format)
+      local path = line:match(' path="([^"]*)"') or line:match(" path=(%S+)")
+      out[#out + 1] = { line:match(" method=(%S+)"), path, line:match(" status=(%d+)") }
     end
   end
   return out
@@ -184,6 +186,41 @@ return {
         assert.not_matches(leaked, r.stderr, 1, true)
       end
     end)
+  end)
+
+  it("-v=6 traces every request a run sends, the batch's parallel writes and the lease thread's included", function()
+    local items = cluster()
+    for i = 1, 6 do
+      items[#items + 1] = { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cm-" .. i, namespace = "other" },
+        data = { n = tostring(i) } }
+    end
+    srv:reset{ items }
+    local dir = support.tmpdir()
+    files.write(dir .. "/1-label.lua", [[
+return {
+  description = "labels other's ConfigMaps in one batch",
+  permissions = {
+    { verb = "list", group = "", resource = "configmaps" },
+    { verb = "get", group = "", resource = "configmaps" },
+    { verb = "patch", group = "", resource = "configmaps" },
+  },
+  run = function(ctx)
+    local cms = ctx.kube:resource("v1", "configmaps")
+    cms:update_each(cms:list{ namespace = "other" }, function(cm)
+      cm.metadata.labels = { traced = "yes" }
+      return cm
+    end, { concurrency = 4 })
+  end,
+}
+]])
+    srv:clear_requests()
+    local r = support.run({ "-v=6", "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir, "run" })
+    files.rm_rf(dir)
+    assert.equal(0, r.code, r.stderr)
+    local seen = served(srv)
+    assert.equal(6, #srv:requests{ method = "PATCH", path = "^/api/v1/namespaces/other/configmaps/cm%-" })
+    assert.is_true(#srv:requests{ path = "/leases" } >= 2) -- taken and released
+    assert.same(as_set(seen), as_set(our_trace(r.stderr)))
   end)
 
   it("cuts bodies at 1 KiB at -v=8, as kubectl", function()
