@@ -31,6 +31,7 @@ local function lazy(name)
   return setmetatable({}, { __index = function(_, k) return require(name)[k] end })
 end
 local context = lazy "cozy.runner.context"
+local gate = lazy "cozy.kube.gate"
 local lease = lazy "cozy.runner.lease"
 local legacy = lazy "cozy.runner.legacy"
 local stamp = lazy "cozy.runner.stamp"
@@ -189,13 +190,11 @@ function runner.execute(opts, mode, report)
     local leases = client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" })
     proc.trap()
     local identity = lease.identity()
-    local holder
-    -- the engine's own writes (the stamp) need the lock once it is taken,
-    -- checked before every attempt, retries included
-    local function lock_guard() if holder then holder:check() end end
-    local function lock_attempt(info) if holder then return holder:before_attempt(info) end end
-    local function lock_timeout() return holder and holder:attempt_timeout() or nil end
-    client.gate = { guard = lock_guard, before_attempt = lock_attempt, write_timeout = lock_timeout }
+    -- the run's gate: once the lock is taken (lock.holder), the engine's
+    -- writes (the stamp) and the steps' need it, checked before every
+    -- attempt, retries included
+    local lock = {}
+    client.gate = gate.new { lock = lock }
 
     local function summary(result)
       local s = client.stats
@@ -239,8 +238,7 @@ function runner.execute(opts, mode, report)
       if m.kind == "lua" then
         local ok, err, result = step.execute(m, { client = client, log = log, namespace = namespace,
           mode = planning and "plan" or "run", timeout = opts.step_timeout,
-          guard = function() interrupted_check(m.name); lock_guard() end,
-          before_attempt = lock_attempt, write_timeout = lock_timeout })
+          gate = client.gate, guard = function() interrupted_check(m.name) end })
         if not ok then
           if context.stop_error(err) then error(err, 0) end
           if not planning then error(step_failure(m, err), 0) end
@@ -278,7 +276,7 @@ function runner.execute(opts, mode, report)
     end
     local run_ok, run_err = pcall(function()
       if not planning then
-        holder = take_lock(client, opts, namespace, identity, log)
+        lock.holder = take_lock(client, opts, namespace, identity, log)
         -- another runner may have moved the version while we waited
         decision = steps.decide(set, cms, namespace, target, nil, leases)
         if decision.action ~= "migrate" then
@@ -294,9 +292,9 @@ function runner.execute(opts, mode, report)
       for _, m in ipairs(decision.steps) do cm = run_step(m, cm) end
     end)
     if not run_ok then run_err = stopped_by_signal(run_err) end
-    if holder then
-      local h = holder
-      holder = nil
+    if lock.holder then
+      local h = lock.holder
+      lock.holder = nil
       if errors.is(run_err, "lost") then
         h:stop() -- not ours any more: a release would only be refused
       else

@@ -5,7 +5,6 @@
 -- Client:prepare and Client:finish too.
 local transport = require "cozy.transport"
 local json = require "cozy.json"
-local base_errors = require "cozy.errors"
 local errors = require "cozy.kube.errors"
 local request = require "cozy.kube.request"
 local resource = require "cozy.kube.resource"
@@ -139,36 +138,9 @@ local function internally(self, fn)
   return res
 end
 
--- The choke point's decision: may this request be sent? Taken from the
--- request alone (its method and path); raises a cozy.errors error if not.
---   gate.permissions  the declared permissions (a migration's view): a
---                     request they do not cover is refused (kind "denied")
---   gate.read_only    a write is refused (kind "readonly"); the text says whose
---   gate.guard(method, path)  called before every write: raises to stop it
+-- The choke point's decision (cozy.kube.gate): may this request be sent?
 local function admit(self, method, path, query, write)
-  local gate = self.gate
-  if gate == nil then return end
-  if gate.permissions and (self._internal or 0) == 0 then
-    local a = request.attributes(method, path, query_table(query))
-    if a.unroutable then
-      base_errors.raise("denied", ("%s sent %s %s, which cannot be judged as the API server routes it (%s); nothing was sent")
-        :format(gate.who or "a migration", method, path, a.unroutable),
-        { migration = gate.who, method = method, path = path })
-    end
-    if not request.allowed(gate.permissions, a) then
-      base_errors.raise("denied", ("%s sent %s %s, which its permissions do not declare; declare %s")
-        :format(gate.who or "a migration", method, path, request.declaration(a)),
-        { migration = gate.who, method = method, path = path })
-    end
-  end
-  if write then
-    if gate.read_only then
-      base_errors.raise("readonly", ("%s attempted a write, %s %s: %s; nothing was sent")
-        :format(gate.who or "a read-only caller", method, path, gate.read_only),
-        { migration = gate.who, method = method, path = path })
-    end
-    if gate.guard then gate.guard(method, path) end
-  end
+  if self.gate then self.gate:admit(method, path, query, write, (self._internal or 0) > 0) end
 end
 
 local function record_write(self, method, path, query, ctype, body)
@@ -210,12 +182,8 @@ function Client:prepare(method, path, spec)
   -- a write under a lock: every attempt (first and retried) is checked by
   -- the gate, and its time bounded so that "held until after the attempt"
   -- can be known (docs/transport.md, "The lock and retried writes")
-  local gate = self.gate
   local before_attempt, timeout = nil, spec.timeout
-  if write and gate and gate.before_attempt then
-    before_attempt = function(info) return gate.before_attempt(info, method, path) end
-    if timeout == nil and gate.write_timeout then timeout = gate.write_timeout() end
-  end
+  if write and self.gate then before_attempt, timeout = self.gate:attempts(timeout) end
   return {
     method = method, path = path, shown = shown, write = write,
     options = {

@@ -2,8 +2,9 @@
 -- check. `run`, `plan`, `check` and the spec harness all come here, so a spec
 -- exercises exactly what production runs.
 --
--- For a step it builds the client view whose gate enforces the step's rules
--- at the choke point (Client:call):
+-- For a step it builds the client view whose gate (cozy.kube.gate, the
+-- run's gate narrowed) enforces the step's rules at the choke point
+-- (Client:prepare, for single requests and batches alike):
 --   every mode   the migration's declared `permissions` (kind "denied")
 --   run, plan    guard(method, path) before every write: SIGTERM, the lock
 --   check        no write at all (kind "readonly"); nothing is sent
@@ -13,6 +14,7 @@
 local context = require "cozy.runner.context"
 local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
+local gate = require "cozy.kube.gate"
 local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
 
@@ -80,6 +82,7 @@ step.classify = classify
 --   log        the engine's logger (tagged with the migration here)
 --   namespace  the engine's namespace
 --   mode       "run" | "plan" | "check"
+--   gate       the run's gate (cozy.kube.gate: its lock), narrowed here
 --   guard      function(method, path) raising to stop a write (run, plan)
 -- Returns ok, err (a cozy.errors error when not ok) and what the step left:
 --   { defined = <the migration has this function>,
@@ -94,14 +97,13 @@ function step.execute(m, opts)
   local outcome = { counts = {}, warnings = {}, warnings_dropped = 0 }
   local result = { defined = fn ~= nil, findings = findings, outcome = outcome }
   if fn == nil then return true, nil, result end
-  local view = opts.client:view {
+  -- the run's gate (its lock), narrowed to this step's rules
+  local view = opts.client:view((opts.gate or gate.new()):narrow {
     who = "migration " .. m.name,
     permissions = discovery.permissions_for(def, mode),
     read_only = mode == "check" and "check() is read-only" or nil,
     guard = mode ~= "check" and opts.guard or nil,
-    before_attempt = mode ~= "check" and opts.before_attempt or nil,
-    write_timeout = mode ~= "check" and opts.write_timeout or nil,
-  }
+  })
   local ctx = context.new {
     view = view, log = opts.log:with { migration = m.name }, namespace = opts.namespace,
     from = m.number, to = m.number + 1, mode = mode, findings = findings, outcome = outcome,
