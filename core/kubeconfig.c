@@ -17,6 +17,7 @@
 #include <openssl/evp.h>
 #include <yaml.h>
 
+#include "exec_credential.h"
 #include "kubeconfig.h"
 
 #define MAX_FILES 16
@@ -385,6 +386,9 @@ void cozy_kubeconfig_free(struct cozy_kubeconfig *kc) {
   free(kc->server);
   free(kc->namespace);
   free(kc->token_file);
+  free(kc->tls_server_name);
+  free(kc->proxy_url);
+  cozy_exec_free(kc->exec);
   cozy_blob_free(&kc->ca);
   cozy_blob_free(&kc->cert);
   cozy_blob_free(&kc->key);
@@ -494,24 +498,129 @@ static int from_cluster(struct loader *ld, struct cozy_kubeconfig *kc) {
   return refuse_set(ld, f, cl, "tls-server-name", where);
 }
 
-/* Fails when the user sets a kind of authentication cozy-migrate refuses. */
+/* Fails when the user sets a kind of authentication cozy-migrate refuses:
+** auth-provider (client-go dropped its gcp and azure providers in 1.26;
+** each has an exec plugin in its place) and basic authentication. */
 static int refuse_plugins(struct loader *ld, struct kfile *f, yaml_node_t *us, const char *where) {
-  static const struct {
-    const char *key, *what;
-  } plugins[] = {{"exec", "exec credential"}, {"auth-provider", "auth-provider"}};
   char field[256];
-  size_t i;
-  for (i = 0; i < sizeof plugins / sizeof plugins[0]; i++) {
-    if (is_null(map_get(&f->doc, us, plugins[i].key))) continue;
-    join(field, sizeof field, where, plugins[i].key);
+  if (!is_null(map_get(&f->doc, us, "auth-provider"))) {
+    join(field, sizeof field, where, "auth-provider");
     return fail(ld->err, f->path, field,
-                "%s: %s: %s plugins are not supported by cozy-migrate; "
-                "use a token, tokenFile or client certificate",
-                f->path, field, plugins[i].what);
+                "%s: %s: auth-provider plugins are not supported (client-go removed them); use the "
+                "exec plugin that replaces yours: gke-gcloud-auth-plugin (gcp), kubelogin (azure, "
+                "and OIDC as kubectl oidc-login), or your provider's",
+                f->path, field);
   }
   if (!is_null(map_get(&f->doc, us, "username")) || !is_null(map_get(&f->doc, us, "password"))) {
     join(field, sizeof field, where, "username");
     return fail(ld->err, f->path, field, "%s: %s: basic authentication is not supported", f->path, field);
+  }
+  return 0;
+}
+
+/* A NULL-terminated copy of a YAML sequence of strings (exec.args). */
+static int str_list(struct loader *ld, struct kfile *f, yaml_node_t *seq, const char *field,
+                    const char *first, char ***out) {
+  size_t n = 1, i = 1;
+  yaml_node_item_t *it;
+  if (seq != NULL && !is_null(seq) && seq->type != YAML_SEQUENCE_NODE)
+    return fail(ld->err, f->path, field, "%s: %s must be a list of strings", f->path, field);
+  if (seq != NULL && seq->type == YAML_SEQUENCE_NODE)
+    n += (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+  *out = calloc(n + 1, sizeof **out);
+  if (*out == NULL || ((*out)[0] = strdup(first)) == NULL)
+    return fail(ld->err, f->path, field, "out of memory");
+  if (seq == NULL || seq->type != YAML_SEQUENCE_NODE) return 0;
+  for (it = seq->data.sequence.items.start; it < seq->data.sequence.items.top; it++, i++) {
+    yaml_node_t *e = yaml_document_get_node(&f->doc, *it);
+    if (e == NULL || e->type != YAML_SCALAR_NODE)
+      return fail(ld->err, f->path, field, "%s: %s must be a list of strings", f->path, field);
+    if (((*out)[i] = strdup((const char *)e->data.scalar.value)) == NULL)
+      return fail(ld->err, f->path, field, "out of memory");
+  }
+  return 0;
+}
+
+/* exec.env: a list of { name, value } into "NAME=VALUE" strings. */
+static int env_list(struct loader *ld, struct kfile *f, yaml_node_t *seq, const char *where, char ***out) {
+  char field[256];
+  size_t n = 0, i = 0;
+  yaml_node_item_t *it;
+  join(field, sizeof field, where, "env");
+  if (seq != NULL && !is_null(seq) && seq->type != YAML_SEQUENCE_NODE)
+    return fail(ld->err, f->path, field, "%s: %s must be a list of {name, value}", f->path, field);
+  if (seq != NULL && seq->type == YAML_SEQUENCE_NODE)
+    n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+  *out = calloc(n + 1, sizeof **out);
+  if (*out == NULL) return fail(ld->err, f->path, field, "out of memory");
+  if (n == 0) return 0;
+  for (it = seq->data.sequence.items.start; it < seq->data.sequence.items.top; it++, i++) {
+    yaml_node_t *e = yaml_document_get_node(&f->doc, *it);
+    const char *name = NULL, *value = "";
+    size_t len;
+    if (get_str(ld, f, e, "name", field, &name) < 0 || get_str(ld, f, e, "value", field, &value) < 0)
+      return -1;
+    if (name == NULL || *name == '\0' || strchr(name, '=') != NULL)
+      return fail(ld->err, f->path, field, "%s: %s[%zu].name must be set, without '='", f->path, field, i);
+    len = strlen(name) + strlen(value) + 2;
+    if (((*out)[i] = malloc(len)) == NULL) return fail(ld->err, f->path, field, "out of memory");
+    snprintf((*out)[i], len, "%s=%s", name, value);
+  }
+  return 0;
+}
+
+/* users[].user.exec into kc->exec, checked as client-go's validation does. */
+static int user_exec(struct loader *ld, struct kfile *f, yaml_node_t *us, const char *where,
+                     struct cozy_kubeconfig *kc) {
+  struct cozy_config_error *err = ld->err;
+  yaml_node_t *ex = map_get(&f->doc, us, "exec"), *n;
+  struct cozy_exec *e;
+  char w[256], field[256];
+  const char *v;
+  int r;
+  if (is_null(ex)) return 0;
+  join(w, sizeof w, where, "exec");
+  if (ex->type != YAML_MAPPING_NODE) return fail(err, f->path, w, "%s: %s must be a mapping", f->path, w);
+  if ((e = kc->exec = calloc(1, sizeof *e)) == NULL) return fail(err, f->path, w, "out of memory");
+  e->timeout = COZY_EXEC_TIMEOUT_DEFAULT;
+  if (dup_to(err, f->path, &e->file, f->path) < 0 || dup_to(err, f->path, &e->field, w) < 0) return -1;
+  if (get_required(ld, f, ex, "command", w, &v) < 0) return -1;
+  if (dup_to(err, f->path, &e->command, v) < 0) return -1;
+  if (strchr(v, '/') != NULL && (e->path = resolve_path(f, v)) == NULL)
+    return fail(err, f->path, w, "out of memory");
+  if (get_required(ld, f, ex, "apiVersion", w, &v) < 0) return -1;
+  join(field, sizeof field, w, "apiVersion");
+  if (strcmp(v, "client.authentication.k8s.io/v1") != 0 &&
+      strcmp(v, "client.authentication.k8s.io/v1beta1") != 0)
+    return fail(err, f->path, field,
+                "%s: %s must be client.authentication.k8s.io/v1 or v1beta1 (v1alpha1 was removed in "
+                "Kubernetes 1.24)",
+                f->path, field);
+  if (dup_to(err, f->path, &e->api_version, v) < 0) return -1;
+  join(field, sizeof field, w, "args");
+  if (str_list(ld, f, map_get(&f->doc, ex, "args"), field, e->command, &e->argv) < 0) return -1;
+  if (env_list(ld, f, map_get(&f->doc, ex, "env"), w, &e->env) < 0) return -1;
+  if ((r = get_str(ld, f, ex, "installHint", w, &v)) < 0) return -1;
+  if (r == 1 && *v && dup_to(err, f->path, &e->install_hint, v) < 0) return -1;
+  join(field, sizeof field, w, "interactiveMode");
+  if ((r = get_str(ld, f, ex, "interactiveMode", w, &v)) < 0) return -1;
+  if (r == 0 || !*v) {
+    /* client-go: required in v1, IfAvailable in v1beta1 */
+    if (strcmp(e->api_version, "client.authentication.k8s.io/v1") == 0)
+      return fail(err, f->path, field, "%s: %s must be specified for client.authentication.k8s.io/v1",
+                  f->path, field);
+    e->interactive_mode = COZY_EXEC_IF_AVAILABLE;
+  } else if (strcmp(v, "Never") == 0) e->interactive_mode = COZY_EXEC_NEVER;
+  else if (strcmp(v, "IfAvailable") == 0) e->interactive_mode = COZY_EXEC_IF_AVAILABLE;
+  else if (strcmp(v, "Always") == 0) e->interactive_mode = COZY_EXEC_ALWAYS;
+  else return fail(err, f->path, field, "%s: %s must be Never, IfAvailable or Always", f->path, field);
+  n = map_get(&f->doc, ex, "provideClusterInfo");
+  if (!is_null(n)) {
+    const char *b = n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : "";
+    join(field, sizeof field, w, "provideClusterInfo");
+    if (strcasecmp(b, "true") == 0) e->provide_cluster_info = 1;
+    else if (strcasecmp(b, "false") != 0)
+      return fail(err, f->path, field, "%s: %s must be true or false", f->path, field);
   }
   return 0;
 }
@@ -570,6 +679,7 @@ static int from_user(struct loader *ld, struct cozy_kubeconfig *kc) {
     return fail(err, f->path, field, "%s: %s is missing (a client certificate needs its key)", f->path,
                 field);
   }
+  if (user_exec(ld, f, us, where, kc) < 0) return -1;
   return user_token(ld, f, us, where, kc);
 }
 

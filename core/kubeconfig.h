@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+struct cozy_exec;
+
 /* Environment variable overriding the service account directory (tests). */
 #define COZY_SA_DIR_ENV "COZY_MIGRATE_SERVICEACCOUNT_DIR"
 #define COZY_SA_DIR_DEFAULT "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -46,11 +48,14 @@ struct cozy_kubeconfig {
   struct cozy_blob key; /* client key, PEM: secret */
   struct cozy_blob token; /* bearer token: secret */
   char *token_file; /* re-read periodically and after a 401 */
+  struct cozy_exec *exec; /* users[].user.exec: run again on expiry and after a 401 */
+  char *tls_server_name, *proxy_url; /* the cluster's; may be NULL */
   int insecure; /* insecure-skip-tls-verify: true in the kubeconfig */
 };
 
 /* Loads the configuration; returns 0, or -1 with err filled. path and
-** context may be NULL. On failure kc holds nothing to free. */
+** context may be NULL. On failure kc holds nothing to free. An exec plugin
+** is read, not run: kc->exec says how (cozy_exec_run, exec_credential.h). */
 int cozy_kubeconfig_load(const char *path, const char *context, struct cozy_kubeconfig *kc,
                          struct cozy_config_error *err);
 void cozy_kubeconfig_free(struct cozy_kubeconfig *kc);

@@ -3,7 +3,7 @@
 **
 **   local t, err = transport.new{ kubeconfig=, context=, request_timeout=30,
 **       connect_timeout=10, qps=1000, burst=2000, token_refresh=60,
-**       max_response_bytes=256 MiB,
+**       max_response_bytes=256 MiB, exec_timeout=60,
 **       retry = { max_attempts=10, max_time=120, base_delay=0.25, max_delay=30 } }
 **   -- err (config problems) = { file=, field=, message= }
 **   t:info()   --> { server=, namespace=, source=, context=, cluster=, user=,
@@ -31,13 +31,15 @@
 ** rule): 429 and connection failures (nothing sent) always, 500/502/503/504
 ** and other transport errors only when the request is a read or the caller
 ** marked it retry-safe; one immediate retry
-** after a 401 when the token comes from a file that can be re-read. Under an
+** after a 401 when the token comes from a file that can be re-read or from
+** an exec plugin (run again then, and once its credential expires). Under an
 ** armed proc.watch (core/watch.c) a signal or the watch's deadline ends the
 ** request (reason Interrupted / DeadlineExceeded), in flight or waiting,
 ** and it is never retried.
 ** Secrets (token, client key) never leave C memory.
 */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,16 +255,31 @@ static int t_new(lua_State *L) {
     return luaL_error(L, "option 'retry' must be a table");
   }
   lua_pop(L, 1);
-  if (cozy_kubeconfig_load(path, context, &t->kc, &err) != 0) {
-    lua_pushnil(L);
-    lua_createtable(L, 0, 3);
-    lua_pushstring(L, err.file);
-    lua_setfield(L, -2, "file");
-    lua_pushstring(L, err.field);
-    lua_setfield(L, -2, "field");
-    lua_pushstring(L, err.message);
-    lua_setfield(L, -2, "message");
-    return 2;
+  {
+    double exec_timeout = opt_number(L, 1, "exec_timeout", COZY_EXEC_TIMEOUT_DEFAULT, 0.001);
+    int rc = cozy_kubeconfig_load(path, context, &t->kc, &err);
+    if (rc == 0 && t->kc.exec != NULL) {
+      /* the plugin runs now: a credential it cannot give is a configuration
+      ** error, reported as one, before any request */
+      t->kc.exec->timeout = exec_timeout;
+      if (cozy_exec_run(t->kc.exec, &t->kc, err.message, sizeof err.message) != 0) {
+        snprintf(err.file, sizeof err.file, "%s", t->kc.exec->file);
+        snprintf(err.field, sizeof err.field, "%s", t->kc.exec->field);
+        cozy_kubeconfig_free(&t->kc);
+        rc = -1;
+      }
+    }
+    if (rc != 0) {
+      lua_pushnil(L);
+      lua_createtable(L, 0, 3);
+      lua_pushstring(L, err.file);
+      lua_setfield(L, -2, "file");
+      lua_pushstring(L, err.field);
+      lua_setfield(L, -2, "field");
+      lua_pushstring(L, err.message);
+      lua_setfield(L, -2, "message");
+      return 2;
+    }
   }
   t->closed = 0;
   t->resp.max_response_bytes = t->max_response_bytes;
@@ -300,7 +317,8 @@ static int t_info(lua_State *L) {
   lua_pushboolean(L, t->kc.insecure);
   lua_setfield(L, -2, "insecure");
   set_str(L, "auth",
-          t->kc.cert.data        ? "client-certificate"
+          t->kc.exec             ? "exec"
+              : t->kc.cert.data  ? "client-certificate"
               : t->kc.token_file ? "token-file"
               : t->kc.token.data ? "token"
                                  : "none");

@@ -10,6 +10,7 @@
 #include "lua.h"
 
 #include "clock.h"
+#include "exec_credential.h"
 #include "kubeconfig.h"
 #include "watch.h"
 
@@ -60,6 +61,7 @@ struct cozy_exchange {
   int refuse_resend;
   int resend_refused;
   void *owner; /* the batch job it runs (transport_multi.c) */
+  unsigned cred_gen; /* the client certificate it carries (cozy_transport.cred_gen) */
 };
 
 struct cozy_multi;
@@ -72,7 +74,9 @@ struct cozy_transport {
   double request_timeout; /* seconds; 0 = none */
   double connect_timeout;
   double token_refresh; /* re-read token_file at least this often (seconds) */
-  double token_read_at; /* monotonic time of the last read */
+  double token_read_at; /* monotonic time of the last read (or exec plugin run) */
+  unsigned cred_gen; /* bumped when an exec plugin returns a new credential */
+  char cred_error[512]; /* why the last exec plugin run failed ("" if it did not) */
   struct cozy_retry_policy retry;
   size_t max_response_bytes; /* of a body as delivered, i.e. decompressed */
   /* token bucket */
@@ -108,7 +112,9 @@ size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud);
 size_t cozy_http_on_header(char *buf, size_t size, size_t nitems, void *ud);
 void cozy_response_reset(struct cozy_response *r);
 void cozy_response_free(struct cozy_response *r);
-/* Re-reads the token file; 0 ok (or no file), -1 on failure (old token kept). */
+/* Re-reads the token file, or runs the exec plugin again; 0 ok (or
+** neither), -1 on failure (old credential kept; a plugin's message in
+** t->cred_error). */
 int cozy_http_reload_token(struct cozy_transport *t);
 /* Takes a token from the bucket and returns 0, or returns how many seconds
 ** until one is there (nothing taken). */

@@ -48,6 +48,14 @@ int cozy_ratelimit_wait(struct cozy_transport *t, double *detail) {
 
 int cozy_http_reload_token(struct cozy_transport *t) {
   struct cozy_blob fresh = {NULL, 0};
+  if (t->kc.exec != NULL) {
+    /* a new credential from the plugin, or the old one kept (a message) */
+    t->token_read_at = cozy_monotime();
+    if (cozy_exec_run(t->kc.exec, &t->kc, t->cred_error, sizeof t->cred_error) != 0) return -1;
+    t->cred_error[0] = '\0';
+    t->cred_gen++;
+    return 0;
+  }
   if (t->kc.token_file == NULL) return 0;
   t->token_read_at = cozy_monotime();
   if (cozy_read_file(t->kc.token_file, COZY_MAX_TOKEN_BYTES, &fresh) != 0) return -1;
@@ -178,6 +186,28 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
   return t->stop != COZY_GO;
 }
 
+/* The client certificate on x: the kubeconfig's, or the one an exec plugin
+** returned last (x->cred_gen says which generation x carries; libcurl
+** opens a new connection for a handle whose certificate changed). */
+static void set_client_cert(struct cozy_transport *t, struct cozy_exchange *x) {
+  struct curl_blob blob;
+  x->cred_gen = t->cred_gen;
+  if (t->kc.cert.data == NULL || t->kc.key.data == NULL) {
+    CHECK_SETOPT(x, CURLOPT_SSLCERT_BLOB, NULL);
+    CHECK_SETOPT(x, CURLOPT_SSLKEY_BLOB, NULL);
+    return;
+  }
+  blob.data = t->kc.cert.data;
+  blob.len = t->kc.cert.len;
+  blob.flags = CURL_BLOB_COPY;
+  CHECK_SETOPT(x, CURLOPT_SSLCERT_BLOB, &blob);
+  CHECK_SETOPT(x, CURLOPT_SSLCERTTYPE, "PEM");
+  blob.data = t->kc.key.data;
+  blob.len = t->kc.key.len;
+  CHECK_SETOPT(x, CURLOPT_SSLKEY_BLOB, &blob);
+  CHECK_SETOPT(x, CURLOPT_SSLKEYTYPE, "PEM");
+}
+
 /* Called by libcurl each time it is about to send the request on a
 ** connection: once per attempt, and again when it re-sends the attempt by
 ** itself because the kept-alive connection it reused died before any byte of
@@ -249,17 +279,7 @@ int cozy_exchange_init(struct cozy_transport *t, struct cozy_exchange *x) {
     blob.flags = CURL_BLOB_COPY;
     CHECK_SETOPT(x, CURLOPT_CAINFO_BLOB, &blob);
   }
-  if (t->kc.cert.data && t->kc.key.data) {
-    blob.data = t->kc.cert.data;
-    blob.len = t->kc.cert.len;
-    blob.flags = CURL_BLOB_COPY;
-    CHECK_SETOPT(x, CURLOPT_SSLCERT_BLOB, &blob);
-    CHECK_SETOPT(x, CURLOPT_SSLCERTTYPE, "PEM");
-    blob.data = t->kc.key.data;
-    blob.len = t->kc.key.len;
-    CHECK_SETOPT(x, CURLOPT_SSLKEY_BLOB, &blob);
-    CHECK_SETOPT(x, CURLOPT_SSLKEYTYPE, "PEM");
-  }
+  set_client_cert(t, x);
   return x->setopt_rc == CURLE_OK ? 0 : -1;
 }
 
@@ -324,6 +344,7 @@ CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x
   x->resend_refused = 0;
   x->stop = COZY_GO;
   free_headers(x);
+  if (x->cred_gen != t->cred_gen) set_client_cert(t, x);
   if (add_header(x, "Accept: application/json") != 0) return CURLE_OUT_OF_MEMORY;
   if (add_header(x, "Expect:") != 0) return CURLE_OUT_OF_MEMORY; /* no 100-continue round trip */
   if (body != NULL && content_type != NULL) {

@@ -118,7 +118,12 @@ double cozy_attempt_deadline(const struct cozy_transport *t, double now, double 
 
 double cozy_attempt_begin(struct cozy_transport *t, const struct cozy_attempts *a) {
   double left;
-  if (t->kc.token_file && t->token_refresh > 0 && cozy_monotime() - t->token_read_at >= t->token_refresh)
+  if (t->kc.exec != NULL) {
+    /* client-go: the plugin's credential is kept until its
+    ** expirationTimestamp (none: until a 401) */
+    if (cozy_exec_expired(t->kc.exec)) cozy_http_reload_token(t);
+  } else if (t->kc.token_file && t->token_refresh > 0 &&
+             cozy_monotime() - t->token_read_at >= t->token_refresh)
     cozy_http_reload_token(t);
   /* what is left of the attempt's time; never 0, which libcurl reads as "no timeout" */
   left = a->deadline > 0 ? a->deadline - cozy_monotime() : 0;
@@ -163,10 +168,17 @@ enum cozy_after cozy_after_attempt(lua_State *L, struct cozy_transport *t, const
   if (rc != CURLE_OK) {
     reason = curl_reason(rc, &transient, &unsent);
     retry = transient && (rq->read || rq->retry_safe || unsent);
-  } else if (status == 401 && !a->did_401 && t->kc.token_file) {
-    /* the token may have been rotated under us: re-read it and try once more */
+  } else if (status == 401 && !a->did_401 && (t->kc.token_file || t->kc.exec)) {
+    /* the token may have been rotated under us (a token file re-written, an
+    ** exec plugin's credential revoked): read it again and try once more */
     a->did_401 = 1;
-    cozy_http_reload_token(t);
+    if (cozy_http_reload_token(t) != 0 && t->kc.exec != NULL) {
+      /* the plugin failed: the 401 stands, with the plugin's reason */
+      push_attempt(L, x, rc, status, NULL, elapsed);
+      lua_pushstring(L, t->cred_error);
+      lua_setfield(L, -2, "credential_error");
+      return COZY_AFTER_DONE;
+    }
     push_attempt(L, x, rc, status, NULL, elapsed);
     return COZY_AFTER_REPLAY;
   } else if (status_transient(status)) {

@@ -87,6 +87,17 @@ describe("cozy.kube client-certificate auth", function()
     assert.equal("cozy-client", cm.data.cn)
   end)
 
+  it("authenticates with the certificate an exec plugin returns (spec/fixtures/exec/plugin.sh)", function()
+    local plugin = os.getenv("PWD") .. "/spec/fixtures/exec/plugin.sh"
+    local ok, cm = whoami(kubeconfig(table.concat({ "    exec:", "      command: " .. plugin,
+      "      apiVersion: client.authentication.k8s.io/v1", "      interactiveMode: Never", "      env:",
+      "      - {name: MODE, value: cert}", "      - {name: CERT_FILE, value: " .. dir .. "/cli.pem}",
+      "      - {name: KEY_FILE, value: " .. dir .. "/cli.key}" }, "\n")))
+    assert.is_true(ok, tostring(cm))
+    assert.equal("cozy-client", cm.data.cn)
+    assert.is_false(cm.data.auth) -- the certificate alone: no bearer token
+  end)
+
   it("fails as a transport error without a client certificate", function()
     local ok, err = whoami(kubeconfig("    token: not-enough"))
     assert.is_false(ok)

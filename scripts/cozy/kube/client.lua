@@ -38,7 +38,8 @@ client.Client = Client
 -- The connect options that are plain data (no functions): enough to open an
 -- independent client in another Lua state (e.g. a lease renewer thread).
 local plain_keys = { "kubeconfig", "context", "request_timeout", "connect_timeout", "qps", "burst",
-  "token_refresh", "retry", "dry_run", "page_limit", "update", "max_response_bytes", "concurrency" }
+  "token_refresh", "retry", "dry_run", "page_limit", "update", "max_response_bytes", "concurrency",
+  "exec_timeout" }
 
 local function warn(self, message, fields)
   if self.log then
@@ -68,7 +69,7 @@ function client.connect(opts)
     connect_timeout = opts.connect_timeout,
     qps = opts.qps or client.defaults.qps, burst = opts.burst or client.defaults.burst,
     token_refresh = opts.token_refresh, retry = opts.retry,
-    max_response_bytes = opts.max_response_bytes,
+    max_response_bytes = opts.max_response_bytes, exec_timeout = opts.exec_timeout,
   }
   if t == nil then
     error(errors.config { file = cerr.file, field = cerr.field ~= "" and cerr.field or nil, message = cerr.message })
