@@ -49,6 +49,10 @@ describe("cozy.kube.trace", function()
       { kind = "List", items = { { kind = "Secret", data = { a = "CCCC" }, stringData = { b = "DDDD" } } } }, "CCCC", "DDDD" },
     { "the cluster-wide secrets list", req("GET", "/api/v1/secrets"),
       { items = { { data = { a = "EEEE" } } } }, "EEEE" },
+    { "a refusal quoting the Secret it was sent (a real server's 422)", req("PATCH", "/api/v1/namespaces/a/secrets/x"),
+      json.encode({ kind = "Status", code = 422, reason = "Invalid",
+        message = "patch: Invalid value: \"{\\\"data\\\":{\\\"p\\\":\\\"GGGG\\\"}}\"",
+        details = { causes = { { field = "patch", message = "Invalid value: GGGG" } } } }), "GGGG" },
     { "a secrets answer that is not JSON", req("GET", "/api/v1/namespaces/a/secrets/x"), "FFFF not json", "FFFF" },
   }) do
     it("redacts " .. case[1] .. " at -v=9, and leaves the caller's body as it was", function()

@@ -8,7 +8,7 @@
 -- never leave C memory), and a Secret's data: any object of kind Secret,
 -- and the objects, lists and patches of a secrets path, have their `data`
 -- and `stringData` values (and a JSON patch's values) replaced before the
--- body is encoded. Every line also goes through cozy.log's text.safe.
+-- body is encoded, as are the messages of a Status a secrets path answers. Every line also goes through cozy.log's text.safe.
 local json = require "cozy.json"
 
 local trace = { REQUESTS = 6, BODIES = 8, WHOLE_BODIES = 9, BODY_BYTES = 1024 }
@@ -30,6 +30,16 @@ local function redacted(v, secret, depth)
   if depth > 64 then return "<too deep>" end
   local c = setmetatable({}, getmetatable(v))
   for k, x in pairs(v) do c[k] = redacted(x, secret and k == "items", depth + 1) end
+  if secret and c.kind == "Status" then
+    -- an answer refusing a write to a Secret quotes the object it was
+    -- sent, data included (a real API server's 422 does)
+    if c.message ~= nil then c.message = REDACTED end
+    if type(c.details) == "table" and type(c.details.causes) == "table" then
+      for _, cause in ipairs(c.details.causes) do
+        if type(cause) == "table" and cause.message ~= nil then cause.message = REDACTED end
+      end
+    end
+  end
   if secret or c.kind == "Secret" then
     if c.data ~= nil then c.data = redact_values(c.data) end
     if c.stringData ~= nil then c.stringData = redact_values(c.stringData) end
