@@ -168,150 +168,218 @@ local function step_failure(m, err)
   return errors.new("failed", fields)
 end
 
--- `run` (mode "run") and `plan` / `run --dry-run` (mode "plan"). report(event)
--- receives what a plan shows (see cmd/plan.lua); nil for a real run.
-function runner.execute(opts, mode, report)
-  report = report or function() end
-  return runner.protect(opts, function(log)
-    local started = sys.monotime()
-    local set = runner.discover(opts)
-    local namespace = steps.namespace(opts)
-    local target = steps.target(opts, set)
-    -- a server dry run persists nothing either: it plans, with the server judging the writes
-    local planning = mode == "plan" or opts.server_dry_run == true
-    local dry_run = opts.server_dry_run and "server" or (planning and "client" or nil)
-    local state = { writes = 0, step = nil, steps_run = 0, failures = 0 }
-    local client = runner.connect(opts, log, { dry_run = dry_run, record = dry_run and function(w)
-      state.writes = state.writes + 1
-      w.type, w.step = "write", state.step
-      report(w)
-    end or nil })
-    local cms = client:resource("v1", "configmaps", { kind = "ConfigMap" })
-    local leases = client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" })
-    proc.trap()
-    local identity = lease.identity()
-    -- the run's gate: once the lock is taken (lock.holder), the engine's
-    -- writes (the stamp) and the steps' need it, checked before every
-    -- attempt, retries included
-    local lock = {}
-    client.gate = gate.new { lock = lock }
+-- A run: its phases in order, each a method of Run, and the events it
+-- hands its observer (cmd/plan.lua's printer, for a plan):
+--
+--   decide     discover the set, read the stamp: bootstrap, nothing to
+--              do, or the steps to migrate
+--   lock       take the Lease (not in a plan) and decide again under it
+--   each step  run or plan it, then stamp it
+--   release    give the lock up (a lost one is only stopped)
+--   summarise  the summary event and line; the exit status
+--
+-- The events: bootstrap, plan, step, write (a plan's kept-back or
+-- server-judged write), legacy, failure, summary (see cmd/plan.lua).
+local Run = {}
+Run.__index = Run
 
-    local function summary(result)
-      local s = client.stats
-      log:info("summary", {
-        result = result, steps = state.steps_run, writes = s.writes, requests = s.requests, retries = s.retries,
-        conflicts = s.conflicts, duration_s = ("%.2f"):format(sys.monotime() - started), dry_run = dry_run,
-      })
-    end
+function Run.new(opts, mode, observe, log)
+  local self = setmetatable({ opts = opts, log = log, observe = observe or function() end,
+    started = sys.monotime(), writes = 0, step = nil, steps_run = 0, failures = 0 }, Run)
+  -- a server dry run persists nothing either: it plans, with the server judging the writes
+  self.planning = mode == "plan" or opts.server_dry_run == true
+  self.dry_run = opts.server_dry_run and "server" or (self.planning and "client" or nil)
+  return self
+end
 
-    local decision = steps.decide(set, cms, namespace, target, log, leases)
-    if decision.action == "bootstrap" then
-      log:info("no version ConfigMap: fresh install, stamping the target and running nothing",
-        { configmap = stamp.CONFIGMAP, namespace = namespace, version = target })
-      report { type = "bootstrap", version = target, namespace = namespace, configmap = stamp.CONFIGMAP }
-      local _, created = stamp.bootstrap(cms, namespace, target)
-      if not created then log:info("another runner created the ConfigMap first") end
-      summary("bootstrapped")
-      return 0
-    elseif decision.action == "none" then
-      if decision.current > target then
-        log:warn("cluster is ahead of the target: a version never goes down, nothing to do",
-          { current = decision.current, target = target })
-      else
-        log:info("up to date", { version = decision.current })
-      end
-      report { type = "plan", current = decision.current, target = target, steps = 0 }
-      summary("up-to-date")
-      return 0
-    end
+function Run:emit(event)
+  self.observe(event)
+end
 
-    local function run_step(m, cm)
-      interrupted_check(m.name)
-      local from, to = m.number, m.number + 1
-      state.step = from
-      local step_log = log:with{ migration = m.name }
-      local t0, m0 = sys.time(), sys.monotime()
-      step_log:info("step started", { from = from, to = to, kind = m.kind })
-      report { type = "step", number = m.number, name = m.name, kind = m.kind, from = from, to = to,
-        description = m.description }
-      local record = function(outcome) return stamp.history_record(m, from, to, t0, identity, outcome) end
-      if m.kind == "lua" then
-        local ok, err, result = step.execute(m, { client = client, log = log, namespace = namespace,
-          mode = planning and "plan" or "run", timeout = opts.step_timeout,
-          gate = client.gate, guard = function() interrupted_check(m.name) end })
-        if not ok then
-          if context.stop_error(err) then error(err, 0) end
-          if not planning then error(step_failure(m, err), 0) end
-          -- a plan goes on: later steps see the cluster as it is, not as
-          -- this step would have left it, so a failure may be an artefact
-          state.failures = state.failures + 1
-          step_log:warn("step could not be planned: " .. errors.text(err), errors.fields(err))
-          report { type = "failure", number = m.number, name = m.name, error = errors.text(err) }
-        end
-        interrupted_check(m.name)
-        cm = stamp.advance(cms, cm, from, to, record(result.outcome))
-      elseif planning then
-        report { type = "legacy", number = m.number, name = m.name, file = m.file }
-        cm = stamp.advance(cms, cm, from, to, record())
-      else
-        local after = legacy.step(m, cms, { namespace = namespace, from = from, target = target,
-          kubeconfig = opts.kubeconfig or os.getenv("KUBECONFIG"), log = step_log, timeout = opts.step_timeout })
-        -- its history record: even when a signal came meanwhile, the stamp is done
-        cm = stamp.record(cms, after, to, record())
-      end
-      state.steps_run = state.steps_run + 1
-      step_log:info(planning and "step planned" or "step done, stamped", { version = to,
-        seconds = ("%.2f"):format(sys.monotime() - m0) })
-      return cm
-    end
+-- The client, the run's gate (its lock slot, filled once the lock is taken:
+-- from then on the engine's writes, the stamp, and the steps' need it,
+-- checked before every attempt, retries included) and the resources.
+function Run:connect()
+  self.client = runner.connect(self.opts, self.log, { dry_run = self.dry_run, record = self.dry_run and function(w)
+    self.writes = self.writes + 1
+    w.type, w.step = "write", self.step
+    self:emit(w)
+  end or nil })
+  self.lock = {}
+  self.client.gate = gate.new { lock = self.lock }
+  self.cms = self.client:resource("v1", "configmaps", { kind = "ConfigMap" })
+  self.leases = self.client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" })
+end
 
-    -- a signal ends the runner's own requests and waits too (the stamp, the
-    -- lock; core/watch.c): whatever failed then, the run was interrupted
-    -- (a lost lock stays what it is: the release must not be tried)
-    local function stopped_by_signal(err)
-      local signo = proc.signalled()
-      if not signo or errors.is(err, "interrupted", "lost") then return err end
-      return errors.new("interrupted", { cause = err,
-        message = ("run stopped by signal %d (%s)"):format(signo, errors.text(err)) })
-    end
-    local run_ok, run_err = pcall(function()
-      if not planning then
-        lock.holder = take_lock(client, opts, namespace, identity, log)
-        -- another runner may have moved the version while we waited
-        decision = steps.decide(set, cms, namespace, target, nil, leases)
-        if decision.action ~= "migrate" then
-          log:info("up to date after taking the lock", { version = decision.current })
-          return
-        end
-      end
-      report { type = "plan", current = decision.current, target = target, steps = #decision.steps,
-        server_dry_run = opts.server_dry_run or false }
-      log:info("migrating", { from = decision.current, to = target, steps = #decision.steps, runner = identity,
-        dry_run = dry_run })
-      local cm = decision.cm
-      for _, m in ipairs(decision.steps) do cm = run_step(m, cm) end
-    end)
-    if not run_ok then run_err = stopped_by_signal(run_err) end
-    if lock.holder then
-      local h = lock.holder
-      lock.holder = nil
-      if errors.is(run_err, "lost") then
-        h:stop() -- not ours any more: a release would only be refused
-      else
-        release_lock(h, client, opts, namespace, identity, log)
-      end
-    end
-    if not run_ok then
-      summary("failed")
-      error(run_err, 0)
-    end
-    report { type = "summary", steps = state.steps_run, writes = state.writes, failures = state.failures }
-    if planning and state.failures > 0 then
-      summary("plan-failed")
-      return 1
-    end
-    summary(planning and "planned" or "done")
+function Run:summary(result)
+  local s = self.client.stats
+  self.log:info("summary", {
+    result = result, steps = self.steps_run, writes = s.writes, requests = s.requests, retries = s.retries,
+    conflicts = s.conflicts, duration_s = ("%.2f"):format(sys.monotime() - self.started), dry_run = self.dry_run,
+  })
+end
+
+-- Phase decide. Returns the exit status when the run ends here (a
+-- bootstrap, nothing to do), nil when there are steps to migrate.
+function Run:decide()
+  local log, opts = self.log, self.opts
+  self.set = runner.discover(opts)
+  self.namespace = steps.namespace(opts)
+  self.target = steps.target(opts, self.set)
+  self:connect()
+  proc.trap()
+  self.identity = lease.identity()
+  local target, namespace = self.target, self.namespace
+  local decision = steps.decide(self.set, self.cms, namespace, target, log, self.leases)
+  self.decision = decision
+  if decision.action == "bootstrap" then
+    log:info("no version ConfigMap: fresh install, stamping the target and running nothing",
+      { configmap = stamp.CONFIGMAP, namespace = namespace, version = target })
+    self:emit { type = "bootstrap", version = target, namespace = namespace, configmap = stamp.CONFIGMAP }
+    local _, created = stamp.bootstrap(self.cms, namespace, target)
+    if not created then log:info("another runner created the ConfigMap first") end
+    self:summary("bootstrapped")
     return 0
+  elseif decision.action == "none" then
+    if decision.current > target then
+      log:warn("cluster is ahead of the target: a version never goes down, nothing to do",
+        { current = decision.current, target = target })
+    else
+      log:info("up to date", { version = decision.current })
+    end
+    self:emit { type = "plan", current = decision.current, target = target, steps = 0 }
+    self:summary("up-to-date")
+    return 0
+  end
+  return nil
+end
+
+-- Phase lock (a real run only): taken, then the decision made again under
+-- it, since another runner may have moved the version while we waited.
+-- Returns whether there is still something to migrate.
+function Run:take_lock()
+  if self.planning then return true end
+  self.lock.holder = take_lock(self.client, self.opts, self.namespace, self.identity, self.log)
+  self.decision = steps.decide(self.set, self.cms, self.namespace, self.target, nil, self.leases)
+  if self.decision.action ~= "migrate" then
+    self.log:info("up to date after taking the lock", { version = self.decision.current })
+    return false
+  end
+  return true
+end
+
+-- A Lua step, run or planned; returns what it left for its history record.
+-- A plan goes on after a failure: later steps see the cluster as it is, not
+-- as this step would have left it, so a failure may be an artefact.
+function Run:lua_step(m, step_log)
+  local ok, err, result = step.execute(m, { client = self.client, log = self.log, namespace = self.namespace,
+    mode = self.planning and "plan" or "run", timeout = self.opts.step_timeout,
+    gate = self.client.gate, guard = function() interrupted_check(m.name) end })
+  if not ok then
+    if context.stop_error(err) then error(err, 0) end
+    if not self.planning then error(step_failure(m, err), 0) end
+    self.failures = self.failures + 1
+    step_log:warn("step could not be planned: " .. errors.text(err), errors.fields(err))
+    self:emit { type = "failure", number = m.number, name = m.name, error = errors.text(err) }
+  end
+  interrupted_check(m.name)
+  return result.outcome
+end
+
+-- Phase each step: one migration run (or planned) and stamped; returns the
+-- version ConfigMap as stamped.
+function Run:each_step(m, cm)
+  interrupted_check(m.name)
+  local from, to = m.number, m.number + 1
+  self.step = from
+  local step_log = self.log:with{ migration = m.name }
+  local t0, m0 = sys.time(), sys.monotime()
+  step_log:info("step started", { from = from, to = to, kind = m.kind })
+  self:emit { type = "step", number = m.number, name = m.name, kind = m.kind, from = from, to = to,
+    description = m.description }
+  local function record(outcome) return stamp.history_record(m, from, to, t0, self.identity, outcome) end
+  if m.kind == "lua" then
+    cm = stamp.advance(self.cms, cm, from, to, record(self:lua_step(m, step_log)))
+  elseif self.planning then
+    self:emit { type = "legacy", number = m.number, name = m.name, file = m.file }
+    cm = stamp.advance(self.cms, cm, from, to, record())
+  else
+    local after = legacy.step(m, self.cms, { namespace = self.namespace, from = from, target = self.target,
+      kubeconfig = self.opts.kubeconfig or os.getenv("KUBECONFIG"), log = step_log, timeout = self.opts.step_timeout })
+    -- its history record: even when a signal came meanwhile, the stamp is done
+    cm = stamp.record(self.cms, after, to, record())
+  end
+  self.steps_run = self.steps_run + 1
+  step_log:info(self.planning and "step planned" or "step done, stamped", { version = to,
+    seconds = ("%.2f"):format(sys.monotime() - m0) })
+  return cm
+end
+
+-- Phases lock and each step, which the release must follow whatever they raise.
+function Run:migrate()
+  if not self:take_lock() then return end
+  local decision = self.decision
+  self:emit { type = "plan", current = decision.current, target = self.target, steps = #decision.steps,
+    server_dry_run = self.opts.server_dry_run or false }
+  self.log:info("migrating", { from = decision.current, to = self.target, steps = #decision.steps,
+    runner = self.identity, dry_run = self.dry_run })
+  local cm = decision.cm
+  for _, m in ipairs(decision.steps) do cm = self:each_step(m, cm) end
+end
+
+-- Phase release: the lock given up, unless it was lost (a release would
+-- only be refused).
+function Run:release(err)
+  local h = self.lock.holder
+  if h == nil then return end
+  self.lock.holder = nil
+  if errors.is(err, "lost") then
+    h:stop()
+  else
+    release_lock(h, self.client, self.opts, self.namespace, self.identity, self.log)
+  end
+end
+
+-- a signal ends the runner's own requests and waits too (the stamp, the
+-- lock; core/watch.c): whatever failed then, the run was interrupted
+-- (a lost lock stays what it is: the release must not be tried)
+local function stopped_by_signal(err)
+  local signo = proc.signalled()
+  if not signo or errors.is(err, "interrupted", "lost") then return err end
+  return errors.new("interrupted", { cause = err,
+    message = ("run stopped by signal %d (%s)"):format(signo, errors.text(err)) })
+end
+
+-- Phase summarise: the summary event and line; the exit status, or what
+-- failed the run raised.
+function Run:summarise(ok, err)
+  if not ok then
+    self:summary("failed")
+    error(err, 0)
+  end
+  self:emit { type = "summary", steps = self.steps_run, writes = self.writes, failures = self.failures }
+  if self.planning and self.failures > 0 then
+    self:summary("plan-failed")
+    return 1
+  end
+  self:summary(self.planning and "planned" or "done")
+  return 0
+end
+
+function Run:execute()
+  local done = self:decide()
+  if done then return done end
+  local ok, err = pcall(self.migrate, self)
+  if not ok then err = stopped_by_signal(err) end
+  self:release(err)
+  return self:summarise(ok, err)
+end
+
+-- `run` (mode "run") and `plan` / `run --dry-run` (mode "plan"). observe(event)
+-- receives the run's events (cmd/plan.lua prints them); nil for a real run.
+function runner.execute(opts, mode, observe)
+  return runner.protect(opts, function(log)
+    return Run.new(opts, mode, observe, log):execute()
   end)
 end
 
