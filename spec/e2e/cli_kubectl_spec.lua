@@ -121,6 +121,41 @@ describe("kubectl's conventions", function()
     end)
   end
 
+  for _, form in ipairs({ { "-o", "json" }, { "-ojson" }, { "-o=json" }, { "--output", "json" }, { "--output=json" } }) do
+    it("takes the output format as " .. table.concat(form, " ") .. ", before or after the command, as kubectl", function()
+      for _, before in ipairs({ true, false }) do
+        local function place(cmd)
+          local args = {}
+          if before then table.move(form, 1, #form, 1, args) end
+          table.move(cmd, 1, #cmd, #args + 1, args)
+          if not before then table.move(form, 1, #form, #args + 1, args) end
+          return args
+        end
+        local r = ours(table.unpack(place({ "status" })))
+        assert.equal(0, r.code, r.stderr)
+        assert.equal(1, fake.json.decode(r.stdout).current)
+        local kr = srv:kubectl(place({ "get", "configmap", "cozystack-version", "-n", "cozy-system" }))
+        assert(kr.ok, kr.stderr)
+        assert.equal("1", fake.json.decode(kr.stdout).data.version)
+      end
+    end)
+  end
+
+  for _, form in ipairs({ { "-v", "6" }, { "-v=6" }, { "-v6" }, { "--v=6" }, { "--v", "6" } }) do
+    it("takes the level as " .. table.concat(form, " ") .. " and traces requests, as kubectl", function()
+      local args = table.move(form, 1, #form, 1, {})
+      args[#args + 1] = "status"
+      local r = ours(table.unpack(args))
+      assert.equal(0, r.code, r.stderr)
+      assert.is_true(#our_trace(r.stderr) > 0)
+      local k = table.move(form, 1, #form, 1, {})
+      table.move({ "get", "configmap", "cozystack-version", "-n", "cozy-system" }, 1, 5, #k + 1, k)
+      local kr = srv:kubectl(k)
+      assert(kr.ok, kr.stderr)
+      assert.is_true(#kubectl_trace(kr.stderr) > 0)
+    end)
+  end
+
   it("traces nothing below -v=6, as kubectl", function()
     for _, v in ipairs({ "-v=5", "-v" }) do
       srv:clear_requests()
