@@ -768,20 +768,24 @@ int cozy_kubeconfig_load(const char *path, const char *context, struct cozy_kube
     if (rc == 0 && ld.nfiles == 0)
       rc = fail(err, env, "KUBECONFIG", "no file named in KUBECONFIG exists (%s)", env);
     if (rc == 0) rc = dup_to(err, "KUBECONFIG", &kc->source, env);
-  } else if (getenv("KUBERNETES_SERVICE_HOST") && *getenv("KUBERNETES_SERVICE_HOST")) {
-    rc = in_cluster(kc, err);
-    if (rc != 0) cozy_kubeconfig_free(kc);
-    return rc;
   } else {
+    /* client-go: ~/.kube/config when it exists, else in-cluster */
     const char *home = getenv("HOME");
+    const char *svc = getenv("KUBERNETES_SERVICE_HOST");
     char def[1024];
     snprintf(def, sizeof def, "%s/.kube/config", home ? home : "");
     rc = load_file(&ld, def, 0);
-    if (rc == 0 && ld.nfiles == 0)
+    if (rc == 0 && ld.nfiles == 0) {
+      if (svc != NULL && *svc != '\0') {
+        rc = in_cluster(kc, err);
+        if (rc != 0) cozy_kubeconfig_free(kc);
+        return rc;
+      }
       rc = fail(err, def, "",
-                "no cluster configuration: no --kubeconfig, no KUBECONFIG, not in a cluster "
-                "(KUBERNETES_SERVICE_HOST unset), and %s does not exist",
+                "no cluster configuration: no --kubeconfig, no KUBECONFIG, %s does not exist, and "
+                "not in a cluster (KUBERNETES_SERVICE_HOST unset)",
                 def);
+    }
     if (rc == 0) rc = dup_to(err, def, &kc->source, def);
   }
   if (rc == 0) rc = from_kubeconfig(&ld, context, kc);

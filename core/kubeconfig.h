@@ -1,6 +1,6 @@
 /* Cluster configuration the way kubectl finds it: --kubeconfig, $KUBECONFIG
-** (a colon-separated list, first value wins), in-cluster service account,
-** ~/.kube/config. Parsed with libyaml. Secrets (token, client key) stay in
+** (a colon-separated list, first value wins), ~/.kube/config when it
+** exists, the in-cluster service account. Parsed with libyaml. Secrets (token, client key) stay in
 ** this C memory and are wiped when freed. */
 #ifndef COZY_KUBECONFIG_H
 #define COZY_KUBECONFIG_H

@@ -25,6 +25,8 @@
 **   t:multi{ concurrency = N } --> a batch of parallel requests under the
 **     same rules (core/transport_multi.c)
 **   t:close()  (also __gc and __close; closes the client's batches too)
+**   transport.config{ kubeconfig=, context= } --> { namespace=, source=,
+**     context=, server= }: the configuration found, nothing connected
 **
 ** Runtime failures are returned, never raised: cozy.kube turns them into
 ** structured errors. Retries happen here (see docs/transport.md for the
@@ -439,7 +441,39 @@ static const luaL_Reg t_methods[] = {{"request", t_request},
 
 static const luaL_Reg t_meta[] = {{"__gc", t_gc}, {"__close", t_close}, {"__index", NULL}, {NULL, NULL}};
 
-static const luaL_Reg funcs[] = {{"new", t_new}, {NULL, NULL}};
+/* transport.config{ kubeconfig=, context= } --> { namespace=, source=,
+** context=, server= }, or nil and { file=, field=, message= }: the
+** configuration as transport.new would find it, without connecting (an exec
+** plugin is not run). The CLI takes the default --namespace from it. */
+static int t_config(lua_State *L) {
+  struct cozy_kubeconfig kc;
+  struct cozy_config_error err;
+  const char *path, *context;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  path = opt_string(L, 1, "kubeconfig", NULL);
+  context = opt_string(L, 1, "context", NULL);
+  if (cozy_kubeconfig_load(path, context, &kc, &err) != 0) {
+    lua_pushnil(L);
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, err.file);
+    lua_setfield(L, -2, "file");
+    lua_pushstring(L, err.field);
+    lua_setfield(L, -2, "field");
+    lua_pushstring(L, err.message);
+    lua_setfield(L, -2, "message");
+    return 2;
+  }
+  lua_createtable(L, 0, 4);
+  set_str(L, "namespace", kc.namespace);
+  set_str(L, "source", kc.source);
+  set_str(L, "context", kc.context);
+  set_str(L, "server", kc.server);
+  cozy_kubeconfig_free(&kc);
+  return 1;
+}
+
+static const luaL_Reg funcs[] = {{"new", t_new}, {"config", t_config}, {NULL, NULL}};
 
 int luaopen_cozy_transport(lua_State *L) {
   if (luaL_newmetatable(L, TRANSPORT_MT)) {

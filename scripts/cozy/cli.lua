@@ -42,10 +42,10 @@ for _, c in ipairs(command_list) do commands[c[1]] = { synopsis = c[2], summary 
 
 -- Every option, in --help's order: name, shorthand, metavar, description.
 local option_list = {
-  { "--kubeconfig", nil, "PATH", "kubeconfig file (else $KUBECONFIG, in-cluster, ~/.kube/config)" },
+  { "--kubeconfig", nil, "PATH", "kubeconfig file (else $KUBECONFIG, ~/.kube/config, in-cluster)" },
   { "--context", nil, "NAME", "kubeconfig context (else current-context)" },
   { "--namespace", "-n", "NS", "namespace of the version ConfigMap and the lock\n"
-    .. "(else $NAMESPACE, in-cluster the service account's namespace, cozy-system)" },
+    .. "(else $NAMESPACE, the context's namespace (in-cluster the service account's), cozy-system)" },
   { "--migrations", nil, "DIR", "add DIR's migrations (legacy scripts NN, NN-name) to the built-in ones\n"
     .. "(else $COZY_MIGRATE_MIGRATIONS, else /migrations when it exists)" },
   { "--no-builtin", nil, nil, "leave the built-in migrations out (DIR's set alone)" },

@@ -65,7 +65,8 @@ end
 
 local function run(env, code)
   -- the host's cluster settings must not leak into what is tested
-  local r = cli.shell(("env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST -u KUBERNETES_SERVICE_PORT %s %s lua -e %s")
+  -- (HOME too: an existing ~/.kube/config comes before in-cluster)
+  local r = cli.shell(("env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST -u KUBERNETES_SERVICE_PORT HOME=/nonexistent %s %s lua -e %s")
     :format(env, files.quote(cli.bin), files.quote(code)))
   return r.code, r.stdout, r.stderr
 end
@@ -265,6 +266,40 @@ describe("kubeconfig", function()
       assert.equal("https://[fd00::1]:443\tcozy-system\ttoken-file\tin-cluster\n", out)
     end)
 
+    it("an existing ~/.kube/config comes before in-cluster, as in client-go", function()
+      local sa = dir .. "/sa-order"
+      os.execute("mkdir -p '" .. sa .. "' '" .. dir .. "/home-order/.kube'")
+      write(sa .. "/token", "sa-token\n")
+      write(sa .. "/ca.crt", CA)
+      write(sa .. "/namespace", "from-sa\n")
+      local env = ("KUBERNETES_SERVICE_HOST=10.0.0.1 KUBERNETES_SERVICE_PORT=443 COZY_MIGRATE_SERVICEACCOUNT_DIR=%s "
+        .. "HOME=%s/home-order"):format(sa, dir)
+      local code = 'local c = require("cozy.kube").connect{}; print(c.info.source, c.server, c.namespace)'
+      -- no ~/.kube/config: in-cluster
+      local rc, out, err = run(env, code)
+      assert.equal(0, rc, err)
+      assert.equal("in-cluster\thttps://10.0.0.1:443\tfrom-sa\n", out)
+      -- with one: it wins (the binary before this change took in-cluster)
+      write(dir .. "/home-order/.kube/config", config {})
+      rc, out, err = run(env, code)
+      assert.equal(0, rc, err)
+      assert.equal(dir .. "/home-order/.kube/config\thttps://127.0.0.1:6443\tns-main\n", out)
+    end)
+
+    it("the default --namespace: -n, $NAMESPACE, the context's namespace, cozy-system", function()
+      local path = file()
+      local code = ('local r = require("cozy.runner"); print(r.namespace{ kubeconfig = %q }, '
+        .. 'r.namespace{ kubeconfig = %q, context = "other" }, r.namespace{ kubeconfig = %q, namespace = "flag" }, '
+        .. 'r.namespace{ kubeconfig = %q, context = "broken" })'):format(path, path, path, path)
+      local rc, out, err = run("", code)
+      assert.equal(0, rc, err)
+      -- a context without a namespace (or one that cannot be read) leaves cozy-system
+      assert.equal("ns-main\tns-other\tflag\tcozy-system\n", out)
+      rc, out, err = run("NAMESPACE=from-env", code)
+      assert.equal(0, rc, err)
+      assert.equal("from-env\tfrom-env\tflag\tfrom-env\n", out)
+    end)
+
     it("in-cluster: a missing token names the file", function()
       local sa = dir .. "/sa-empty"
       os.execute("mkdir -p '" .. sa .. "'")
@@ -277,7 +312,7 @@ describe("kubeconfig", function()
 
     it("the CLI exits 2 on a configuration error and names the file and field", function()
       local bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
-      local bad = file { user = "    exec: {command: aws}" }
+      local bad = file { user = "    auth-provider: {name: gcp}" }
       for _, args in ipairs { "status --kubeconfig " .. dir .. "/missing-kc", "status --kubeconfig " .. bad } do
         local errf = os.tmpname()
         local ok, how, rc = os.execute(("%s %s >/dev/null 2>%s </dev/null"):format(bin, args, errf))
@@ -286,7 +321,7 @@ describe("kubeconfig", function()
         assert.is_nil(ok)
         assert.equal(2, rc, err)
         assert.matches(args:match("%S+$"), err, 1, true)
-        if args:find(bad, 1, true) then assert.matches("users[u].user.exec", err, 1, true) end
+        if args:find(bad, 1, true) then assert.matches("users[u].user.auth-provider", err, 1, true) end
       end
     end)
 

@@ -9,8 +9,14 @@ local steps = {}
 
 function steps.namespace(opts)
   local ns = opts.namespace or os.getenv("NAMESPACE")
-  -- in a pod, the service account's namespace, as kubectl takes it
-  if ns == nil or ns == "" then ns = require("cozy.runner.incluster").namespace(opts) or "cozy-system" end
+  if ns == nil or ns == "" then
+    -- as kubectl: the namespace the context sets (in a pod, the service
+    -- account's); a configuration that cannot be read fails at connect
+    local cfg
+    if opts.client then cfg = opts.client
+    else cfg = require("cozy.transport").config { kubeconfig = opts.kubeconfig, context = opts.context } end
+    ns = cfg and cfg.namespace or "cozy-system"
+  end
   return ns
 end
 
