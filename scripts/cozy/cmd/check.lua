@@ -40,54 +40,33 @@ local function perm_text(p)
     (p.group and p.group ~= "") and ("." .. p.group) or "")
 end
 
-function M.collect(opts, log)
-  local set = runner.discover(opts)
-  local namespace = runner.namespace(opts)
-  local target = runner.target(opts, set)
-  local client = runner.connect(opts, log)
-  local report = { namespace = namespace, target = target, findings = {}, permissions = {} }
-  local function finding(source, severity, message, fields)
-    report.findings[#report.findings + 1] = { migration = source, severity = severity, message = message,
-      fields = fields }
-  end
-
-  -- reachable? asked with few retries: a preflight should answer quickly
-  local probe = runner.connect(opts, log, { retry = { max_attempts = 2, max_time = 10 } })
-  local ok, version = pcall(probe.get_path, probe, "/version")
-  report.reachable = ok
-  if not ok then
-    finding("engine", "block", "API server not reachable: " .. errors.text(version))
-    return report
-  end
-  report.server_version = type(version) == "table" and version.gitVersion or nil
-
-  local cm = stamp.read(client:resource("v1", "configmaps", { kind = "ConfigMap" }), namespace)
-  report.current = cm and stamp.version_of(cm) or json.null
-
-  -- which migrations: --migration N, else the pending ones
-  local checked = {}
+-- Which migrations a check looks at: --migration N, else the pending ones.
+local function checked_migrations(c, set, cm, target)
+  local opts = c.opts
   if opts.migration then
     local m = set.by_number[opts.migration]
     if not m then
       errors.raise("usage", ("no migration %d (have: %s)"):format(opts.migration, discovery.numbers(set)))
     end
-    checked = { m }
+    return { m }
   elseif cm == nil then
-    finding("engine", "info", ("no %s ConfigMap: a fresh install, run would stamp %d and run nothing")
+    c.finding("engine", "info", ("no %s ConfigMap: a fresh install, run would stamp %d and run nothing")
       :format(stamp.CONFIGMAP, target))
-  else
-    local pok, pending = pcall(discovery.pending, set, report.current, target)
-    if not pok then
-      finding("engine", "block", errors.text(pending))
-    else
-      checked = pending
-    end
+    return {}
   end
+  local pok, pending = pcall(discovery.pending, set, c.report.current, target)
+  if not pok then
+    c.finding("engine", "block", errors.text(pending))
+    return {}
+  end
+  return pending
+end
 
-  -- permissions
-  -- what `run` needs, as `cozy-migrate rbac` grants it (objects named, the
-  -- Lease's takeover included); reviewing ourselves, check() needs what only
-  -- it reads too
+-- Permissions: what `run` needs, as `cozy-migrate rbac` grants it (objects
+-- named, the Lease's takeover included); reviewing ourselves, check()
+-- needs what only it reads too. Each asked of the server (an access review).
+local function review_permissions(c, checked)
+  local opts, namespace = c.opts, c.namespace
   local wanted = {}
   for _, p in ipairs(rbac.engine_permissions(false)) do
     wanted[#wanted + 1] = { p = p, ns = namespace, source = "engine" }
@@ -99,36 +78,67 @@ function M.collect(opts, log)
     end
   end
   for _, w in ipairs(wanted) do
-    local aok, allowed, reason = pcall(access_review, client, w.p, w.ns,
+    local aok, allowed, reason = pcall(access_review, c.client, w.p, w.ns,
       opts.service_account and { namespace = namespace, name = opts.service_account } or nil)
     local entry = { migration = w.source, verb = w.p.verb, group = w.p.group or "", resource = w.p.resource,
       namespace = w.ns, allowed = aok and allowed or false }
-    report.permissions[#report.permissions + 1] = entry
+    c.report.permissions[#c.report.permissions + 1] = entry
     if not aok then
-      finding(w.source, "warn", ("could not ask whether %s is allowed: %s"):format(perm_text(w.p),
+      c.finding(w.source, "warn", ("could not ask whether %s is allowed: %s"):format(perm_text(w.p),
         errors.text(allowed)))
     elseif not allowed then
-      finding(w.source, "block", ("not allowed: %s%s%s"):format(perm_text(w.p),
+      c.finding(w.source, "block", ("not allowed: %s%s%s"):format(perm_text(w.p),
         w.ns and (" in namespace " .. w.ns) or " in all namespaces", reason and reason ~= "" and (" (" .. reason .. ")") or ""))
     end
   end
+end
 
-  -- each migration's check(ctx), through the step executor: read-only, a
-  -- write raises and nothing is sent
+-- Each migration's check(ctx), through the step executor: read-only, a
+-- write raises and nothing is sent.
+local function run_checks(c, checked)
   for _, m in ipairs(checked) do
     if m.kind == "legacy" then
-      finding(m.name, "info", "legacy script: no check available")
+      c.finding(m.name, "info", "legacy script: no check available")
     else
-      local cok, err, result = step.execute(m, { client = client, log = log, namespace = namespace,
-        mode = "check", timeout = opts.step_timeout })
-      for _, f in ipairs(result.findings) do finding(m.name, f.severity, f.message, f.fields) end
+      local cok, err, result = step.execute(m, { client = c.client, log = c.log, namespace = c.namespace,
+        mode = "check", timeout = c.opts.step_timeout })
+      for _, f in ipairs(result.findings) do c.finding(m.name, f.severity, f.message, f.fields) end
       if not result.defined then
-        finding(m.name, "info", "no check() defined")
+        c.finding(m.name, "info", "no check() defined")
       elseif not cok then
-        finding(m.name, "block", "check() failed: " .. errors.text(err))
+        c.finding(m.name, "block", "check() failed: " .. errors.text(err))
       end
     end
   end
+end
+
+function M.collect(opts, log)
+  local set = runner.discover(opts)
+  local namespace = runner.namespace(opts)
+  local target = runner.target(opts, set)
+  local client = runner.connect(opts, log)
+  local report = { namespace = namespace, target = target, findings = {}, permissions = {} }
+  local c = { opts = opts, log = log, client = client, namespace = namespace, report = report }
+  function c.finding(source, severity, message, fields)
+    report.findings[#report.findings + 1] = { migration = source, severity = severity, message = message,
+      fields = fields }
+  end
+
+  -- reachable? asked with few retries: a preflight should answer quickly
+  local probe = runner.connect(opts, log, { retry = { max_attempts = 2, max_time = 10 } })
+  local ok, version = pcall(probe.get_path, probe, "/version")
+  report.reachable = ok
+  if not ok then
+    c.finding("engine", "block", "API server not reachable: " .. errors.text(version))
+    return report
+  end
+  report.server_version = type(version) == "table" and version.gitVersion or nil
+
+  local cm = stamp.read(client:resource("v1", "configmaps", { kind = "ConfigMap" }), namespace)
+  report.current = cm and stamp.version_of(cm) or json.null
+  local checked = checked_migrations(c, set, cm, target)
+  review_permissions(c, checked)
+  run_checks(c, checked)
   return report
 end
 

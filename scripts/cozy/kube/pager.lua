@@ -156,6 +156,69 @@ function pager.new(resource, opts)
   return self
 end
 
+-- A 410 Expired on a continue request: the list restarts from the
+-- beginning, skipping what was yielded (see the top of this file); raises
+-- after MAX_RESTARTS.
+function Pager:_restart(e)
+  local r = self.resource
+  local c = r.client
+  self.restarts = self.restarts + 1
+  c.stats.list_restarts = c.stats.list_restarts + 1
+  if self.restarts > MAX_RESTARTS then
+    e.message = ("%s (list restarted %d times)"):format(e.message, MAX_RESTARTS)
+    error(e, 0)
+  end
+  local fields = { path = r:collection_path(self.namespace), restarts = self.restarts,
+    yielded = self.count, resume_after = self._last_key }
+  if c.log then
+    c.log:warn("list continue token expired (410): restarting the list, skipping objects already yielded", fields)
+  else
+    io.stderr:write("cozy-migrate: warning: list continue token expired (410): restarting the list after ",
+      tostring(self._last_key), "\n")
+  end
+  self._continue = nil
+  self._skip_to = self._last_key
+  -- a new pass over a new snapshot: its tokens may repeat the old ones
+  -- (same revision, same start), and that is no loop
+  self._followed = {}
+  self._page_last = nil
+  self._empty_run = 0
+  if self.on_restart then self.on_restart(self) end
+end
+
+-- Pagination must move forward: a continued page starts after the previous
+-- one in key order, a continue token is never one already followed, and a
+-- run of empty pages ends. Returns the page's continue token (nil: last).
+function Pager:_check_progress(list, items, request, status, attempts)
+  local sent = self._continue
+  if sent ~= nil and self._page_last ~= nil then
+    for i = 1, #items do
+      local k = key_of(self, items[i])
+      if le_bytes(k, self._page_last) then
+        invalid(request, status, attempts, "page %d does not move forward: items[%d] %q is not after %q, "
+          .. "the last object of the previous page", self.pages + 1, i - 1, k, self._page_last)
+      end
+    end
+  end
+  local cont = list.metadata and list.metadata["continue"]
+  cont = (cont ~= nil and cont ~= "") and cont or nil
+  if cont == nil then return nil end
+  if cont == sent then
+    invalid(request, status, attempts, "page %d answered the continue token it was asked with (%s): "
+      .. "the list does not move forward", self.pages + 1, short(cont))
+  elseif self._followed[cont] then
+    invalid(request, status, attempts, "page %d answered a continue token already followed in this list "
+      .. "(%s): the list does not move forward", self.pages + 1, short(cont))
+  end
+  self._followed[cont] = true
+  self._empty_run = #items == 0 and self._empty_run + 1 or 0
+  if self._empty_run > MAX_EMPTY_PAGES then
+    invalid(request, status, attempts, "%d empty pages in a row, each with a new continue token: "
+      .. "the list does not move forward", self._empty_run)
+  end
+  return cont
+end
+
 function Pager:_fetch()
   local r = self.resource
   local c = r.client
@@ -169,64 +232,15 @@ function Pager:_fetch()
   local ok, list, status, attempts = pcall(c.call, c, "GET", path, { query = query,
     projection = self.decode_projection })
   if not ok then
-    local e = list
-    if self._continue ~= nil and type(e) == "table" and e.code == 410 then
-      self.restarts = self.restarts + 1
-      c.stats.list_restarts = c.stats.list_restarts + 1
-      if self.restarts > MAX_RESTARTS then
-        e.message = ("%s (list restarted %d times)"):format(e.message, MAX_RESTARTS)
-        error(e, 0)
-      end
-      local fields = { path = r:collection_path(self.namespace), restarts = self.restarts,
-        yielded = self.count, resume_after = self._last_key }
-      if c.log then
-        c.log:warn("list continue token expired (410): restarting the list, skipping objects already yielded", fields)
-      else
-        io.stderr:write("cozy-migrate: warning: list continue token expired (410): restarting the list after ",
-          tostring(self._last_key), "\n")
-      end
-      self._continue = nil
-      self._skip_to = self._last_key
-      -- a new pass over a new snapshot: its tokens may repeat the old ones
-      -- (same revision, same start), and that is no loop
-      self._followed = {}
-      self._page_last = nil
-      self._empty_run = 0
-      if self.on_restart then self.on_restart(self) end
+    if self._continue ~= nil and type(list) == "table" and list.code == 410 then
+      self:_restart(list)
       return self:_fetch()
     end
-    error(e, 0)
+    error(list, 0)
   end
   local request = shown(path, query)
   local items, greatest = check_page(self, list, request, status, attempts)
-  local sent = self._continue
-  if sent ~= nil and self._page_last ~= nil then
-    -- a continued page starts where the previous one ended, in key order
-    for i = 1, #items do
-      local k = key_of(self, items[i])
-      if le_bytes(k, self._page_last) then
-        invalid(request, status, attempts, "page %d does not move forward: items[%d] %q is not after %q, "
-          .. "the last object of the previous page", self.pages + 1, i - 1, k, self._page_last)
-      end
-    end
-  end
-  local cont = list.metadata and list.metadata["continue"]
-  cont = (cont ~= nil and cont ~= "") and cont or nil
-  if cont ~= nil then
-    if cont == sent then
-      invalid(request, status, attempts, "page %d answered the continue token it was asked with (%s): "
-        .. "the list does not move forward", self.pages + 1, short(cont))
-    elseif self._followed[cont] then
-      invalid(request, status, attempts, "page %d answered a continue token already followed in this list "
-        .. "(%s): the list does not move forward", self.pages + 1, short(cont))
-    end
-    self._followed[cont] = true
-    self._empty_run = #items == 0 and self._empty_run + 1 or 0
-    if self._empty_run > MAX_EMPTY_PAGES then
-      invalid(request, status, attempts, "%d empty pages in a row, each with a new continue token: "
-        .. "the list does not move forward", self._empty_run)
-    end
-  end
+  local cont = self:_check_progress(list, items, request, status, attempts)
   self.pages = self.pages + 1
   self.resource_version = list.metadata and list.metadata.resourceVersion
   self._continue = cont

@@ -180,27 +180,17 @@ local function attempt(leases, opts, take, deadline, wait)
   refused(ch.err, opts)
 end
 
--- Takes the lock or raises errors kind "locked" (exit 3) after `timeout`
--- seconds; kind "interrupted" if a signal arrives while waiting; an API
--- error (exit 1) when the server refuses the Lease for a reason no retry
--- changes. opts: namespace, identity, duration, timeout, log. Returns the
--- Lease and the monotonic time its validity counts from (before the request
--- that took it was sent).
-function lease.acquire(client, opts)
-  local leases = leases_of(client)
-  local log = opts.log
-  local timeout = opts.timeout or 300
-  local deadline = sys.monotime() + timeout
-  -- one backoff for the whole wait: the update engine's (client.update_policy)
-  local wait = update.backoff(client.update_policy, deadline)
+-- What acquire keeps between attempts at the Lease, and its decisions:
+-- take.decide(obj), the JSON patch ops that take the Lease as read (each
+-- re-read too), none when another runner holds it; take.give_up() raises
+-- "locked" with why the last take failed (take.failed).
+local function taking(opts, deadline, timeout)
   local take = {}
   local observed_rv, observed_at
   function take.give_up()
     errors.raise("locked", ("could not take the lock %s/%s within %ss: %s")
       :format(opts.namespace, lease.NAME, tostring(timeout), take.failed))
   end
-  -- The decision on the Lease as read (each re-read too): the JSON patch
-  -- ops that take it, or none when another runner holds it.
   function take.decide(obj)
     if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
     local holder, rv = holder_of(obj), obj.metadata.resourceVersion
@@ -209,7 +199,7 @@ function lease.acquire(client, opts)
     -- we watched it not change for a whole duration: expired, whatever the clocks say
     local stale = sys.monotime() - observed_at > (tonumber(obj.spec and obj.spec.leaseDurationSeconds) or opts.duration)
     if not (holder == nil or holder == opts.identity or remaining < -lease.CLOCK_SKEW or stale) then
-      return nil, { obj = obj, holder = holder, remaining = remaining }
+      return nil, { obj = obj }
     end
     if take.failed and sys.monotime() >= deadline then take.give_up() end
     local transitions = math.tointeger(obj.spec and obj.spec.leaseTransitions) or 0
@@ -226,6 +216,23 @@ function lease.acquire(client, opts)
     return { { op = "add", path = "/spec", value = new_spec(opts.identity, opts.duration, transitions, sys.time()) } },
       { sent = sent }
   end
+  return take
+end
+
+-- Takes the lock or raises errors kind "locked" (exit 3) after `timeout`
+-- seconds; kind "interrupted" if a signal arrives while waiting; an API
+-- error (exit 1) when the server refuses the Lease for a reason no retry
+-- changes. opts: namespace, identity, duration, timeout, log. Returns the
+-- Lease and the monotonic time its validity counts from (before the request
+-- that took it was sent).
+function lease.acquire(client, opts)
+  local leases = leases_of(client)
+  local log = opts.log
+  local timeout = opts.timeout or 300
+  local deadline = sys.monotime() + timeout
+  -- one backoff for the whole wait: the update engine's (client.update_policy)
+  local wait = update.backoff(client.update_policy, deadline)
+  local take = taking(opts, deadline, timeout)
   local waiting_logged = false
   while true do
     if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
