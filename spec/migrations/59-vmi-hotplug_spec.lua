@@ -694,6 +694,24 @@ describe("check", function()
     assert_read_only(srv)
   end)
 
+  -- KubeVirt's HandleDeclarativeVolumes returns at once for such a VM
+  -- (issue 24's oracle): nothing is unplugged, so 59 writes nothing.
+  it("leaves a VM with updateVolumesStrategy Migration alone, and warns naming its VMI-only volumes", function()
+    local items = fleet.base({ "tenant-a" })
+    local vm = fleet.pair(items, { namespace = "tenant-a", name = "vm-migrating",
+      extra_volumes = { fleet.csi_volume("pvc-migrating") }, extra_disks = { fleet.csi_disk("pvc-migrating") } })
+    vm.spec.updateVolumesStrategy = "Migration"
+    local srv <close> = start(fleet.list(items))
+    local code, stdout, stderr = cozy(srv, "check --output json")
+    assert.equal(0, code, stderr)
+    assert.same({ "warn VM tenant-a/vm-migrating has updateVolumesStrategy Migration, which declarative hotplug leaves"
+      .. " alone: hotplugged volumes pvc-migrating of its VMI are not copied, and are unplugged if the strategy changes",
+      "info no running VMI holds a hotplugged volume missing from its VM spec" }, (findings(stdout)))
+    local run_code, _, run_err = cozy(srv, "run")
+    assert.equal(0, run_code, run_err)
+    assert.same({}, vm_patches(srv))
+  end)
+
   it("says so when KubeVirt is not installed", function()
     local srv <close> = start(FIXTURES .. "no-kubevirt.json")
     without_crds(srv, table.unpack(KUBEVIRT_CRDS))
