@@ -32,7 +32,7 @@ local command_list = {
   { "status", "[-o text|json]", "version, target, pending, lock, history" },
   { "check", "[--migration N] [-o text|json]", "read-only preflight and each pending check()" },
   { "list", "[-o text|json]", "migrations known to this build" },
-  { "new", "NAME", "scaffold migrations/NN-NAME.lua and its spec" },
+  { "new", "[NN-]NAME", "scaffold migrations/NN-NAME.lua and its spec" },
   { "rbac", "[--all] [--target N] [--preflight] [-o yaml|json]", "the least-privilege RBAC of the pending range" },
   { "lua", "[SCRIPT [ARGS...]] | lua -e CODE", "Lua 5.4 interpreter with the engine's modules" },
   { "help", "[COMMAND]", "this help, or COMMAND's" },

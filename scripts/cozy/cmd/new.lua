@@ -156,9 +156,12 @@ function M.run(opts, args)
   return runner.protect(opts, function(log)
     local name = args[1]
     if name == nil or args[2] ~= nil then
-      io.stderr:write("usage: cozy-migrate new NAME (lowercase words joined by '-')\n")
+      io.stderr:write("usage: cozy-migrate new [NN-]NAME (lowercase words joined by '-'; NN: its number)\n")
       return 2
     end
+    -- `new 49-tenant-labels` ports the platform's script 49 under its own number
+    local given = name:match("^(%d+)%-")
+    if given then name = name:sub(#given + 2) end
     if not name:match("^[a-z0-9][a-z0-9-]*$") or name:match("%-%-") or name:match("%-$") then
       io.stderr:write(("cozy-migrate: invalid migration name %q: use lowercase letters, digits and single '-'\n")
         :format(name))
@@ -170,20 +173,32 @@ function M.run(opts, args)
         :format(dir))
       return 2
     end
-    -- the next number after everything known: the directory, and this
-    -- build's migrations unless --migrations names another set
-    local highest = 0
-    for _, filename in ipairs(assert(sys.listdir(dir))) do
-      local n = discovery.classify(filename)
-      if n and n > highest then highest = n end
-    end
-    if not opts.migrations then
-      for _, b in ipairs(sys.builtin_migrations()) do
-        local n = discovery.classify(b.name)
-        if n and n > highest then highest = n end
+    -- the numbers taken: the directory's, and this build's migrations
+    -- unless --migrations names another set; a new one takes the next
+    local taken, highest = {}, 0
+    local function take(filename)
+      local ok, n = pcall(discovery.classify, filename)
+      if ok and n then
+        taken[n] = taken[n] or filename
+        if n > highest then highest = n end
       end
     end
+    for _, filename in ipairs(assert(sys.listdir(dir))) do take(filename) end
+    if not opts.migrations then
+      for _, b in ipairs(sys.builtin_migrations()) do take(b.name) end
+    end
     local number = highest + 1
+    if given then
+      number = math.tointeger(tonumber(given))
+      if number == nil or number > 1000000 then
+        io.stderr:write(("cozy-migrate: migration number %s is out of range (0..1000000)\n"):format(given))
+        return 2
+      end
+      if taken[number] then
+        io.stderr:write(("cozy-migrate: migration number %d is taken (%s)\n"):format(number, taken[number]))
+        return 2
+      end
+    end
     local base = ("%d-%s"):format(number, name)
     local file = dir .. "/" .. base .. ".lua"
     local root = dir:match("^(.*)/[^/]+$") or "."
