@@ -418,18 +418,6 @@ static int get_required(struct loader *ld, struct kfile *f, yaml_node_t *map, co
   return fail(ld->err, f->path, field, "%s: %s is missing", f->path, field);
 }
 
-/* Fails when `key`, which cozy-migrate does not support, is set (not empty). */
-static int refuse_set(struct loader *ld, struct kfile *f, yaml_node_t *map, const char *key,
-                      const char *where) {
-  char field[256];
-  const char *v;
-  int r = get_str(ld, f, map, key, where, &v);
-  if (r < 0) return -1;
-  if (r == 0 || !*v) return 0;
-  join(field, sizeof field, where, key);
-  return fail(ld->err, f->path, field, "%s: %s is not supported", f->path, field);
-}
-
 /* The context `want` names, else current-context of the first file that
 ** sets it: its namespace, cluster and user (names) into kc. */
 static int from_context(struct loader *ld, const char *want, struct cozy_kubeconfig *kc) {
@@ -467,6 +455,39 @@ static int from_context(struct loader *ld, const char *want, struct cozy_kubecon
   return 0;
 }
 
+/* tls-server-name (the name the server's certificate is checked against
+** and sent as SNI) and proxy-url (http, https or socks5, as client-go
+** allows: it replaces the proxy the environment names) into kc. */
+static int cluster_routing(struct loader *ld, struct kfile *f, yaml_node_t *cl, const char *where,
+                           struct cozy_kubeconfig *kc) {
+  struct cozy_config_error *err = ld->err;
+  char field[256];
+  const char *v;
+  int r;
+  if ((r = get_str(ld, f, cl, "tls-server-name", where, &v)) < 0) return -1;
+  if (r == 1 && *v) {
+    join(field, sizeof field, where, "tls-server-name");
+    if (strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != strlen(v))
+      return fail(err, f->path, field, "%s: %s must be a DNS name", f->path, field);
+    if (dup_to(err, f->path, &kc->tls_server_name, v) < 0) return -1;
+  }
+  if ((r = get_str(ld, f, cl, "proxy-url", where, &v)) < 0) return -1;
+  if (r == 1 && *v) {
+    join(field, sizeof field, where, "proxy-url");
+    if (strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0 && strncmp(v, "socks5://", 9) != 0)
+      return fail(err, f->path, field, "%s: %s must be an http://, https:// or socks5:// URL", f->path,
+                  field);
+    {
+      size_t i;
+      for (i = 0; v[i]; i++)
+        if ((unsigned char)v[i] <= 0x20 || v[i] == 0x7f)
+          return fail(err, f->path, field, "%s: %s contains a space or a control character", f->path, field);
+    }
+    if (dup_to(err, f->path, &kc->proxy_url, v) < 0) return -1;
+  }
+  return 0;
+}
+
 /* The context's cluster: server, TLS verification and CA into kc. */
 static int from_cluster(struct loader *ld, struct cozy_kubeconfig *kc) {
   struct cozy_config_error *err = ld->err;
@@ -494,8 +515,7 @@ static int from_cluster(struct loader *ld, struct cozy_kubeconfig *kc) {
       return fail(err, f->path, field, "%s: %s must be true or false", f->path, field);
   }
   if (get_blob(ld, f, cl, "certificate-authority", where, &kc->ca) < 0) return -1;
-  if (refuse_set(ld, f, cl, "proxy-url", where) < 0) return -1;
-  return refuse_set(ld, f, cl, "tls-server-name", where);
+  return cluster_routing(ld, f, cl, where, kc);
 }
 
 /* Fails when the user sets a kind of authentication cozy-migrate refuses:

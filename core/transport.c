@@ -367,7 +367,7 @@ static int ask_before_attempt(lua_State *L, struct cozy_transport *t, const stru
 static const char *push_url(lua_State *L, const struct cozy_transport *t, const struct cozy_request *rq) {
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  luaL_addstring(&b, t->kc.server);
+  luaL_addstring(&b, t->base);
   luaL_addlstring(&b, rq->path, rq->path_len);
   if (rq->query && *rq->query) {
     luaL_addchar(&b, '?');

@@ -71,6 +71,13 @@ struct cozy_transport {
   struct cozy_exchange x; /* t:request's handle */
   struct cozy_response resp;
   struct cozy_kubeconfig kc;
+  /* where requests go: kc.server, or with tls-server-name that name in its
+  ** place (libcurl checks the certificate against, and sends as SNI, the
+  ** URL's host), connect_to routing it to the server's real address and
+  ** host_header naming the server as written, as client-go sends it */
+  char *base;
+  struct curl_slist *connect_to;
+  char *host_header;
   double request_timeout; /* seconds; 0 = none */
   double connect_timeout;
   double token_refresh; /* re-read token_file at least this often (seconds) */

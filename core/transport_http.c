@@ -186,6 +186,56 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
   return t->stop != COZY_GO;
 }
 
+/* The kubeconfig's proxy-url for libcurl: socks5:// resolves names on the
+** proxy, as client-go's SOCKS5 dialer hands it the host name (socks5h). */
+static char *proxy_url(const char *url) {
+  size_t n = strlen(url) + 2;
+  char *p = malloc(n);
+  if (p == NULL) return NULL;
+  if (strncmp(url, "socks5://", 9) == 0) snprintf(p, n, "socks5h://%s", url + 9);
+  else snprintf(p, n, "%s", url);
+  return p;
+}
+
+/* t->base, and with tls-server-name the route to the real address (see
+** transport.h). 0, or -1 when memory runs out. */
+static int route(struct cozy_transport *t) {
+  const char *server = t->kc.server, *scheme_end = strstr(server, "://"), *hp, *end, *host_end, *port;
+  char line[1024];
+  size_t hostlen;
+  if (t->kc.tls_server_name == NULL || scheme_end == NULL) {
+    t->base = strdup(server);
+    return t->base ? 0 : -1;
+  }
+  hp = scheme_end + 3;
+  end = hp + strcspn(hp, "/");
+  if (*hp == '[') { /* an IPv6 literal: the port comes after the bracket */
+    host_end = memchr(hp, ']', (size_t)(end - hp));
+    host_end = host_end ? host_end + 1 : end;
+  } else {
+    host_end = hp + strcspn(hp, ":/");
+  }
+  if (host_end > end) host_end = end;
+  hostlen = (size_t)(host_end - hp);
+  port = (*host_end == ':') ? host_end + 1 : (strncmp(server, "https", 5) == 0 ? "443" : "80");
+  {
+    int portlen = (*host_end == ':') ? (int)(end - port) : (int)strlen(port);
+    size_t n = strlen(server) + strlen(t->kc.tls_server_name) + 16;
+    t->base = malloc(n);
+    if (t->base == NULL) return -1;
+    snprintf(t->base, n, "%.*s%s:%.*s%s", (int)(hp - server), server, t->kc.tls_server_name, portlen, port,
+             end);
+    snprintf(line, sizeof line, "%s:%.*s:%.*s:%.*s", t->kc.tls_server_name, portlen, port, (int)hostlen, hp,
+             portlen, port);
+    t->connect_to = curl_slist_append(NULL, line);
+    n = (size_t)(end - hp) + sizeof "Host: ";
+    t->host_header = malloc(n);
+    if (t->connect_to == NULL || t->host_header == NULL) return -1;
+    snprintf(t->host_header, n, "Host: %.*s", (int)(end - hp), hp);
+  }
+  return 0;
+}
+
 /* The client certificate on x: the kubeconfig's, or the one an exec plugin
 ** returned last (x->cred_gen says which generation x carries; libcurl
 ** opens a new connection for a handle whose certificate changed). */
@@ -256,11 +306,15 @@ int cozy_exchange_init(struct cozy_transport *t, struct cozy_exchange *x) {
   CHECK_SETOPT(x, CURLOPT_PREREQDATA, x);
   CHECK_SETOPT(x, CURLOPT_XFERINFOFUNCTION, on_progress);
   CHECK_SETOPT(x, CURLOPT_XFERINFODATA, x);
+  if (t->connect_to) CHECK_SETOPT(x, CURLOPT_CONNECT_TO, t->connect_to);
   {
-    /* the proxy as kubectl picks it from the environment, or none: libcurl's
-    ** own reading of it differs (core/proxy.c) */
-    char *proxy = cozy_proxy_for(t->kc.server);
+    /* the kubeconfig's proxy-url, else the proxy as kubectl picks it from
+    ** the environment, or none: libcurl's own reading of it differs
+    ** (core/proxy.c) */
+    char *proxy = t->kc.proxy_url ? proxy_url(t->kc.proxy_url) : cozy_proxy_for(t->kc.server);
     CHECK_SETOPT(x, CURLOPT_PROXY, proxy ? proxy : ""); /* libcurl copies it */
+    /* the decision is made: libcurl must not apply $NO_PROXY on top of it */
+    CHECK_SETOPT(x, CURLOPT_NOPROXY, "");
     if (proxy) {
       OPENSSL_cleanse(proxy, strlen(proxy)); /* may carry user:password */
       free(proxy);
@@ -300,6 +354,10 @@ int cozy_http_init(struct cozy_transport *t) {
     snprintf(t->x.errbuf, sizeof t->x.errbuf, "curl_share_setopt failed: %s", curl_share_strerror(sc));
     return -1;
   }
+  if (route(t) != 0) {
+    snprintf(t->x.errbuf, sizeof t->x.errbuf, "out of memory");
+    return -1;
+  }
   return cozy_exchange_init(t, &t->x);
 }
 
@@ -323,6 +381,11 @@ void cozy_http_cleanup(struct cozy_transport *t) {
   cozy_exchange_cleanup(&t->x);
   if (t->share) curl_share_cleanup(t->share);
   t->share = NULL;
+  curl_slist_free_all(t->connect_to);
+  t->connect_to = NULL;
+  free(t->base);
+  free(t->host_header);
+  t->base = t->host_header = NULL;
   cozy_response_free(&t->resp);
 }
 
@@ -347,6 +410,7 @@ CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x
   if (x->cred_gen != t->cred_gen) set_client_cert(t, x);
   if (add_header(x, "Accept: application/json") != 0) return CURLE_OUT_OF_MEMORY;
   if (add_header(x, "Expect:") != 0) return CURLE_OUT_OF_MEMORY; /* no 100-continue round trip */
+  if (t->host_header && add_header(x, t->host_header) != 0) return CURLE_OUT_OF_MEMORY;
   if (body != NULL && content_type != NULL) {
     snprintf(line, sizeof line, "Content-Type: %s", content_type);
     if (add_header(x, line) != 0) return CURLE_OUT_OF_MEMORY;

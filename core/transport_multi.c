@@ -610,7 +610,7 @@ static int m_submit(lua_State *L) {
   lua_getiuservalue(L, 1, 1); /* the anchors */
   lua_insert(L, -2);
   lua_rawseti(L, -2, id);
-  j = job_new(t->kc.server, &rq);
+  j = job_new(t->base, &rq);
   if (j == NULL) {
     lua_pushnil(L); /* clearing a key never allocates */
     lua_rawseti(L, -2, id);
