@@ -259,3 +259,27 @@ describe("update.run", function()
     assert.equal("2", ended.result.data.a)
   end)
 end)
+
+describe("update.run's backoff", function()
+  local sys = require "cozy.sys"
+  local real_sleep = sys.sleep
+  after_each(function() sys.sleep = real_sleep end)
+
+  it("parks a conflicting change for its backoff while another goes ahead, then sends it again", function()
+    local slept = {}
+    sys.sleep = function(d) slept[#slept + 1] = d real_sleep(d) end
+    local resource, client, sent = stand_in({ a = cm("a", "8") }, {
+      function() return false, api_error(409) end,
+      function() return true, cm("b", "2", { a = "2" }) end,
+      function() return true, cm("a", "9", { a = "2" }) end,
+    })
+    local list, i, ended = { change(resource, cm("a", "7"), "2"), change(resource, cm("b", "1"), "2") }, 0, {}
+    update.run(client, function() i = i + 1 return list[i] end, 2, function(ch) ended[#ended + 1] = ch.name end)
+    assert.same({ "/api/v1/namespaces/ns/configmaps/a", "/api/v1/namespaces/ns/configmaps/b",
+      "/api/v1/namespaces/ns/configmaps/a" }, { sent[1].path, sent[2].path, sent[3].path })
+    assert.same({ "b", "a" }, ended)
+    -- the only waits are a's backoff, within its first delay
+    assert.is_true(#slept >= 1)
+    for _, d in ipairs(slept) do assert.is_true(d > 0 and d <= POLICY.base_delay, tostring(d)) end
+  end)
+end)
