@@ -221,6 +221,23 @@ return {
         assert.not_matches(leaked, r.stderr, 1, true)
       end
     end)
+
+    it("a refused Secret write whose message quotes the data is logged without it, at any verbosity", function()
+      -- what the real kube-apiserver answers a Secret write it refuses: the
+      -- object it was sent, data included, quoted in the Status message
+      srv:faults { { method = "PATCH", path = "/secrets/s$", times = 2, respond = { status = 422, body = {
+        apiVersion = "v1", kind = "Status", status = "Failure", reason = "Invalid", code = 422,
+        message = 'Secret "s" is invalid: stringData: Invalid value: {"extra":"plain-secret-text"}' } } } }
+      finally(function() srv:clear_faults() end)
+      for _, v in ipairs({ "0", "9" }) do
+        local r = support.run({ "-v=" .. v, "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir, "run" })
+        assert.equal(1, r.code, r.stderr)
+        assert.matches("Invalid (422): the server's message is not shown: on a secrets path it may quote the "
+          .. "Secret's data (HTTP 422)", r.stderr, 1, true)
+        assert.not_matches("plain-secret-text", r.stderr, 1, true)
+      end
+      assert.same({ "respond", "respond" }, srv:fired { method = "PATCH" })
+    end)
   end)
 
   it("-v=6 traces every request a run sends, the batch's parallel writes and the lease thread's included", function()

@@ -7,6 +7,7 @@
 -- and `update` when mutate returns nil (it returns obj, false). Nothing is
 -- returned as `nil, err`.
 local base = require "cozy.errors"
+local request = require "cozy.kube.request"
 local text = require "cozy.text"
 
 local errors = {}
@@ -48,6 +49,12 @@ function errors.from_response(method, path, code, status, raw, attempts)
   if e.reason == nil or e.reason == "" then e.reason = reasons[code] or "Unknown" end
   if e.message == nil or e.message == "" then
     e.message = raw and raw ~= "" and text.prefix(raw, 200) or ("HTTP " .. tostring(code))
+  end
+  -- a refused Secret write is answered with a message that quotes the
+  -- object it was sent, data included (the real kube-apiserver's 422)
+  if request.is_secrets(path or "") and code ~= 404 then
+    e.message = ("the server's message is not shown: on a secrets path it may quote the Secret's data (HTTP %d)")
+      :format(code)
   end
   -- attempts from C carry a status only: name each, and the last one fully
   for i, a in ipairs(attempts or {}) do

@@ -16,6 +16,13 @@ end
 
 local verbs = { POST = "create", PUT = "update", PATCH = "patch" }
 
+-- A secrets path: core v1's secrets collection, an object in it, or its
+-- subresources. What is sent there or answered from there may hold a
+-- Secret's data, so the trace and the error messages leave it out.
+function request.is_secrets(path)
+  return path:match("^/api/v1/secrets") ~= nil or path:match("^/api/v1/namespaces/[^/]+/secrets") ~= nil
+end
+
 -- The path's segments as the API server routes them: percent-decoded
 -- first, then split on "/" (Go's net/http decodes URL.Path before the
 -- RequestInfo is read, so "%2F" is a separator there, not part of a name).

@@ -10,6 +10,7 @@
 -- and `stringData` values (and a JSON patch's values) replaced before the
 -- body is encoded, as are the messages of a Status a secrets path answers. Every line also goes through cozy.log's text.safe.
 local json = require "cozy.json"
+local request = require "cozy.kube.request"
 
 local trace = { REQUESTS = 6, BODIES = 8, WHOLE_BODIES = 9, BODY_BYTES = 1024 }
 
@@ -59,10 +60,7 @@ local function redacted(v, secret, depth)
 end
 trace.redacted = redacted
 
--- A secrets path: core v1's secrets collection, an object in it, or its subresources.
-local function is_secrets(path)
-  return path:match("^/api/v1/secrets") ~= nil or path:match("^/api/v1/namespaces/[^/]+/secrets") ~= nil
-end
+local is_secrets = request.is_secrets
 
 local function shown_body(body, secret, whole)
   if body == nil or body == "" then return nil end
