@@ -59,28 +59,50 @@ describe("cluster routing from the kubeconfig", function()
 
   describe("proxy-url", function()
     local srv, proxy
+    local socks
+    -- spec/support/connect-proxy: an HTTP CONNECT proxy, or with --socks5 a
+    -- SOCKS5 one; both log each tunnel's target and reach 127.0.0.1
+    local function start_proxy(flags)
+      local pdir = support.tmpdir()
+      local p = { dir = pdir, log = pdir .. "/connects" }
+      os.execute(("sh -c %s >/dev/null 2>&1 </dev/null &"):format(q(
+        ("spec/support/connect-proxy --ready-file %s --log %s %s & echo $! >%s; wait"):format(
+          q(pdir .. "/ready"), q(p.log), flags, q(pdir .. "/pid")))))
+      p.port = support.fake.poll(10, function() return support.read_file(pdir .. "/ready") end, 0.02)
+      assert(p.port, "connect-proxy did not start")
+      p.pid = tonumber(support.read_file(pdir .. "/pid"):match("%d+"))
+      return p
+    end
     setup(function()
       srv = support.start()
-      local pdir = support.tmpdir()
-      proxy = { dir = pdir, log = pdir .. "/connects" }
-      os.execute(("sh -c %s >/dev/null 2>&1 </dev/null &"):format(q(
-        ("spec/support/connect-proxy --ready-file %s --log %s & echo $! >%s; wait"):format(
-          q(pdir .. "/ready"), q(proxy.log), q(pdir .. "/pid")))))
-      proxy.port = support.fake.poll(10, function() return support.read_file(pdir .. "/ready") end, 0.02)
-      assert(proxy.port, "connect-proxy did not start")
-      proxy.pid = tonumber(support.read_file(pdir .. "/pid"):match("%d+"))
+      proxy = start_proxy("")
+      socks = start_proxy("--socks5")
     end)
     teardown(function()
-      if proxy and proxy.pid then os.execute("kill " .. proxy.pid) end
-      if proxy then os.execute("rm -rf " .. q(proxy.dir)) end
+      for _, p in ipairs { proxy, socks } do
+        if p.pid then os.execute("kill " .. p.pid) end
+        os.execute("rm -rf " .. q(p.dir))
+      end
       if srv then srv:stop() end
     end)
 
-    local function connects()
+    local function connects(p)
       local out = {}
-      for line in (support.read_file(proxy.log) or ""):gmatch("[^\n]+") do out[#out + 1] = json.decode(line).target end
+      for line in (support.read_file((p or proxy).log) or ""):gmatch("[^\n]+") do
+        out[#out + 1] = json.decode(line).target
+      end
       return out
     end
+
+    it("socks5: the proxy resolves the server's name, as client-go's SOCKS5 dialer asks it to", function()
+      local port = srv.url:match(":(%d+)$")
+      support.write_file(socks.log, "")
+      local ok, cm = settings(kubeconfig("https://kubernetes.default.svc:" .. port, srv.ca,
+        "    proxy-url: socks5://127.0.0.1:" .. socks.port))
+      assert.is_true(ok, tostring(cm))
+      assert.equal("prod", cm.data.mode)
+      assert.same({ "kubernetes.default.svc:" .. port }, connects(socks))
+    end)
 
     it("reaches a server only the proxy can name, with one CONNECT to its host and port", function()
       local port = srv.url:match(":(%d+)$")
