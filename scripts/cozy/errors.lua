@@ -59,11 +59,15 @@ end
 errors.safe_text = safe_text
 
 local function describe_attempts(attempts)
-  if type(attempts) ~= "table" or #attempts <= 1 then return "" end
+  if type(attempts) ~= "table" then return "" end
+  -- one attempt says nothing more than the error, unless an exec plugin
+  -- failed to renew the credential after it (the reason a 401 is final)
+  if #attempts <= 1 and not (attempts[1] and attempts[1].credential_error) then return "" end
   local parts = {}
   for i, a in ipairs(attempts) do
     local what = a.code ~= 0 and tostring(a.code) or (a.reason or "transport error")
     if a.code == 0 and a.message then what = what .. " (" .. safe_text(a.message) .. ")" end
+    if a.credential_error then what = what .. ", credential not renewed: " .. safe_text(a.credential_error) end
     if a.after_s then what = what .. (", retried after %.2fs"):format(a.after_s) end
     parts[i] = ("#%d %s"):format(i, what)
   end

@@ -130,6 +130,24 @@ describe("exec credential plugins", function()
     assert(ok, err)
   end)
 
+  it("after a 401, a plugin that fails leaves the 401 final, with its reason", function()
+    local fail_if = dir .. "/fail-now"
+    local c = support.connect(srv, { kubeconfig = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN),
+      FAIL_IF = fail_if }), log = captured.log })
+    local cms = c:resource("v1", "configmaps")
+    assert.equal("prod", cms:get("cozy-system", "settings").data.mode)
+    support.write_file(fail_if, "")
+    srv:faults { { method = "GET", path = "configmaps/settings", times = 1, status = { code = 401 } } }
+    local ok, err = pcall(cms.get, cms, "cozy-system", "settings")
+    assert.is_false(ok)
+    assert.equal(401, err.code)
+    assert.same({ "status" }, srv:fired())
+    assert.equal(1, #err.attempts) -- no replay with the credential it could not renew
+    assert.matches("exec plugin .*plugin%.sh: exited with status 3", err.attempts[1].credential_error)
+    assert.matches("credential not renewed: .*exited with status 3", tostring(err))
+    c:close()
+  end)
+
   it("kills a plugin that hangs, its children too, at exec_timeout", function()
     local pids = dir .. "/pids-hang"
     local err = connect_err(kubeconfig(srv, { MODE = "hang", PIDS = pids }), { exec_timeout = 0.5 })
