@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -510,11 +511,111 @@ static int parse(const struct cozy_exec *ex, const struct cozy_blob *out, struct
   return rc;
 }
 
-int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, char *err, size_t errlen) {
+/* ---- the process's credentials ----
+** As client-go's cache: the clients of one process that run the same
+** plugin the same way (the runner's, its lease renewer's in another
+** thread, check's probe) share what it returned, instead of running it (and
+** maybe prompting) again. The key is the command, its arguments, its
+** environment and KUBERNETES_EXEC_INFO; it and the credential are secrets
+** (wiped when replaced). */
+struct cached {
+  struct text key;
+  struct cozy_blob token, cert, pkey;
+  double expires_at;
+  struct cached *next;
+};
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cached *cache;
+
+static void cache_key(const struct cozy_exec *ex, const char *info, struct text *key) {
+  char **p;
+  puts_(key, ex->path);
+  for (p = ex->argv; *p; p++) put(key, *p, strlen(*p) + 1); /* with its '\0': "a" "bc" != "ab" "c" */
+  put(key, "\1", 1);
+  for (p = ex->env; *p; p++) put(key, *p, strlen(*p) + 1);
+  put(key, "\1", 1);
+  puts_(key, info);
+}
+
+static int blob_dup(struct cozy_blob *dst, const struct cozy_blob *src) {
+  dst->data = NULL;
+  dst->len = 0;
+  return src->data ? copy_blob(dst, src->data, src->len) : 0;
+}
+
+static void text_wipe(struct text *t) {
+  if (t->s) OPENSSL_cleanse(t->s, t->cap);
+  free(t->s);
+  t->s = NULL;
+  t->len = t->cap = 0;
+}
+
+static struct cached *cache_find(const struct text *key) {
+  struct cached *c;
+  for (c = cache; c; c = c->next)
+    if (c->key.len == key->len && memcmp(c->key.s, key->s, key->len) == 0) return c;
+  return NULL;
+}
+
+/* Copies of the cached credential that has not expired: 0, else -1. */
+static int cache_get(const struct text *key, struct cozy_blob *token, struct cozy_blob *cert,
+                     struct cozy_blob *pkey, double *expires) {
+  struct cached *c;
+  int rc = -1;
+  pthread_mutex_lock(&cache_lock);
+  c = cache_find(key);
+  if (c && !(c->expires_at > 0 && (double)time(NULL) >= c->expires_at)) {
+    if (blob_dup(token, &c->token) == 0 && blob_dup(cert, &c->cert) == 0 && blob_dup(pkey, &c->pkey) == 0) {
+      *expires = c->expires_at;
+      rc = 0;
+    }
+  }
+  pthread_mutex_unlock(&cache_lock);
+  return rc;
+}
+
+/* Keeps copies of a credential the plugin returned (out of memory: not kept). */
+static void cache_put(const struct text *key, const struct cozy_blob *token, const struct cozy_blob *cert,
+                      const struct cozy_blob *pkey, double expires) {
+  struct cached fresh, *c;
+  memset(&fresh, 0, sizeof fresh);
+  put(&fresh.key, key->s, key->len);
+  if (fresh.key.oom || blob_dup(&fresh.token, token) != 0 || blob_dup(&fresh.cert, cert) != 0 ||
+      blob_dup(&fresh.pkey, pkey) != 0)
+    goto drop;
+  fresh.expires_at = expires;
+  pthread_mutex_lock(&cache_lock);
+  c = cache_find(key);
+  if (c == NULL && (c = calloc(1, sizeof *c)) != NULL) {
+    c->next = cache;
+    cache = c;
+    c->key = fresh.key;
+    fresh.key.s = NULL;
+  }
+  if (c != NULL) {
+    struct cozy_blob t = c->token, ce = c->cert, k = c->pkey;
+    c->token = fresh.token;
+    c->cert = fresh.cert;
+    c->pkey = fresh.pkey;
+    c->expires_at = expires;
+    fresh.token = t; /* the old ones, wiped below */
+    fresh.cert = ce;
+    fresh.pkey = k;
+  }
+  pthread_mutex_unlock(&cache_lock);
+drop:
+  text_wipe(&fresh.key);
+  cozy_blob_free(&fresh.token);
+  cozy_blob_free(&fresh.cert);
+  cozy_blob_free(&fresh.pkey);
+}
+
+int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, int renew, char *err, size_t errlen) {
   struct cozy_blob out = {NULL, 0}, token = {NULL, 0}, cert = {NULL, 0}, key = {NULL, 0};
   int tty = isatty(0), interactive, rc = -1;
   double expires = 0;
   char *info = NULL, **envp = NULL;
+  struct text ckey = {NULL, 0, 0, 0};
   /* client-go: Never never prompts; IfAvailable prompts when stdin is a
   ** terminal; Always needs one */
   if (ex->interactive_mode == COZY_EXEC_ALWAYS && !tty)
@@ -525,11 +626,18 @@ int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, char *err, s
     return fail(err, errlen, ex, "not found in PATH%s%s", ex->install_hint ? "; " : "",
                 ex->install_hint ? ex->install_hint : "");
   info = exec_info(ex, kc, interactive);
-  envp = info ? plugin_env(ex, info) : NULL;
-  if (envp == NULL) fail(err, errlen, ex, "out of memory");
-  else if (run(ex, envp, interactive, &out, err, errlen) == 0 &&
-           parse(ex, &out, &token, &cert, &key, &expires, err, errlen) == 0)
-    rc = 0;
+  if (info) cache_key(ex, info, &ckey);
+  if (info && !ckey.oom && !renew && cache_get(&ckey, &token, &cert, &key, &expires) == 0) {
+    rc = 0; /* another client of this process ran it */
+  } else {
+    envp = info ? plugin_env(ex, info) : NULL;
+    if (envp == NULL) fail(err, errlen, ex, "out of memory");
+    else if (run(ex, envp, interactive, &out, err, errlen) == 0 &&
+             parse(ex, &out, &token, &cert, &key, &expires, err, errlen) == 0)
+      rc = 0;
+    if (rc == 0 && !ckey.oom) cache_put(&ckey, &token, &cert, &key, expires);
+  }
+  text_wipe(&ckey);
   free(envp);
   free(info);
   cozy_blob_free(&out);

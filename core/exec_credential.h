@@ -39,10 +39,12 @@ struct cozy_exec {
 };
 
 /* Runs the plugin and puts what it returned into kc (token, or client
-** certificate and key, replacing what kc held) and ex->expires_at. Returns
-** 0, or -1 with a one-line message in err (no secret in it); kc keeps its
-** old credential then. */
-int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, char *err, size_t errlen);
+** certificate and key, replacing what kc held) and ex->expires_at. Unless
+** `renew` (after a 401), a credential this process already has from the
+** same plugin, run the same way, and that has not expired is taken instead
+** (client-go's cache). Returns 0, or -1 with a one-line message in err (no
+** secret in it); kc keeps its old credential then. Thread-safe. */
+int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, int renew, char *err, size_t errlen);
 /* 1 when the credential has expired (its expirationTimestamp has passed). */
 int cozy_exec_expired(const struct cozy_exec *ex);
 void cozy_exec_free(struct cozy_exec *ex);

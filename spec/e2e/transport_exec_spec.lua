@@ -130,6 +130,25 @@ describe("exec credential plugins", function()
     assert(ok, err)
   end)
 
+  it("clients of one process share the plugin's credential, renewed once after a 401 (client-go's cache)", function()
+    local tf, runs = token_file(support.TOKEN), dir .. "/runs-shared"
+    local path = kubeconfig(srv, { TOKEN_FILE = tf, RUNS = runs, EXPIRES = 3600 })
+    local a = support.connect(srv, { kubeconfig = path, log = captured.log })
+    local b = support.connect(srv, { kubeconfig = path, log = captured.log })
+    assert.equal(1, lines_in(runs))
+    srv:faults { { method = "GET", path = "configmaps/settings", times = 1, status = { code = 401 } } }
+    assert.equal("prod", a:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
+    assert.same({ "status" }, srv:fired())
+    assert.equal(2, lines_in(runs)) -- the 401 renewed it
+    local c = support.connect(srv, { kubeconfig = path, log = captured.log })
+    assert.equal("prod", c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
+    assert.equal("prod", b:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
+    assert.equal(2, lines_in(runs)) -- the renewed one is shared; b keeps the one it holds
+    a:close()
+    b:close()
+    c:close()
+  end)
+
   it("after a 401, a plugin that fails leaves the 401 final, with its reason", function()
     local fail_if = dir .. "/fail-now"
     local c = support.connect(srv, { kubeconfig = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN),
