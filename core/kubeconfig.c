@@ -699,8 +699,14 @@ static int from_user(struct loader *ld, struct cozy_kubeconfig *kc) {
     return fail(err, f->path, field, "%s: %s is missing (a client certificate needs its key)", f->path,
                 field);
   }
-  if (user_exec(ld, f, us, where, kc) < 0) return -1;
-  return user_token(ld, f, us, where, kc);
+  if (user_exec(ld, f, us, where, kc) < 0 || user_token(ld, f, us, where, kc) < 0) return -1;
+  if (kc->exec && (kc->token.data || kc->token_file || kc->cert.data)) {
+    /* client-go: a token or a client certificate the kubeconfig gives is
+    ** used, and the plugin never runs (exec.go, UpdateTransportConfig) */
+    cozy_exec_free(kc->exec);
+    kc->exec = NULL;
+  }
+  return 0;
 }
 
 /* The selected context, cluster and user, from the loaded files. */

@@ -195,6 +195,14 @@ describe("kubeconfig", function()
         "that replaces yours: gke%-gcloud%-auth%-plugin %(gcp%), kubelogin", err.message)
     end)
 
+    it("a token beside an exec stanza is used and the plugin never runs, as in client-go", function()
+      local c = kube.connect { kubeconfig = file { user = "    token: abc\n    exec:\n      command: cozy-no-such-plugin\n"
+        .. "      apiVersion: client.authentication.k8s.io/v1\n      interactiveMode: Never" },
+        log = harness.capture_log().log }
+      assert.equal("token", c.info.auth)
+      c:close()
+    end)
+
     it("an exec stanza without its command or apiVersion (exec plugins run in spec/e2e/transport_exec_spec.lua)", function()
       local err = connect_err(file { user = "    exec:\n      apiVersion: client.authentication.k8s.io/v1" })
       assert.equal("users[u].user.exec.command", err.field)
