@@ -341,22 +341,24 @@ local function find_command(argv)
   end
 end
 
--- Parses argv (1-based, without the program name). Returns command, opts, args;
--- raises a cozy.errors error of kind "usage" on misuse. `--help` anywhere (and
--- `help [COMMAND]`) returns "help", opts, { COMMAND }; `--version`, "version".
-function cli.parse(argv)
-  local command, at = find_command(argv)
+-- `--help` anywhere before a `--`: the help of the command, if there is one.
+local function help_asked(argv, command)
   for i = 1, #argv do
-    if argv[i] == "--" then break end
-    local name = split(argv[i])
-    if name == "--help" then
+    if argv[i] == "--" then return false end
+    if split(argv[i]) == "--help" then
       if command ~= nil and not commands[command] then errors.raise("usage", ("unknown command %q"):format(command)) end
-      return "help", { v = 0 }, { command }
+      return true
     end
   end
+  return false
+end
+
+-- No command is `--version` or a usage error; an unknown one and options
+-- before `lua` (which takes its own) are usage errors.
+local function check_command(argv, command)
   if command == nil then
     for i = 1, #argv do
-      if argv[i] == "--version" then return "version", { v = 0 }, {} end
+      if argv[i] == "--version" then return "version" end
     end
     errors.raise("usage", "no command given")
   end
@@ -366,56 +368,58 @@ function cli.parse(argv)
   if command == "lua" then
     errors.raise("usage", "'lua' takes no options before it: cozy-migrate lua [SCRIPT [ARGS...]] | lua -e CODE")
   end
-  local opts, args = { v = 0 }, {}
-  argv = table.move(argv, 1, #argv, 1, {})
-  table.remove(argv, at) -- the command itself
-  local i = 1
-  while i <= #argv do
-    local a = argv[i]
-    local name, inline = split(a)
-    if a == "--" then
-      for j = i + 1, #argv do args[#args + 1] = argv[j] end
-      break
-    elseif name == nil then
-      args[#args + 1] = a
-    else
-      local kind = (command_values[command] or {})[name] or options[name]
-      if kind == nil then
-        errors.raise("usage", ("unknown option %q"):format(a))
-      end
-      if not (common[name] or command_options[command][name]) then
-        errors.raise("usage", ("option %s does not apply to '%s'"):format(name, command))
-      end
-      if kind == "flag" then
-        if inline then errors.raise("usage", ("option %s takes no value"):format(name)) end
-        opts[key(name)] = true
-      elseif kind == "verbosity" then
-        local level = inline
-        if level == nil and takes_next(name, nil, argv[i + 1]) then
-          i = i + 1
-          level = argv[i]
-        end
-        if level == nil then
-          opts.v = math.max(opts.v, cli.V_DEBUG)
-        else
-          local n = level:match("^%d+$") and math.tointeger(tonumber(level))
-          if not n then
-            errors.raise("usage", ("-v expects a level, a non-negative integer (as kubectl's -v=6), got %q"):format(level))
-          end
-          opts.v = n
-        end
-      else
-        local v = inline
-        if v == nil then
-          i = i + 1
-          v = argv[i]
-          if v == nil then errors.raise("usage", ("option %s needs a value"):format(name)) end
-        end
-        opts[key(name)] = kind(v)
-      end
-    end
+end
+
+-- -v LEVEL, -v=LEVEL, --v=LEVEL, -vLEVEL, or -v alone (debug): into opts.v.
+-- Returns the index of the last word it read.
+local function read_verbosity(name, inline, argv, i, opts)
+  local level = inline
+  if level == nil and takes_next(name, nil, argv[i + 1]) then
     i = i + 1
+    level = argv[i]
   end
+  if level == nil then
+    opts.v = math.max(opts.v, cli.V_DEBUG)
+    return i
+  end
+  local n = level:match("^%d+$") and math.tointeger(tonumber(level))
+  if not n then
+    errors.raise("usage", ("-v expects a level, a non-negative integer (as kubectl's -v=6), got %q"):format(level))
+  end
+  opts.v = n
+  return i
+end
+
+-- The option argv[i] (named `name`, with its `--opt=VALUE` value `inline`)
+-- of `command`, read into opts. Returns the index of the last word it read.
+local function read_option(command, argv, i, name, inline, opts)
+  local kind = (command_values[command] or {})[name] or options[name]
+  if kind == nil then
+    errors.raise("usage", ("unknown option %q"):format(argv[i]))
+  end
+  if not (common[name] or command_options[command][name]) then
+    errors.raise("usage", ("option %s does not apply to '%s'"):format(name, command))
+  end
+  if kind == "flag" then
+    if inline then errors.raise("usage", ("option %s takes no value"):format(name)) end
+    opts[key(name)] = true
+    return i
+  elseif kind == "verbosity" then
+    return read_verbosity(name, inline, argv, i, opts)
+  end
+  local v = inline
+  if v == nil then
+    i = i + 1
+    v = argv[i]
+    if v == nil then errors.raise("usage", ("option %s needs a value"):format(name)) end
+  end
+  opts[key(name)] = kind(v)
+  return i
+end
+
+-- What the words after the options may be: `help` one command, `new` its
+-- NAME, every other command none.
+local function check_arguments(command, opts, args)
   if command == "help" then
     if #args > 1 then errors.raise("usage", ("unexpected argument %q for 'help'"):format(args[2])) end
     if args[1] ~= nil and not commands[args[1]] then
@@ -424,12 +428,39 @@ function cli.parse(argv)
     return "help", opts, args
   end
   if opts.version then return "version", opts, {} end
-  -- only `new` takes an argument (its NAME); anything else is a mistake
   local takes = command == "new" and 1 or 0
   if #args > takes then
     errors.raise("usage", ("unexpected argument %q for '%s'"):format(args[takes + 1], command))
   end
   return command, opts, args
+end
+
+-- Parses argv (1-based, without the program name). Returns command, opts, args;
+-- raises a cozy.errors error of kind "usage" on misuse. `--help` anywhere (and
+-- `help [COMMAND]`) returns "help", opts, { COMMAND }; `--version`, "version".
+-- Options go before or after the command, as kubectl's; `--` ends them.
+function cli.parse(argv)
+  local command, at = find_command(argv)
+  if help_asked(argv, command) then return "help", { v = 0 }, { command } end
+  if check_command(argv, command) == "version" then return "version", { v = 0 }, {} end
+  local opts, args = { v = 0 }, {}
+  argv = table.move(argv, 1, #argv, 1, {})
+  table.remove(argv, at) -- the command itself
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    local name, inline = split(a)
+    if a == "--" then
+      table.move(argv, i + 1, #argv, #args + 1, args)
+      break
+    elseif name == nil then
+      args[#args + 1] = a
+    else
+      i = read_option(command, argv, i, name, inline, opts)
+    end
+    i = i + 1
+  end
+  return check_arguments(command, opts, args)
 end
 
 -- Entry point from core/main.c: argv[0] is the program name.
