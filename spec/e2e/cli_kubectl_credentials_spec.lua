@@ -77,6 +77,26 @@ describe("credentials beside kubectl", function()
     assert.same(theirs, mine)
   end)
 
+  it("an existing ~/.kube/config comes before the in-cluster configuration for both", function()
+    local home = dir .. "/home"
+    os.execute("mkdir -p " .. q(home .. "/.kube"))
+    support.write_file(home .. "/.kube/config", support.read_file(kubeconfig(srv.url)))
+    -- in-cluster would be a dead address: only ~/.kube/config reaches the server
+    local env = ("env -u KUBECONFIG HOME=%s KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=1 "):format(q(home))
+    srv:clear_requests()
+    local rc, out = shell(env .. q(fake.kubectl_path) .. " get --raw /api/v1/namespaces/cozy-system/configmaps/settings")
+    assert.equal(0, rc, out)
+    rc, out = shell(env .. q(os.getenv("COZY_MIGRATE_BIN")) .. " lua -e " .. q([[print(require("cozy.kube").connect{}
+      :resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)]]))
+    assert.equal(0, rc, out)
+    assert.matches("prod\n$", out)
+    local settings = 0
+    for _, e in ipairs(srv:requests()) do
+      if e.path == "/api/v1/namespaces/cozy-system/configmaps/settings" and e.status == 200 then settings = settings + 1 end
+    end
+    assert.equal(2, settings)
+  end)
+
   it("both take the context's namespace as the default", function()
     local path = kubeconfig(srv.url, nil, nil, "team-x")
     local rc, out = kubectl(path, "config view --minify -o jsonpath='{..namespace}'")
