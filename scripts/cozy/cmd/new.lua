@@ -152,6 +152,32 @@ local function write_new(path, text)
   return true
 end
 
+-- The new migration's number: `given` (from `new NN-NAME`) unless it is out
+-- of range or taken, else the next after every number taken: the
+-- directory's, and this build's migrations unless --migrations names
+-- another set. Returns the number, or nil and why.
+local function number_for(given, dir, opts)
+  local taken, highest = {}, 0
+  local function take(filename)
+    local ok, n = pcall(discovery.classify, filename)
+    if ok and n then
+      taken[n] = taken[n] or filename
+      if n > highest then highest = n end
+    end
+  end
+  for _, filename in ipairs(assert(sys.listdir(dir))) do take(filename) end
+  if not opts.migrations then
+    for _, b in ipairs(sys.builtin_migrations()) do take(b.name) end
+  end
+  if given == nil then return highest + 1 end
+  local number = math.tointeger(tonumber(given))
+  if number == nil or number > 1000000 then
+    return nil, ("migration number %s is out of range (0..1000000)"):format(given)
+  end
+  if taken[number] then return nil, ("migration number %d is taken (%s)"):format(number, taken[number]) end
+  return number
+end
+
 function M.run(opts, args)
   return runner.protect(opts, function(log)
     local name = args[1]
@@ -173,31 +199,10 @@ function M.run(opts, args)
         :format(dir))
       return 2
     end
-    -- the numbers taken: the directory's, and this build's migrations
-    -- unless --migrations names another set; a new one takes the next
-    local taken, highest = {}, 0
-    local function take(filename)
-      local ok, n = pcall(discovery.classify, filename)
-      if ok and n then
-        taken[n] = taken[n] or filename
-        if n > highest then highest = n end
-      end
-    end
-    for _, filename in ipairs(assert(sys.listdir(dir))) do take(filename) end
-    if not opts.migrations then
-      for _, b in ipairs(sys.builtin_migrations()) do take(b.name) end
-    end
-    local number = highest + 1
-    if given then
-      number = math.tointeger(tonumber(given))
-      if number == nil or number > 1000000 then
-        io.stderr:write(("cozy-migrate: migration number %s is out of range (0..1000000)\n"):format(given))
-        return 2
-      end
-      if taken[number] then
-        io.stderr:write(("cozy-migrate: migration number %d is taken (%s)\n"):format(number, taken[number]))
-        return 2
-      end
+    local number, why = number_for(given, dir, opts)
+    if number == nil then
+      io.stderr:write("cozy-migrate: ", why, "\n")
+      return 2
     end
     local base = ("%d-%s"):format(number, name)
     local file = dir .. "/" .. base .. ".lua"
