@@ -190,21 +190,32 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			entry.BodyBase64 = base64.StdEncoding.EncodeToString(body)
 		}
 	}
-	// A concurrent writer's or deleter's real write goes first, as the
-	// fake's rule acts before it serves the request.
-	if rule := f.writers.take(r); rule != nil {
-		entry.Fault = f.writers.act(r.Context(), f.cp.admin, rule, r.URL.Path)
+	rule := f.writers.take(r)
+	// A held request is logged as it arrives, so that the requests it
+	// awaits come after it in the log, as in the fake's.
+	if rule != nil && rule.Await != nil {
+		f.append(&entry)
+		awaited := f.await(rule.Await, &entry)
+		fault := map[string]any{"rule": rule.index, "action": "await"}
+		if len(rule.Bump) > 0 || rule.Delete {
+			fault = f.writers.act(r.Context(), f.cp.admin, rule, r.URL.Path)
+		}
+		fault["awaited"] = awaited
+		f.mu.Lock()
+		entry.Fault = fault
+		f.mu.Unlock()
+	} else {
+		// A concurrent writer's or deleter's real write goes first, as the
+		// fake's rule acts before it serves the request.
+		if rule != nil {
+			entry.Fault = f.writers.act(r.Context(), f.cp.admin, rule, r.URL.Path)
+		}
+		// Logged when it arrives, as the fake logs it, so that the log's
+		// order is the order the server saw the requests in (a watch, or a
+		// request held by the server, does not move behind the requests that
+		// came after it); its status is filled in once the answer is known.
+		f.append(&entry)
 	}
-	// Logged when it arrives, as the fake logs it, so that the log's order
-	// is the order the server saw the requests in (a watch, or a request
-	// held by the server, does not move behind the requests that came after
-	// it); its status is filled in once the answer is known.
-	f.mu.Lock()
-	f.log = append(f.log, &entry)
-	if len(f.log) > f.maxLog {
-		f.log = f.log[len(f.log)-f.maxLog:]
-	}
-	f.mu.Unlock()
 	rec := &statusRecorder{ResponseWriter: w}
 	f.proxy.ServeHTTP(rec, r)
 	status := rec.status
@@ -214,6 +225,39 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	entry.Status = &status
 	f.mu.Unlock()
+}
+
+func (f *front) append(entry *logEntry) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, entry)
+	if len(f.log) > f.maxLog {
+		f.log = f.log[len(f.log)-f.maxLog:]
+	}
+}
+
+// await holds the caller until the log has a.Count requests other than
+// self that match a (true), or a.TimeoutMs has passed (false). It polls
+// the log: the condition, not a guessed duration.
+func (f *front) await(a *awaitRule, self *logEntry) bool {
+	deadline := time.Now().Add(time.Duration(a.TimeoutMs * float64(time.Millisecond)))
+	for {
+		f.mu.Lock()
+		seen := 0
+		for _, e := range f.log {
+			if e != self && (a.Method == "" || e.Method == a.Method) && a.re.MatchString(e.Path) {
+				seen++
+			}
+		}
+		f.mu.Unlock()
+		if seen >= a.Count {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 type statusRecorder struct {

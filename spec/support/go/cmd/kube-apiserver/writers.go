@@ -18,13 +18,14 @@ import (
 
 var noConversionCodecs = scheme.Codecs.WithoutConversion()
 
-// The fake's fault rules of the two kinds a real server can play honestly:
-// a concurrent writer (`bump`) and a concurrent deleter (`delete`). Each is a
+// The fake's fault rules of the kinds a real server can play honestly: a
+// concurrent writer (`bump`) and a concurrent deleter (`delete`), each a
 // real write through the API, made by the admin just before the matching
 // request is passed on, so the real server judges what the request then
-// meets (a 409, a failed test, a 404). Every other action (status, reset,
-// respond, continue, rotate_token, delay_ms) answers 501: it would be the
-// front speaking, not the server.
+// meets (a 409, a failed test, a 404); and `await`, which holds the request
+// until the log has the requests it names (the server still answers it).
+// Every other action (status, reset, respond, continue, rotate_token,
+// delay_ms) is refused: it would be the front speaking, not the server.
 //
 // A bump that gives no merge patch changes the annotation
 // cozy-migrate.test/bump (a real server bumps resourceVersion only when
@@ -37,6 +38,7 @@ type writerRule struct {
 	Skip   int             `json:"skip,omitempty"`
 	Bump   json.RawMessage `json:"bump,omitempty"`
 	Delete bool            `json:"delete,omitempty"`
+	Await  *awaitRule      `json:"await,omitempty"`
 
 	re      *regexp.Regexp
 	merge   map[string]any
@@ -44,6 +46,18 @@ type writerRule struct {
 	skipped int
 	fired   int
 	index   int
+}
+
+// awaitRule holds a request until the front's log has Count other requests
+// matching Method (any when empty) and Path (a regex searched in the path),
+// or TimeoutMs has passed.
+type awaitRule struct {
+	Method    string  `json:"method,omitempty"`
+	Path      string  `json:"path"`
+	Count     int     `json:"count"`
+	TimeoutMs float64 `json:"timeout_ms"`
+
+	re *regexp.Regexp
 }
 
 type writers struct {
@@ -73,7 +87,7 @@ func parseWriterRules(body []byte, first int) ([]*writerRule, error) {
 		}
 		for k := range keys {
 			switch k {
-			case "method", "path", "times", "skip", "bump", "delete":
+			case "method", "path", "times", "skip", "bump", "delete", "await":
 			case "status", "reset", "respond", "continue", "rotate_token", "delay_ms":
 				return nil, fmt.Errorf("rule %d: %q is a fault only the fake API server can play (a fake-only spec)", i, k)
 			default:
@@ -105,8 +119,22 @@ func parseWriterRules(body []byte, first int) ([]*writerRule, error) {
 			return nil, fmt.Errorf("rule %d: skip must be a non-negative integer", i)
 		}
 		bump := len(r.Bump) > 0
-		if bump == r.Delete {
-			return nil, fmt.Errorf("rule %d: give one action, bump or delete", i)
+		if bump && r.Delete || !bump && !r.Delete && r.Await == nil {
+			return nil, fmt.Errorf("rule %d: give one action, bump or delete (or await)", i)
+		}
+		if a := r.Await; a != nil {
+			if a.Method != "" && !writerMethods[a.Method] {
+				return nil, fmt.Errorf("rule %d: await.method %q is not an HTTP method", i, a.Method)
+			}
+			if a.re, err = regexp.Compile(a.Path); err != nil || a.Path == "" {
+				return nil, fmt.Errorf("rule %d: await.path must be a valid regex", i)
+			}
+			if a.Count < 1 {
+				return nil, fmt.Errorf("rule %d: await.count must be a positive integer", i)
+			}
+			if a.TimeoutMs <= 0 {
+				return nil, fmt.Errorf("rule %d: await.timeout_ms must be a positive number", i)
+			}
 		}
 		if _, given := keys["delete"]; given && !r.Delete {
 			return nil, fmt.Errorf("rule %d: delete must be true", i)
