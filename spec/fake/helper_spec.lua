@@ -66,7 +66,7 @@ describe("spec.support.fake", function()
       "fake: POST /_fake/faults answered 400: fault rules must be a JSON array of rules or one rule object", nil, true)
     assert.has_error(function() srv:faults { { method = "GET", path = "x" } } end,
       "fake: POST /_fake/faults answered 400: fault rule 0 of this request: no action: give one of "
-      .. "status, reset, bump, delete, respond, continue, rotate_token (or delay_ms); no rule of it was added ")
+      .. "status, reset, bump, delete, respond, continue, rotate_token (or delay_ms, await); no rule of it was added ")
     assert.same({}, srv:control("GET", "/_fake/faults"))
   end)
 end)
