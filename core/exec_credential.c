@@ -32,6 +32,7 @@
 #include "clock.h"
 #include "exec_credential.h"
 #include "kubeconfig.h"
+#include "proc.h"
 #include "signals.h"
 
 extern char **environ;
@@ -208,15 +209,6 @@ static char *find_command(const char *command) {
   return NULL;
 }
 
-static void close_from(int from) {
-  struct rlimit rl;
-  long fd, max = 65536;
-  if (close_range((unsigned)from, ~0U, 0) == 0) return;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (1u << 20))
-    max = (long)rl.rlim_cur;
-  for (fd = from; fd < max; fd++) close((int)fd);
-}
-
 /* The child, after fork: async-signal-safe calls only. fds 0-2 and the
 ** exec report pipe (fd 3, closed by a successful exec) and nothing else.
 ** A plugin that may prompt keeps our stdin and our process group (in a
@@ -232,7 +224,7 @@ static void child(const struct cozy_exec *ex, char **envp, int interactive, int 
     if (null >= 0) dup2(null, 0);
   }
   if (report_w != 3) report_w = dup3(report_w, 3, O_CLOEXEC) == 3 ? 3 : report_w;
-  close_from(report_w == 3 ? 4 : 3);
+  cozy_close_from(report_w == 3 ? 4 : 3);
   execve(ex->path, ex->argv, envp);
   e = errno;
   w = write(report_w, &e, sizeof e);
@@ -368,20 +360,9 @@ static int run(const struct cozy_exec *ex, char **envp, int interactive, struct 
 
 /* ---- the ExecCredential ---- */
 
-static yaml_node_t *map_get(yaml_document_t *doc, yaml_node_t *map, const char *key) {
-  yaml_node_pair_t *p;
-  if (map == NULL || map->type != YAML_MAPPING_NODE) return NULL;
-  for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-    yaml_node_t *k = yaml_document_get_node(doc, p->key);
-    if (k && k->type == YAML_SCALAR_NODE && strcmp((const char *)k->data.scalar.value, key) == 0)
-      return yaml_document_get_node(doc, p->value);
-  }
-  return NULL;
-}
-
 /* A string field: 0 absent or empty, 1 set (*out, *len), -1 not a string. */
 static int str_field(yaml_document_t *doc, yaml_node_t *map, const char *key, const char **out, size_t *len) {
-  yaml_node_t *n = map_get(doc, map, key);
+  yaml_node_t *n = cozy_yaml_get(doc, map, key);
   if (n == NULL) return 0;
   if (n->type != YAML_SCALAR_NODE) return -1;
   if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
@@ -450,7 +431,7 @@ static int read_credential(const struct cozy_exec *ex, yaml_document_t *doc, str
                 ex->api_version, v && vl < 100 ? v : "none");
   if (str_field(doc, root, "kind", &v, &vl) != 1 || strcmp(v, "ExecCredential") != 0)
     return fail(err, errlen, ex, "its output is not an ExecCredential (kind)");
-  status = map_get(doc, root, "status");
+  status = cozy_yaml_get(doc, root, "status");
   if (status == NULL || status->type != YAML_MAPPING_NODE)
     return fail(err, errlen, ex, "its ExecCredential has no status");
   rt = str_field(doc, status, "token", &tok, &tl);

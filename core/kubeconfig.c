@@ -154,7 +154,9 @@ static void join(char *dst, size_t n, const char *where, const char *key) {
 
 /* ---- YAML walking ---- */
 
-static yaml_node_t *map_get(yaml_document_t *doc, yaml_node_t *map, const char *key) {
+/* The value of `key` in mapping `map`, or NULL (also when map is not a
+** mapping). Shared with the ExecCredential reader (exec_credential.c). */
+yaml_node_t *cozy_yaml_get(yaml_document_t *doc, yaml_node_t *map, const char *key) {
   yaml_node_pair_t *p;
   if (map == NULL || map->type != YAML_MAPPING_NODE) return NULL;
   for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
@@ -177,7 +179,7 @@ static int is_null(yaml_node_t *n) {
 /* A string field: 0 absent, 1 present (*out set), -1 wrong type (err set). */
 static int get_str(struct loader *ld, struct kfile *f, yaml_node_t *map, const char *key, const char *where,
                    const char **out) {
-  yaml_node_t *n = map_get(&f->doc, map, key);
+  yaml_node_t *n = cozy_yaml_get(&f->doc, map, key);
   char field[256];
   if (is_null(n)) return 0;
   if (n->type != YAML_SCALAR_NODE) {
@@ -196,14 +198,14 @@ static struct kfile *find_named(struct loader *ld, const char *section, const ch
   for (i = 0; i < ld->nfiles; i++) {
     struct kfile *f = &ld->files[i];
     yaml_node_t *root = yaml_document_get_root_node(&f->doc);
-    yaml_node_t *list = map_get(&f->doc, root, section);
+    yaml_node_t *list = cozy_yaml_get(&f->doc, root, section);
     yaml_node_item_t *it;
     if (list == NULL || list->type != YAML_SEQUENCE_NODE) continue;
     for (it = list->data.sequence.items.start; it < list->data.sequence.items.top; it++) {
       yaml_node_t *e = yaml_document_get_node(&f->doc, *it);
-      yaml_node_t *n = map_get(&f->doc, e, "name");
+      yaml_node_t *n = cozy_yaml_get(&f->doc, e, "name");
       if (n && n->type == YAML_SCALAR_NODE && strcmp((const char *)n->data.scalar.value, name) == 0) {
-        *inner = map_get(&f->doc, e, kind);
+        *inner = cozy_yaml_get(&f->doc, e, kind);
         return f;
       }
     }
@@ -506,7 +508,7 @@ static int from_cluster(struct loader *ld, struct cozy_kubeconfig *kc) {
   if (dup_to(err, f->path, &kc->server, v) < 0) return -1;
   while (strlen(kc->server) > 8 && kc->server[strlen(kc->server) - 1] == '/')
     kc->server[strlen(kc->server) - 1] = '\0';
-  n = map_get(&f->doc, cl, "insecure-skip-tls-verify");
+  n = cozy_yaml_get(&f->doc, cl, "insecure-skip-tls-verify");
   if (!is_null(n)) {
     const char *b = n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : "";
     join(field, sizeof field, where, "insecure-skip-tls-verify");
@@ -523,7 +525,7 @@ static int from_cluster(struct loader *ld, struct cozy_kubeconfig *kc) {
 ** each has an exec plugin in its place) and basic authentication. */
 static int refuse_plugins(struct loader *ld, struct kfile *f, yaml_node_t *us, const char *where) {
   char field[256];
-  if (!is_null(map_get(&f->doc, us, "auth-provider"))) {
+  if (!is_null(cozy_yaml_get(&f->doc, us, "auth-provider"))) {
     join(field, sizeof field, where, "auth-provider");
     return fail(ld->err, f->path, field,
                 "%s: %s: auth-provider plugins are not supported (client-go removed them); use the "
@@ -531,7 +533,7 @@ static int refuse_plugins(struct loader *ld, struct kfile *f, yaml_node_t *us, c
                 "and OIDC as kubectl oidc-login), or your provider's",
                 f->path, field);
   }
-  if (!is_null(map_get(&f->doc, us, "username")) || !is_null(map_get(&f->doc, us, "password"))) {
+  if (!is_null(cozy_yaml_get(&f->doc, us, "username")) || !is_null(cozy_yaml_get(&f->doc, us, "password"))) {
     join(field, sizeof field, where, "username");
     return fail(ld->err, f->path, field, "%s: %s: basic authentication is not supported", f->path, field);
   }
@@ -593,7 +595,7 @@ static int env_list(struct loader *ld, struct kfile *f, yaml_node_t *seq, const 
 static int user_exec(struct loader *ld, struct kfile *f, yaml_node_t *us, const char *where,
                      struct cozy_kubeconfig *kc) {
   struct cozy_config_error *err = ld->err;
-  yaml_node_t *ex = map_get(&f->doc, us, "exec"), *n;
+  yaml_node_t *ex = cozy_yaml_get(&f->doc, us, "exec"), *n;
   struct cozy_exec *e;
   char w[256], field[256];
   const char *v;
@@ -618,8 +620,8 @@ static int user_exec(struct loader *ld, struct kfile *f, yaml_node_t *us, const 
                 f->path, field);
   if (dup_to(err, f->path, &e->api_version, v) < 0) return -1;
   join(field, sizeof field, w, "args");
-  if (str_list(ld, f, map_get(&f->doc, ex, "args"), field, e->command, &e->argv) < 0) return -1;
-  if (env_list(ld, f, map_get(&f->doc, ex, "env"), w, &e->env) < 0) return -1;
+  if (str_list(ld, f, cozy_yaml_get(&f->doc, ex, "args"), field, e->command, &e->argv) < 0) return -1;
+  if (env_list(ld, f, cozy_yaml_get(&f->doc, ex, "env"), w, &e->env) < 0) return -1;
   if ((r = get_str(ld, f, ex, "installHint", w, &v)) < 0) return -1;
   if (r == 1 && *v && dup_to(err, f->path, &e->install_hint, v) < 0) return -1;
   join(field, sizeof field, w, "interactiveMode");
@@ -634,7 +636,7 @@ static int user_exec(struct loader *ld, struct kfile *f, yaml_node_t *us, const 
   else if (strcmp(v, "IfAvailable") == 0) e->interactive_mode = COZY_EXEC_IF_AVAILABLE;
   else if (strcmp(v, "Always") == 0) e->interactive_mode = COZY_EXEC_ALWAYS;
   else return fail(err, f->path, field, "%s: %s must be Never, IfAvailable or Always", f->path, field);
-  n = map_get(&f->doc, ex, "provideClusterInfo");
+  n = cozy_yaml_get(&f->doc, ex, "provideClusterInfo");
   if (!is_null(n)) {
     const char *b = n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : "";
     join(field, sizeof field, w, "provideClusterInfo");
@@ -659,7 +661,7 @@ static int user_token(struct loader *ld, struct kfile *f, yaml_node_t *us, const
     struct cozy_blob raw;
     char context[768];
     raw.data = (char *)v;
-    raw.len = map_get(&f->doc, us, "token")->data.scalar.length;
+    raw.len = cozy_yaml_get(&f->doc, us, "token")->data.scalar.length;
     join(field, sizeof field, where, "token");
     snprintf(context, sizeof context, "%s: %s", f->path, field);
     if (check_token(err, f->path, field, context, &raw) < 0) return -1;

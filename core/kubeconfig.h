@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include <yaml.h>
+
 struct cozy_exec;
 
 /* Environment variable overriding the service account directory (tests). */
@@ -59,6 +61,9 @@ struct cozy_kubeconfig {
 int cozy_kubeconfig_load(const char *path, const char *context, struct cozy_kubeconfig *kc,
                          struct cozy_config_error *err);
 void cozy_kubeconfig_free(struct cozy_kubeconfig *kc);
+
+/* The value of `key` in YAML mapping `map` of `doc`, or NULL. */
+yaml_node_t *cozy_yaml_get(yaml_document_t *doc, yaml_node_t *map, const char *key);
 
 /* Reads a whole file of at most max bytes; returns 0, or -1 with errno set
 ** (EFBIG: the file has more than max bytes; reading stopped there). */

@@ -32,6 +32,7 @@
 
 #include "clock.h"
 #include "host.h"
+#include "proc.h"
 #include "signals.h"
 #include "watch.h"
 
@@ -216,7 +217,7 @@ none:
 
 /* Every descriptor from `from` up is closed (close_range, else one by one
 ** up to the limit). Async-signal-safe. */
-static void close_from(int from) {
+void cozy_close_from(int from) {
   struct rlimit rl;
   long fd, max = 65536;
   if (close_range((unsigned)from, ~0U, 0) == 0) return;
@@ -240,7 +241,7 @@ static void child_exec(const struct spawn *sp, int out_w, int err_w, int report_
   null = open("/dev/null", O_RDONLY);
   if (null >= 0) dup2(null, 0);
   if (report_w != 3) report_w = dup3(report_w, 3, O_CLOEXEC) == 3 ? 3 : report_w;
-  close_from(report_w == 3 ? 4 : 3);
+  cozy_close_from(report_w == 3 ? 4 : 3);
   /* strerror is not async-signal-safe (locale, a static buffer): the child
   ** reports which call failed and its errno; the parent formats */
   if (sp->cwd != NULL && chdir(sp->cwd) != 0) {

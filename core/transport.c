@@ -206,6 +206,20 @@ void cozy_push_results(lua_State *L, const struct cozy_response *r, int failed, 
   lua_rotate(L, -3, -1); /* status, body, attempts, warnings, decode_error */
 }
 
+/* nil and { file =, field =, message = }: a configuration error as
+** cozy.kube turns it into kind "config". Returns 2, for a return. */
+static int push_config_error(lua_State *L, const struct cozy_config_error *err) {
+  lua_pushnil(L);
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, err->file);
+  lua_setfield(L, -2, "file");
+  lua_pushstring(L, err->field);
+  lua_setfield(L, -2, "field");
+  lua_pushstring(L, err->message);
+  lua_setfield(L, -2, "message");
+  return 2;
+}
+
 static int t_gc(lua_State *L) {
   struct cozy_transport *t = luaL_checkudata(L, 1, TRANSPORT_MT);
   if (!t->closed) {
@@ -271,17 +285,7 @@ static int t_new(lua_State *L) {
         rc = -1;
       }
     }
-    if (rc != 0) {
-      lua_pushnil(L);
-      lua_createtable(L, 0, 3);
-      lua_pushstring(L, err.file);
-      lua_setfield(L, -2, "file");
-      lua_pushstring(L, err.field);
-      lua_setfield(L, -2, "field");
-      lua_pushstring(L, err.message);
-      lua_setfield(L, -2, "message");
-      return 2;
-    }
+    if (rc != 0) return push_config_error(L, &err);
   }
   t->closed = 0;
   t->resp.max_response_bytes = t->max_response_bytes;
@@ -453,17 +457,7 @@ static int t_config(lua_State *L) {
   lua_settop(L, 1);
   path = opt_string(L, 1, "kubeconfig", NULL);
   context = opt_string(L, 1, "context", NULL);
-  if (cozy_kubeconfig_load(path, context, &kc, &err) != 0) {
-    lua_pushnil(L);
-    lua_createtable(L, 0, 3);
-    lua_pushstring(L, err.file);
-    lua_setfield(L, -2, "file");
-    lua_pushstring(L, err.field);
-    lua_setfield(L, -2, "field");
-    lua_pushstring(L, err.message);
-    lua_setfield(L, -2, "message");
-    return 2;
-  }
+  if (cozy_kubeconfig_load(path, context, &kc, &err) != 0) return push_config_error(L, &err);
   lua_createtable(L, 0, 4);
   set_str(L, "namespace", kc.namespace);
   set_str(L, "source", kc.source);
