@@ -88,6 +88,14 @@ local FAULTS = {
 -- it lands, so it cannot set renewTime back.
 local FAIL_CLOSED = { ["lease-renew/500x5"] = "lock lost" }
 
+-- Cells whose outcome the machine's speed decides, each one of two that
+-- both keep the promise: the renewal held past its timeout is followed by
+-- the next one, sent as it times out, two thirds of the 3 s lease after the
+-- last good renewal was sent: that is exactly where the lock counts as lost,
+-- so a loaded machine fails closed ("lock lost") and a quiet one passes. The
+-- cell asserts whichever it got, and the table says both.
+local EITHER = { ["lease-renew/timeout"] = "lock lost" }
+
 -- the request log's fault.action of each fault
 local ACTIONS = { ["500x5"] = "status", ["503"] = "status", ["429"] = "status", reset = "reset",
                   timeout = "delay", bump = "bump", ["410"] = "status", ["401"] = "rotate_token" }
@@ -210,6 +218,8 @@ describe("fault campaign: migration 59 on a " .. FLEET .. "-VM fleet", function(
           local after_first = support.state(srv)
           local outcome
           local expected = FAIL_CLOSED[row.id .. "/" .. fault.id]
+          local either = EITHER[row.id .. "/" .. fault.id]
+          if either and first.code ~= 0 then expected = either end
           if expected then
             assert(first.code ~= 0, where .. ": succeeded, but the engine should have stopped with \""
               .. expected .. "\"\n" .. first.stderr)
@@ -248,6 +258,7 @@ describe("fault campaign: migration 59 on a " .. FLEET .. "-VM fleet", function(
           support.assert_patched_once(srv, needs, where, whole)
 
           if outcome == "fail-closed" then outcome = "fail-closed, rerun ok" end
+          if either then outcome = "pass, or fail-closed and rerun ok (timing)" end
           results[row.id .. "/" .. fault.id] = outcome
           passed = passed + 1
         end)
