@@ -80,6 +80,8 @@ local function watched_pcall(f, ...) return rethrow(pcall(f, ...)) end
 -- A migration's message handler does not run while a stop is pending: one
 -- that loops would otherwise turn the stop into "error in error handling".
 local function watched_xpcall(f, handler, ...)
+  -- a handler that is not a function is xpcall's own argument error
+  if type(handler) ~= "function" then return rethrow(xpcall(f, handler, ...)) end
   return rethrow(xpcall(f, function(e)
     if pending_stop() then return e end
     return handler(e)

@@ -20,6 +20,13 @@ describe("the migration sandbox", function()
       end)
     end
 
+    it("nothing of xpcall's own argument check: a handler that is not a function is its error", function()
+      local r = eval([[return { pcall(xpcall, function() end, 42) }]])
+      assert.is_false(r[1])
+      assert.matches("bad argument #2 to 'xpcall' (function expected", r[2], 1, true)
+      assert.same({ false, "boom!" }, eval([[return { xpcall(function() error("boom", 0) end, function(e) return e .. "!" end) }]]))
+    end)
+
     it("io.popen, through any path", function()
       assert.is_nil(eval("return io"))
       assert.is_nil(eval("return _G.io"))
