@@ -10,10 +10,13 @@ local null = json.null
 
 -- A dotted path split into its steps (digits as array indices), cached:
 -- migrations read the same few paths once per object of a fleet. Bounded,
--- since a path may also be built per object.
+-- since a path may also be built per object. An array of steps is taken as
+-- it is: a key with dots in it ("apps.cozystack.io/application.name") can
+-- only be reached that way.
 local steps_of = {}
 local cached = 0
 local function steps(path)
+  if type(path) == "table" then return path end
   local s = steps_of[path]
   if s == nil then
     s = {}
@@ -27,7 +30,9 @@ end
 
 -- The value at a dotted path ("spec.template.spec"), or nil as soon as a
 -- step is missing or not a table (JSON null included). Array elements are
--- reached with numbers: get(vm, "spec.template.spec.volumes.1.name").
+-- reached with numbers: get(vm, "spec.template.spec.volumes.1.name"). The
+-- path may be an array of steps instead, each a key or an index as it is:
+-- get(o, { "metadata", "labels", "apps.cozystack.io/application.name" }).
 function obj.get(o, path)
   local s = steps(path)
   for i = 1, #s do
@@ -126,6 +131,126 @@ function obj.append(o, path, items)
   if type(node[last]) ~= "table" then node[last] = json.array {} end
   for _, item in ipairs(items) do table.insert(node[last], item) end
   return node[last]
+end
+
+-- Label and annotation keys and label values, checked as the API server
+-- checks them (k8s.io/apimachinery's IsQualifiedName and IsValidLabelValue),
+-- so that a bad key is an error of the migration that set it, before
+-- anything is sent, and not a 422 in the middle of a batch.
+local NAME_MAX, PREFIX_MAX = 63, 253
+local NAME_CHARS = "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+
+-- Is s a run of [A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9] (or one alphanumeric)?
+local function name_part_ok(s)
+  return s:find("^%w[%w%-_.]*$") ~= nil and s:find("%w$") ~= nil
+end
+
+-- A DNS-1123 subdomain: lowercase labels of [a-z0-9-], each starting and
+-- ending alphanumeric, joined by dots.
+local function subdomain_ok(s)
+  if #s == 0 or #s > PREFIX_MAX then return false end
+  for label in (s .. "."):gmatch("([^.]*)%.") do
+    if not label:find("^[a-z0-9]$") and not label:find("^[a-z0-9][a-z0-9%-]*[a-z0-9]$") then return false end
+  end
+  return true
+end
+
+-- nil when key is a valid qualified name, else why not.
+function obj.key_error(key)
+  if type(key) ~= "string" then return ("a key must be a string, not a %s"):format(type(key)) end
+  local prefix, name = key:match("^([^/]*)/(.*)$")
+  if prefix == nil then
+    name = key
+  elseif name:find("/", 1, true) then
+    return ("%q: a qualified name must consist of a name and an optional prefix separated by one '/'"):format(key)
+  elseif prefix == "" then
+    return ("%q: prefix part must be non-empty"):format(key)
+  elseif #prefix > PREFIX_MAX then
+    return ("%q: prefix part must be no more than %d characters"):format(key, PREFIX_MAX)
+  elseif not subdomain_ok(prefix) then
+    return ("%q: prefix part must be a lowercase RFC 1123 subdomain (e.g. 'example.com')"):format(key)
+  end
+  if name == "" then return ("%q: name part must be non-empty"):format(key) end
+  if #name > NAME_MAX then return ("%q: name part must be no more than %d characters"):format(key, NAME_MAX) end
+  if not name_part_ok(name) then return ("%q: name part must consist of %s"):format(key, NAME_CHARS) end
+  return nil
+end
+
+-- nil when v is a valid label value ("" included), else why not.
+function obj.label_value_error(v)
+  if type(v) ~= "string" then return ("a label value must be a string, not a %s"):format(type(v)) end
+  if v == "" then return nil end
+  if #v > NAME_MAX then return ("%q: a label value must be no more than %d characters"):format(v, NAME_MAX) end
+  if not name_part_ok(v) then return ("%q: a label value must be empty or consist of %s"):format(v, NAME_CHARS) end
+  return nil
+end
+
+-- The API server checks an annotation key lowercased: "Example.COM/X" is a
+-- valid annotation key and an invalid label key.
+local function checked_key(what, key)
+  local why = obj.key_error(what == "annotation" and type(key) == "string" and key:lower() or key)
+  if why then error(("cozy.obj: invalid %s key %s"):format(what, why), 3) end
+end
+
+local function value_of(o, field, key)
+  local md = type(o) == "table" and o.metadata
+  local map = type(md) == "table" and md[field]
+  if type(map) ~= "table" then return nil end
+  local v = map[key]
+  if v == null then return nil end
+  return v
+end
+
+-- The map metadata[field] of o (a copy being edited), created when absent.
+local function map_of(o, field)
+  if type(o) ~= "table" then error("cozy.obj: the object must be a table", 3) end
+  if type(o.metadata) ~= "table" then o.metadata = json.object {} end
+  if type(o.metadata[field]) ~= "table" then o.metadata[field] = json.object {} end
+  return o.metadata[field]
+end
+
+-- Labels and annotations of an object: read as they are, written on a copy
+-- being edited (change, update_each), keys and label values checked first.
+-- set_* returns true when it changed the value; remove_* when there was one.
+function obj.label(o, key) return value_of(o, "labels", key) end
+function obj.annotation(o, key) return value_of(o, "annotations", key) end
+
+function obj.set_label(o, key, value)
+  checked_key("label", key)
+  local why = obj.label_value_error(value)
+  if why then error("cozy.obj: invalid label value " .. why, 2) end
+  local map = map_of(o, "labels")
+  if map[key] == value then return false end
+  map[key] = value
+  return true
+end
+
+function obj.set_annotation(o, key, value)
+  checked_key("annotation", key)
+  if type(value) ~= "string" then
+    error(("cozy.obj: an annotation value must be a string, not a %s"):format(type(value)), 2)
+  end
+  local map = map_of(o, "annotations")
+  if map[key] == value then return false end
+  map[key] = value
+  return true
+end
+
+local function remove(o, field, key)
+  local map = type(o) == "table" and type(o.metadata) == "table" and o.metadata[field]
+  if type(map) ~= "table" or map[key] == nil then return false end
+  map[key] = nil
+  return true
+end
+
+function obj.remove_label(o, key)
+  checked_key("label", key)
+  return remove(o, "labels", key)
+end
+
+function obj.remove_annotation(o, key)
+  checked_key("annotation", key)
+  return remove(o, "annotations", key)
 end
 
 -- The names of the items ("a,b,c"), for log lines.

@@ -1,0 +1,109 @@
+-- cozy.obj's labels and annotations (docs/engine-api.md, "Labels and
+-- annotations"): keys and values checked as the API server checks them
+-- (apimachinery's IsQualifiedName, IsValidLabelValue; the same keys go to
+-- both servers in spec/fake/labels_spec.lua), a bad key an error before
+-- anything is sent, and paths that reach keys with dots in them.
+local json = require "cozy.json"
+local obj = require "cozy.obj"
+
+local APP = "apps.cozystack.io/application.name"
+
+-- keys the API server accepts as label keys
+local VALID = {
+  "a", "A", "9", "a_b.c-D", APP, "tenant.cozystack.io/tenant-x", "kubernetes.io/metadata.name",
+  ("n"):rep(63), ("p"):rep(253) .. "/n", "a-b.c/X_y", "1.2/3",
+}
+
+-- keys it refuses, and why (the defect our message names)
+local INVALID = {
+  { "tenant.cozystack.io/tenant-", "name part must consist of" },
+  { "-a", "name part must consist of" },
+  { "a b", "name part must consist of" },
+  { "é", "name part must consist of" },
+  { "", "name part must be non-empty" },
+  { "x/", "name part must be non-empty" },
+  { "/x", "prefix part must be non-empty" },
+  { "a/b/c", "separated by one '/'" },
+  { "Example.com/x", "prefix part must be a lowercase RFC 1123 subdomain" },
+  { "-a.com/x", "prefix part must be a lowercase RFC 1123 subdomain" },
+  { "a..com/x", "prefix part must be a lowercase RFC 1123 subdomain" },
+  { "a_b.com/x", "prefix part must be a lowercase RFC 1123 subdomain" },
+  { ("n"):rep(64), "name part must be no more than 63 characters" },
+  { ("p"):rep(254) .. "/n", "prefix part must be no more than 253 characters" },
+}
+
+describe("cozy.obj labels and annotations", function()
+  it("accepts the keys the API server accepts", function()
+    for _, key in ipairs(VALID) do
+      assert.is_nil(obj.key_error(key), key)
+      local o = { metadata = { name = "x" } }
+      assert.is_true(obj.set_label(o, key, "v"))
+      assert.equal("v", obj.label(o, key))
+    end
+  end)
+
+  it("refuses the keys it refuses, naming the key and the defect, before the object is touched", function()
+    for _, c in ipairs(INVALID) do
+      local key, why = c[1], c[2]
+      local o = { metadata = { name = "x" } }
+      local ok, err = pcall(obj.set_label, o, key, "v")
+      assert.is_false(ok, key)
+      assert.matches("cozy.obj: invalid label key " .. ("%q"):format(key):gsub("%p", "%%%0"), err)
+      assert.matches(why, err, 1, true)
+      assert.is_nil(o.metadata.labels, key)
+      assert.has_error(function() obj.remove_label(o, key) end, "cozy.obj: invalid label key " .. obj.key_error(key))
+    end
+  end)
+
+  it("checks label values: 63 characters of the name charset, or empty", function()
+    local o = { metadata = {} }
+    assert.is_true(obj.set_label(o, "a", ""))
+    assert.is_true(obj.set_label(o, "a", ("v"):rep(63)))
+    assert.has_error(function() obj.set_label(o, "a", ("v"):rep(64)) end,
+      ("cozy.obj: invalid label value %q: a label value must be no more than 63 characters"):format(("v"):rep(64)))
+    assert.has_error(function() obj.set_label(o, "a", "x-") end,
+      [[cozy.obj: invalid label value "x-": a label value must be empty or consist of alphanumeric characters, ]] ..
+      [['-', '_' or '.', and must start and end with an alphanumeric character]])
+    assert.has_error(function() obj.set_label(o, "a", 1) end,
+      "cozy.obj: invalid label value a label value must be a string, not a number")
+  end)
+
+  it("checks annotation keys lowercased, as the API server does, and takes any string value", function()
+    local o = { metadata = {} }
+    assert.is_true(obj.set_annotation(o, "Example.com/Note", "any text: with / and spaces"))
+    assert.equal("any text: with / and spaces", obj.annotation(o, "Example.com/Note"))
+    assert.has_error(function() obj.set_annotation(o, "x/-y", "v") end,
+      [[cozy.obj: invalid annotation key "x/-y": name part must consist of alphanumeric characters, ]] ..
+      [['-', '_' or '.', and must start and end with an alphanumeric character]])
+    assert.has_error(function() obj.set_annotation(o, "a", 1) end,
+      "cozy.obj: an annotation value must be a string, not a number")
+  end)
+
+  it("creates the map when absent or null, reports whether it changed anything, and removes", function()
+    local o = json.decode('{"metadata":{"name":"x","labels":null}}')
+    assert.is_nil(obj.label(o, APP))
+    assert.is_true(obj.set_label(o, APP, "v"))
+    assert.is_false(obj.set_label(o, APP, "v"))
+    assert.equal("v", o.metadata.labels[APP])
+    assert.is_true(obj.remove_label(o, APP))
+    assert.is_false(obj.remove_label(o, APP))
+    assert.is_nil(o.metadata.labels[APP])
+    assert.is_false(obj.remove_annotation({}, "a"))
+    assert.is_nil(obj.annotation({}, "a"))
+    assert.is_nil(obj.label(nil, "a"))
+    -- the map made is a JSON object, so an emptied one still encodes as {}
+    local fresh = {}
+    obj.set_annotation(fresh, "a", "b")
+    obj.remove_annotation(fresh, "a")
+    assert.equal('{"metadata":{"annotations":{}}}', json.encode(fresh))
+  end)
+
+  it("reaches a key with dots in it through a path given as an array of steps", function()
+    local o = json.decode(('{"metadata":{"labels":{"%s":"tenant-a"}},"spec":{"v":[{"n":1}]}}'):format(APP))
+    assert.equal("tenant-a", obj.get(o, { "metadata", "labels", APP }))
+    assert.is_nil(obj.get(o, "metadata.labels." .. APP)) -- the dotted form splits the key
+    assert.equal(1, obj.get(o, { "spec", "v", 1, "n" }))
+    assert.is_nil(obj.get(o, { "spec", "v", 2, "n" }))
+    assert.same({ { n = 1 } }, obj.list(o, { "spec", "v" }))
+  end)
+end)
