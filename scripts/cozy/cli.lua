@@ -66,6 +66,9 @@ local option_list = {
   { "--concurrency", nil, "N", "changes of a batch in flight at once (1-64, default 8)" },
   { "--step-timeout", nil, "DURATION", "time limit of each step's run or check, legacy scripts too\n"
     .. "(default: the migration's `timeout`, else 30m)" },
+  { "--strict-stamp", nil, nil, "fail the run when a step leaves the version unstamped (a legacy\n"
+    .. "script exiting 0 without stamping, ctx.leave_version); default: WARN,\n"
+    .. "record it and go on to the next step, as run-migrations.sh does" },
   { "--migration", nil, "N", "check only migration N" },
   { "--service-account", nil, "NAME", "review NAME's permissions (SubjectAccessReview), not ours" },
   { "--output", "-o", "FORMAT", "text|json (rbac: yaml|json)" },
@@ -177,6 +180,7 @@ local options = {
   ["--output"] = one_of("--output", "text", "json"),
   ["--dry-run"] = "flag",
   ["--server-dry-run"] = "flag",
+  ["--strict-stamp"] = "flag",
   ["--service-account"] = string_value,
   ["--no-builtin"] = "flag",
   ["--all"] = "flag",
@@ -193,8 +197,8 @@ local command_values = {
 
 -- Which command-specific options each command accepts (common ones always), in help's order.
 local command_options = {
-  run = { "--target", "--dry-run", "--server-dry-run", "--step-timeout", "--concurrency" },
-  plan = { "--target", "--server-dry-run", "--step-timeout", "--concurrency" },
+  run = { "--target", "--dry-run", "--server-dry-run", "--step-timeout", "--strict-stamp", "--concurrency" },
+  plan = { "--target", "--server-dry-run", "--step-timeout", "--strict-stamp", "--concurrency" },
   status = { "--output", "--target" },
   check = { "--migration", "--output", "--target", "--step-timeout", "--service-account" },
   list = { "--output" },

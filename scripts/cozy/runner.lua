@@ -185,7 +185,7 @@ Run.__index = Run
 
 function Run.new(opts, mode, observe, log)
   local self = setmetatable({ opts = opts, log = log, observe = observe or function() end,
-    started = sys.monotime(), writes = 0, step = nil, steps_run = 0, failures = 0 }, Run)
+    started = sys.monotime(), writes = 0, step = nil, steps_run = 0, failures = 0, unstamped_steps = {} }, Run)
   -- a server dry run persists nothing either: it plans, with the server judging the writes
   self.planning = mode == "plan" or opts.server_dry_run == true
   self.dry_run = opts.server_dry_run and "server" or (self.planning and "client" or nil)
@@ -216,6 +216,7 @@ function Run:summary(result)
   self.log:info("summary", {
     result = result, steps = self.steps_run, writes = s.writes, requests = s.requests, retries = s.retries,
     conflicts = s.conflicts, duration_s = ("%.2f"):format(sys.monotime() - self.started), dry_run = self.dry_run,
+    unstamped = #self.unstamped_steps > 0 and #self.unstamped_steps or nil,
   })
 end
 
@@ -286,6 +287,22 @@ function Run:lua_step(m, step_log)
   return result.outcome
 end
 
+-- A step that ran to its end but left the version where it was (a legacy
+-- script that exited 0 without stamping, a Lua step that called
+-- ctx.leave_version): under --strict-stamp the run fails there; by default,
+-- as run-migrations.sh does, a WARN line and a history record that says so,
+-- and the run goes on to the next step. The version stays at self.at.
+function Run:unstamped(m, cm, rec, reason, step_log)
+  if self.opts.strict_stamp then
+    errors.raise("failed", ("migration %s left the version unstamped (%s) and --strict-stamp is set; version stays at %d")
+      :format(m.name, reason, self.at), { migration = m.name })
+  end
+  self.unstamped_steps[#self.unstamped_steps + 1] = m.number
+  step_log:warn("step did not stamp: the version stays, the run goes on to the next step", { version = self.at,
+    reason = reason })
+  return stamp.record(self.cms, cm, self.at, stamp.unstamped(rec, self.at, reason))
+end
+
 -- Phase each step: one migration run (or planned) and stamped; returns the
 -- version ConfigMap as stamped.
 function Run:each_step(m, cm)
@@ -298,20 +315,35 @@ function Run:each_step(m, cm)
   self:emit { type = "step", number = m.number, name = m.name, kind = m.kind, from = from, to = to,
     description = m.description }
   local function record(outcome) return stamp.history_record(m, from, to, t0, self.identity, outcome) end
+  local stamped = true
   if m.kind == "lua" then
-    cm = stamp.advance(self.cms, cm, from, to, record(self:lua_step(m, step_log)))
+    local outcome = self:lua_step(m, step_log)
+    if outcome.leave then
+      stamped = false
+      cm = self:unstamped(m, cm, record(outcome), outcome.leave, step_log)
+    else
+      cm = stamp.advance(self.cms, cm, self.at, to, record(outcome))
+    end
   elseif self.planning then
     self:emit { type = "legacy", number = m.number, name = m.name, file = m.file }
-    cm = stamp.advance(self.cms, cm, from, to, record())
+    cm = stamp.advance(self.cms, cm, self.at, to, record())
   else
-    local after = legacy.step(m, self.cms, { namespace = self.namespace, from = from, target = self.target,
+    local after
+    after, stamped = legacy.step(m, self.cms, { namespace = self.namespace, from = from, target = self.target,
+      at = self.at, strict = self.opts.strict_stamp,
       kubeconfig = self.opts.kubeconfig or os.getenv("KUBECONFIG"), log = step_log, timeout = self.opts.step_timeout })
     -- its history record: even when a signal came meanwhile, the stamp is done
-    cm = stamp.record(self.cms, after, to, record())
+    if stamped then
+      cm = stamp.record(self.cms, after, to, record())
+    else
+      cm = self:unstamped(m, after, record(), ("%s exited 0 without stamping %d"):format(m.file, to), step_log)
+    end
   end
+  if stamped then self.at = to end
   self.steps_run = self.steps_run + 1
-  step_log:info(self.planning and "step planned" or "step done, stamped", { version = to,
-    seconds = ("%.2f"):format(sys.monotime() - m0) })
+  step_log:info(self.planning and (stamped and "step planned" or "step planned, version left")
+    or (stamped and "step done, stamped" or "step done, not stamped"),
+    { version = self.at, seconds = ("%.2f"):format(sys.monotime() - m0) })
   return cm
 end
 
@@ -324,7 +356,25 @@ function Run:migrate()
   self.log:info("migrating", { from = decision.current, to = self.target, steps = #decision.steps,
     runner = self.identity, dry_run = self.dry_run })
   local cm = decision.cm
+  self.at = decision.current
   for _, m in ipairs(decision.steps) do cm = self:each_step(m, cm) end
+  self:left_behind()
+end
+
+-- After the last step: the steps that did not stamp, and what the next
+-- upgrade makes of them. It starts from the stamped version, as the
+-- platform's hook does: a step at or above it runs again; one that a later
+-- step stamped past does not (run-migrations.sh's rule too), and only its
+-- history record tells of it.
+function Run:left_behind()
+  if #self.unstamped_steps == 0 then return end
+  local retried, passed = {}, {}
+  for _, n in ipairs(self.unstamped_steps) do
+    if n >= self.at then retried[#retried + 1] = n else passed[#passed + 1] = n end
+  end
+  self.log:warn(("%d step(s) did not stamp: version is %d, target %d"):format(#self.unstamped_steps, self.at,
+    self.target), { retried_next_upgrade = #retried > 0 and table.concat(retried, ",") or nil,
+    stamped_past = #passed > 0 and table.concat(passed, ",") or nil })
 end
 
 -- Phase release: the lock given up, unless it was lost (a release would

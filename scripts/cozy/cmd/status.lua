@@ -105,6 +105,9 @@ local function text(st)
       add("  %s -> %s  %-32s %s .. %s  by %s (engine %s)%s", tostring(h.from), tostring(h.to), tostring(h.name),
         tostring(h.started), tostring(h.finished), tostring(h.runner), tostring(h.engine),
         h.sha256_mismatch and "  WARNING: sha256 differs from the shipped file" or "")
+      if h.result == "unstamped" then
+        add("        not stamped: the version stayed at %s (%s)", tostring(h.version), tostring(h.reason))
+      end
       local o = type(h.outcome) == "table" and h.outcome or nil
       if o and type(o.counts) == "table" and next(o.counts) ~= nil then
         local parts = {}

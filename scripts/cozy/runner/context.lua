@@ -318,6 +318,18 @@ function context.new(opts)
       ::continue::
     end
   end
+  -- "Some items failed: leave the version for the next upgrade", as the
+  -- platform's best-effort scripts exit 0 without stamping. The step still
+  -- returns normally (`return ctx.leave_version("3 namespaces failed")`);
+  -- the runner then does what it does for a legacy script that did not
+  -- stamp (docs/operations.md, "Steps that leave the version"). The last
+  -- call's reason is the one recorded.
+  function ctx.leave_version(reason)
+    if type(reason) ~= "string" or not reason:find("%S") then
+      error("ctx.leave_version(reason): reason must be a non-empty string saying what is left to do", 2)
+    end
+    if outcome ~= nil then outcome.leave = bounded_text(reason) end
+  end
   -- a text worded for the mode: "{updated|would update}" (run | plan)
   function ctx.worded(template)
     if type(template) ~= "string" then error("ctx.worded(template): template must be a string", 2) end

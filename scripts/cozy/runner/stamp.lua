@@ -1,6 +1,7 @@
 -- The version stamp: ConfigMap `cozystack-version` in the engine's namespace.
 --   data.version   the version the cluster is at, a decimal string
---   data.history   a JSON array of the completed steps, newest last, at most
+--   data.history   a JSON array of the completed steps (and of those that ran
+--                  but left the version: stamp.unstamped), newest last, at most
 --                  stamp.HISTORY_LIMIT entries (older ones are dropped)
 --   label platform.cozystack.io/no-delete: "true", after every write
 -- A step's stamp and its history record are one JSON patch, guarded by the
@@ -128,6 +129,14 @@ function stamp.history_record(m, from, to, started, identity, outcome)
   return rec
 end
 
+-- Marks record `rec` as a step that did not stamp: it ran to its end, but
+-- the version stays at `version` (where it was before the step) for the
+-- reason given. The record goes into the history without moving the version.
+function stamp.unstamped(rec, version, reason)
+  rec.result, rec.version, rec.reason = "unstamped", version, reason
+  return rec
+end
+
 -- The ConfigMap, or nil when it is absent (a fresh install).
 function stamp.read(cms, namespace)
   return cms:find(namespace, stamp.CONFIGMAP)
@@ -175,8 +184,9 @@ function stamp.advance(cms, cm, from, to, record)
   end)
 end
 
--- After a legacy script stamped by itself: adds its history record and the
--- label, provided the version is still `to`.
+-- Adds a history record and the label without moving the version, provided
+-- it is still `to`: after a legacy script stamped `to` by itself, or after a
+-- step that left the version at `to` (stamp.unstamped).
 function stamp.record(cms, cm, to, record)
   return updated(cms, cm, to, function(current)
     local v = stamp.version_of(current)

@@ -87,7 +87,8 @@ step.classify = classify
 -- Returns ok, err (a cozy.errors error when not ok) and what the step left:
 --   { defined = <the migration has this function>,
 --     findings = { {severity=, message=, fields=}... },
---     outcome = { counts = {...}, warnings = {...}, warnings_dropped = n } }
+--     outcome = { counts = {...}, warnings = {...}, warnings_dropped = n,
+--                 leave = <reason, when the step called ctx.leave_version> } }
 -- all plain data (the outcome goes into the step's history record).
 function step.execute(m, opts)
   local mode = opts.mode or "run"
