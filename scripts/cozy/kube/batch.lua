@@ -1,6 +1,7 @@
 -- Batches: update_each, a resource's many independent changes, driven by
 -- the update engine's one scheduler (cozy.kube.update) with up to
 -- `concurrency` in flight; concurrency 1 is the serial path.
+local errors = require "cozy.kube.errors"
 local projection = require "cozy.kube.projection"
 local update = require "cozy.kube.update"
 
@@ -21,6 +22,9 @@ local function each_args(items, edit, opts)
   if type(edit) ~= "function" then error("update_each: edit must be a function", 3) end
   if opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail" then
     error("update_each: opts.absent must be \"skip\" or \"fail\"", 3)
+  end
+  if opts.on_error ~= nil and opts.on_error ~= "stop" and opts.on_error ~= "continue" then
+    error("update_each: opts.on_error must be \"stop\" or \"continue\"", 3)
   end
   if opts.project ~= nil and type(opts.project) ~= "table" then
     error("update_each: opts.project must be an array of dotted paths", 3)
@@ -44,8 +48,18 @@ end
 --   project              dotted paths, as list's: the items are lean objects of
 --                        that projection, and so are the re-reads after a
 --                        conflict and the objects on_change is handed
--- Returns { total =, changed =, unchanged =, absent = }. The first other
--- error stops the batch and is raised.
+--   on_error = "stop"    (the default) the first failure stops the batch: no
+--                        change starts after it, those in flight end, then it
+--                        is raised
+--   on_error = "continue"  an item's API error (errors.is_item_error: not a
+--                        stop) is counted in `failed` and the batch goes on;
+--                        anything else (a stop, a lost lock, a denied request,
+--                        an error of edit's own) still stops it
+--   on_failure(item, value, failure)  told of each item that failed with an
+--                        API error, under either policy (before the stop)
+-- Returns { total =, changed =, unchanged =, absent = } (and failed = with
+-- on_error = "continue") and the failures: an array of { namespace =, name =,
+-- kind =, code =, reason =, message = }, one per item that failed.
 function batch.update_each(self, items, edit, opts)
   opts = opts or {}
   local pull, lean = each_args(items, edit, opts)
@@ -62,6 +76,17 @@ function batch.update_each(self, items, edit, opts)
       lean = lean, item = item, value = value,
       compute = update.editing(function(copy) return edit(copy, item, value) end) }
   end
+  local go_on = opts.on_error == "continue"
+  if go_on then counts.failed = 0 end
+  local failures = {}
+  -- an item that failed with an API error: kept (plain data) and told
+  local function failed(ch)
+    local e = ch.err
+    local f = { namespace = ch.ns, name = ch.name, kind = "api", code = e.code, reason = e.reason,
+      message = e.message }
+    failures[#failures + 1] = f
+    if opts.on_failure then opts.on_failure(ch.item, ch.value, f) end
+  end
   local done = 0
   local function ended(ch)
     done = done + 1
@@ -74,13 +99,17 @@ function batch.update_each(self, items, edit, opts)
     elseif ch.state == "absent" and opts.absent == "skip" then
       counts.absent = counts.absent + 1
       if opts.on_absent then opts.on_absent(ch.item, ch.value) end
+    elseif errors.is_item_error(ch.err) then
+      failed(ch)
+      if not go_on then error(ch.err, 0) end
+      counts.failed = counts.failed + 1
     else
       error(ch.err, 0)
     end
   end
   local concurrency = math.tointeger(opts.concurrency) or self.client.concurrency
   update.run(self.client, next_change, math.max(1, math.min(64, concurrency)), ended)
-  return counts
+  return counts, failures
 end
 
 return batch

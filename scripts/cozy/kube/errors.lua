@@ -19,6 +19,14 @@ function errors.is_error(v)
   return base.is(v, "api", "config")
 end
 
+-- An API error of one request, as a best-effort batch counts it and goes
+-- on (docs/engine-api.md, "A batch's errors"): kind "api", but not a stop
+-- (a signal, a deadline) that ended the request, which stops everything.
+function errors.is_item_error(v)
+  if not base.is(v, "api") then return false end
+  return not (v.code == 0 and (v.reason == "Interrupted" or v.reason == "DeadlineExceeded"))
+end
+
 -- An API error from fields { method=, path=, code=, reason=, message=, details=, attempts= }.
 function errors.new(fields)
   return base.new("api", fields)

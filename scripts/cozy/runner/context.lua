@@ -9,6 +9,7 @@
 -- which the sandbox does not offer). Every request still goes through the
 -- step's client view, whose gate (Client:call) decides what may be sent.
 local errors = require "cozy.errors"
+local kerrors = require "cozy.kube.errors"
 local join = require "cozy.kube.join"
 local text = require "cozy.text"
 local json = require "cozy.json"
@@ -105,10 +106,11 @@ local function describe(res, obj)
   return ("%s %s%s"):format(kind, md.namespace and (md.namespace .. "/") or "", tostring(md.name))
 end
 
-local function resource_facade(res, logger)
+local function resource_facade(res, logger, warned)
   local r = { api_version = res.api_version, plural = res.plural, namespaced = res.namespaced }
   -- update_each with the step's progress bar, a line per object deleted
-  -- since the list, and a summary line (opts.summary = false leaves it out)
+  -- since the list, a warning per object that failed (kept in the step's
+  -- outcome), and a summary line (opts.summary = false leaves it out)
   r.update_each = method(r, function(items, edit, opts)
     if opts ~= nil and type(opts) ~= "table" then error("update_each(items, edit, opts): opts must be a table", 2) end
     opts = opts or {}
@@ -117,24 +119,31 @@ local function resource_facade(res, logger)
     -- items read or made one at a time (a list, a function) say how many there will be in opts.total
     local total = math.tointeger(opts.total) or type(items) == "table" and #items or nil
     local progress = total and total > 0 and logger:progress(label, total) or nil
-    local counts = res:update_each(items, edit, {
+    local counts, failures = res:update_each(items, edit, {
       absent = opts.absent,
       concurrency = opts.concurrency,
       on_change = opts.on_change,
+      on_error = opts.on_error,
       project = opts.project,
       on_absent = function(item, value)
         logger:write("info", ("%s: deleted since the list, %s"):format(errors.safe_text(name_of(item, value)),
           errors.safe_text(opts.absent_note or "skipped")))
         if opts.on_absent then opts.on_absent(item, value) end
       end,
+      on_failure = function(item, value, f)
+        warned(("%s: failed, %s %s: %s"):format(errors.safe_text(name_of(item, value)), tostring(f.code),
+          errors.safe_text(f.reason), errors.safe_text(f.message)))
+        if opts.on_failure then opts.on_failure(item, value, plain(f)) end
+      end,
       progress = progress,
     })
     if progress then progress:done() end
     if opts.summary ~= false then
-      logger:write("info", ("%s: %d changed, %d unchanged, %d deleted since the list"):format(label,
-        counts.changed, counts.unchanged, counts.absent), counts)
+      local failed = counts.failed and (", %d failed"):format(counts.failed) or ""
+      logger:write("info", ("%s: %d changed, %d unchanged, %d deleted since the list%s"):format(label,
+        counts.changed, counts.unchanged, counts.absent, failed), counts)
     end
-    return counts
+    return counts, failures
   end)
   for _, name in ipairs({ "get", "find", "create", "merge_patch", "json_patch", "delete", "update", "change",
       "read_back", "path", "collection_path" }) do
@@ -165,14 +174,17 @@ local function call_spec(spec)
   return { query = spec.query, body = spec.body, content_type = spec.content_type, timeout = spec.timeout }
 end
 
-local function kube_facade(view, logger)
+local function kube_facade(view, logger, warned)
   local k = { namespace = view.namespace, server = view.server }
   k.stats = readonly(view.stats, "ctx.kube.stats")
   k.resource = method(k, function(api_version, plural, opts)
     if opts ~= nil and type(opts) ~= "table" then error("resource(api_version, plural, opts): opts must be a table", 2) end
     return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced, kind = opts.kind }),
-      logger)
+      logger, warned)
   end)
+  -- an API error of one request (not a stop): what a best-effort loop of a
+  -- migration's own logs and goes on from (kube.errors.is_item_error)
+  k.is_error = method(k, function(v) return kerrors.is_item_error(v) end)
   k.call = method(k, function(http_method, path, spec)
     if type(http_method) ~= "string" or type(path) ~= "string" then
       error("call(method, path [, spec]) expects two strings", 2)
@@ -273,8 +285,13 @@ function context.new(opts)
   local logger = opts.log
   local findings = opts.findings or {}
   local seen = {} -- the migration's own copy, readable as ctx.findings
+  -- a warning line of the engine's, kept in the outcome as the migration's are
+  local function warned(line)
+    note_warning(opts.outcome, line)
+    logger:write("warn", line)
+  end
   local ctx = {
-    kube = kube_facade(opts.view, logger),
+    kube = kube_facade(opts.view, logger, warned),
     log = log_facade(logger, opts.outcome, opts.mode or "run"),
     namespace = opts.namespace,
     from = opts.from,
