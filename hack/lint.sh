@@ -2,7 +2,8 @@
 # Lint, as CI runs it (hack/test.sh): luacheck over the Lua runtime, the
 # migrations and the specs (.luacheckrc); hack/spec-lint.lua over the specs
 # (spec/README.md, "What every spec holds to"); cppcheck over core/ with the
-# checks below; gofmt and go vet over the Go test tooling (spec/support/go);
+# checks below; gofmt and go vet over the Go test tooling (spec/support/go,
+# bench/clientgo);
 # clang-format (.clang-format) over core/, fuzz/ and cmake/luac.c, checked,
 # not applied.
 # Exit 1 on any finding. `hack/lint.sh --fix` applies clang-format instead.
@@ -24,15 +25,18 @@ cppcheck --quiet --enable=warning,portability,performance --std=c99 --error-exit
   -I core -DCOZY_MIGRATE_VERSION='"lint"' --suppress=missingIncludeSystem --suppress=missingInclude \
   core/ fuzz/ cmake/ || status=1
 
-# Go test tooling (spec/support/go): gofmt and go vet
-echo "--- gofmt, go vet (spec/support/go)"
+# Go test tooling (spec/support/go, and bench/clientgo, its own module):
+# gofmt and go vet
+echo "--- gofmt, go vet (spec/support/go, bench/clientgo)"
 command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
-unformatted=$(cd spec/support/go && gofmt -l .)
-if [ -n "$unformatted" ]; then
-  echo "gofmt: not formatted: $unformatted"
-  status=1
-fi
-(cd spec/support/go && go vet ./...) || status=1
+for module in spec/support/go bench/clientgo; do
+  unformatted=$(cd "$module" && gofmt -l .)
+  if [ -n "$unformatted" ]; then
+    echo "gofmt: not formatted in $module: $unformatted"
+    status=1
+  fi
+  (cd "$module" && go vet ./...) || status=1
+done
 
 echo "--- clang-format"
 sources=(core/*.c core/*.h fuzz/*.c cmake/*.c)
