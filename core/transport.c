@@ -7,9 +7,11 @@
 **       retry = { max_attempts=10, max_time=120, base_delay=0.25, max_delay=30 } }
 **   -- err (config problems) = { file=, field=, message= }
 **   t:info()   --> { server=, namespace=, source=, context=, cluster=, user=,
-**                    insecure=, auth=, token_file= }  (no secret in it)
+**                    insecure=, auth=, token_file=, max_attempts=, max_time=, ... }
+**                    (no secret in it)
 **   t:request(method, path, { query=, body=, content_type=, retry_safe=,
-**                              timeout=, on_retry=function(attempt) end,
+**                              timeout=, max_attempts=, max_time=,
+**                              on_retry=function(attempt) end,
 **                              before_attempt=function(info) end,
 **                              decode=true or a projection })
 **     --> status (0: transport failure), body (string or nil), attempts,
@@ -125,6 +127,7 @@ int cozy_decode_option(lua_State *L, int idx) {
 ** allocates anything (an __index may raise). Leaves the COZY_REQ_* slots
 ** on the stack. */
 void cozy_request_read(lua_State *L, const struct cozy_transport *t, struct cozy_request *rq) {
+  double budget;
   rq->method = luaL_checklstring(L, 2, &rq->method_len);
   rq->path = luaL_checklstring(L, 3, &rq->path_len);
   luaL_argcheck(L, rq->path[0] == '/', 3, "path must start with '/'");
@@ -154,6 +157,12 @@ void cozy_request_read(lua_State *L, const struct cozy_transport *t, struct cozy
   lua_getfield(L, 4, "decode"); /* COZY_REQ_DECODE */
   cozy_decode_option(L, COZY_REQ_DECODE);
   rq->timeout = opt_number(L, 4, "timeout", t->request_timeout, 0);
+  /* a budget lowers the client's bounds, never raises them; the backoff and
+  ** Retry-After between attempts are the client's alone */
+  budget = opt_number(L, 4, "max_attempts", t->retry.max_attempts, 1);
+  rq->max_attempts = budget < t->retry.max_attempts ? (int)budget : t->retry.max_attempts;
+  budget = opt_number(L, 4, "max_time", t->retry.max_time, 0);
+  rq->max_time = budget < t->retry.max_time ? budget : t->retry.max_time;
   lua_getfield(L, 4, "retry_safe");
   rq->retry_safe = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -332,6 +341,10 @@ static int t_info(lua_State *L) {
   set_num(L, "request_timeout", t->request_timeout);
   set_num(L, "qps", t->qps);
   set_num(L, "burst", t->burst);
+  /* the retry bounds a request's own (max_attempts, max_time) may only lower */
+  lua_pushinteger(L, t->retry.max_attempts);
+  lua_setfield(L, -2, "max_attempts");
+  set_num(L, "max_time", t->retry.max_time);
   lua_pushinteger(L, (lua_Integer)t->max_response_bytes);
   lua_setfield(L, -2, "max_response_bytes");
   return 1;

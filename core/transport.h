@@ -137,6 +137,10 @@ struct cozy_request {
   const char *method, *path, *query, *ctype, *body;
   size_t method_len, path_len, query_len, ctype_len, body_len;
   double timeout; /* of one attempt, seconds; 0 = none */
+  /* this request's retry bounds: the client's (t->retry), or lower when the
+  ** caller asks (a migration's retry budget), never higher */
+  int max_attempts;
+  double max_time;
   int retry_safe; /* the caller says a write may be sent again */
   int read; /* GET or HEAD: always safe to send again */
 };

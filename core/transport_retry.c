@@ -73,12 +73,13 @@ static double backoff(struct cozy_transport *t, int n) {
 }
 
 /* Whether attempt n (ended at `elapsed` s from the first) may be retried
-** after *delay seconds: Retry-After or backoff, within max_attempts/max_time. */
-static int within_bounds(struct cozy_transport *t, const struct cozy_response *r, CURLcode rc, int n,
-                         double elapsed, double *delay) {
+** after *delay seconds: Retry-After or backoff, within the request's
+** max_attempts/max_time (the client's, or what its caller lowered them to). */
+static int within_bounds(struct cozy_transport *t, const struct cozy_request *rq,
+                         const struct cozy_response *r, CURLcode rc, int n, double elapsed, double *delay) {
   *delay = r->retry_after >= 0 && rc == CURLE_OK ? r->retry_after : backoff(t, n);
   if (*delay > t->retry.max_delay) *delay = t->retry.max_delay;
-  return !(n >= t->retry.max_attempts || elapsed + *delay > t->retry.max_time);
+  return !(n >= rq->max_attempts || elapsed + *delay > rq->max_time);
 }
 
 /* Pushes the attempts entry of a request ended by the caller's watch:
@@ -185,7 +186,7 @@ enum cozy_after cozy_after_attempt(lua_State *L, struct cozy_transport *t, const
     retry = status == 429 || rq->read || rq->retry_safe;
   }
   push_attempt(L, x, rc, status, reason, elapsed);
-  if (!retry || !within_bounds(t, x->resp, rc, a->n, elapsed, &a->delay)) return COZY_AFTER_DONE;
+  if (!retry || !within_bounds(t, rq, x->resp, rc, a->n, elapsed, &a->delay)) return COZY_AFTER_DONE;
   lua_pushnumber(L, a->delay);
   lua_setfield(L, -2, "after_s");
   return COZY_AFTER_RETRY;

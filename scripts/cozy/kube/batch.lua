@@ -1,6 +1,7 @@
 -- Batches: update_each, a resource's many independent changes, driven by
 -- the update engine's one scheduler (cozy.kube.update) with up to
 -- `concurrency` in flight; concurrency 1 is the serial path.
+local budget = require "cozy.kube.budget"
 local errors = require "cozy.kube.errors"
 local projection = require "cozy.kube.projection"
 local update = require "cozy.kube.update"
@@ -55,6 +56,9 @@ end
 --                        stop) is counted in `failed` and the batch goes on;
 --                        anything else (a stop, a lost lock, a denied request,
 --                        an error of edit's own) still stops it
+--   retry                a retry budget (cozy.kube.budget): { attempts =, time = }
+--                        for each request, batch_retries = the retries all of
+--                        them may make together, batch_time = no retry after it
 --   on_failure(item, value, failure)  told of each item that failed with an
 --                        API error, under either policy (before the stop)
 -- Returns { total =, changed =, unchanged =, absent = } (and failed = with
@@ -63,6 +67,9 @@ end
 function batch.update_each(self, items, edit, opts)
   opts = opts or {}
   local pull, lean = each_args(items, edit, opts)
+  -- every request of the batch (reads, re-reads, writes) under its budget
+  local b = budget.new(opts.retry, true, 2)
+  if b then self = setmetatable({ client = self.client:with_budget(b) }, { __index = self }) end
   local counts = { total = 0, changed = 0, unchanged = 0, absent = 0 }
   -- the next change, of an item that must be an object naming itself
   local function next_change()

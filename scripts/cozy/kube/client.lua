@@ -4,6 +4,7 @@
 -- discovery cache (Client:served). Batches (cozy.kube.update) send through
 -- Client:prepare and Client:finish too.
 local transport = require "cozy.transport"
+local budget = require "cozy.kube.budget"
 local json = require "cozy.json"
 local errors = require "cozy.kube.errors"
 local request = require "cozy.kube.request"
@@ -128,6 +129,14 @@ function Client:view(gate)
   return setmetatable({ gate = gate, _internal = 0 }, { __index = self })
 end
 
+-- The same view under a retry budget (cozy.kube.budget): every request
+-- sent through it (a resource's reads, writes, list pages and the update
+-- engine's, all of a batch's) takes its bounds from `b`.
+function Client:with_budget(b)
+  if b == nil then return self end
+  return setmetatable({ retry_budget = b }, { __index = self })
+end
+
 -- Runs fn with the gate's permission check off: the reads a client dry run
 -- makes to compute what a write would return are the engine's, not the
 -- migration's (the real write would not make them).
@@ -185,8 +194,12 @@ function Client:prepare(method, path, spec)
   -- can be known (docs/transport.md, "The lock and retried writes")
   local before_attempt, timeout = nil, spec.timeout
   if write and self.gate then before_attempt, timeout = self.gate:attempts(timeout) end
+  -- a retry budget (the call's own, else the view's) lowers the client's bounds
+  local b = spec.retry and budget.new(spec.retry, false, 3) or self.retry_budget
+  local max_attempts, max_time, reserved
+  if b then max_attempts, max_time, reserved = b:take(self.info) end
   return {
-    method = method, path = path, shown = shown, write = write,
+    method = method, path = path, shown = shown, write = write, budget = b, reserved = reserved,
     options = {
       -- a successful answer comes back decoded by the transport, straight
       -- from its buffer; only these parts of it with a projection
@@ -196,6 +209,8 @@ function Client:prepare(method, path, spec)
       content_type = ctype,
       retry_safe = spec.retry_safe,
       timeout = timeout,
+      max_attempts = max_attempts,
+      max_time = max_time,
       before_attempt = before_attempt,
       on_retry = function(a)
         warn(self, "retrying API request", { method = method, path = shown, code = a.code,
@@ -217,6 +232,7 @@ function Client:finish(req, status, body, attempts, warnings, decode_error)
   for _, a in ipairs(attempts) do
     if a.sent ~= false then sent = sent + 1 end
   end
+  if req.budget then req.budget:give_back(req.reserved, sent) end
   local stats = self.stats
   stats.requests = stats.requests + sent
   stats.retries = stats.retries + math.max(0, sent - 1)
@@ -250,6 +266,7 @@ end
 -- migration takes. Returns the decoded body (nil when empty), the status and
 -- the attempts; raises kube.Error for any non-2xx answer or transport failure.
 -- spec = { query = {{k,v},...}, body = lua value, content_type =, retry_safe =, timeout =,
+--          retry = a retry budget { attempts =, time = } (cozy.kube.budget),
 --          simulate = function() -> the result a client dry run returns instead of sending }
 -- Whether the request is a write is decided here, from its method.
 function Client:call(method, path, spec)

@@ -7,6 +7,7 @@
 --   cozy.kube.resource    resources: reads, writes, update/change, lists
 --   cozy.kube.update      the update engine (conflicts, backoff, scheduler)
 --   cozy.kube.batch       update_each
+--   cozy.kube.budget      retry budgets of a call or a batch
 --   cozy.kube.projection  lean objects
 --   cozy.kube.pager       pagination
 --   cozy.kube.request     what a request is; paths and queries

@@ -5,6 +5,7 @@
 -- or, for the engine's changes, Client:prepare and Client:finish.
 local json = require "cozy.json"
 local batch = require "cozy.kube.batch"
+local budget = require "cozy.kube.budget"
 local errors = require "cozy.kube.errors"
 local pager = require "cozy.kube.pager"
 local patch = require "cozy.kube.patch"
@@ -124,6 +125,16 @@ local function absent_opts(opts, what)
   return opts.absent == "skip"
 end
 
+-- The resource as a call given opts.retry (a retry budget, cozy.kube.budget)
+-- sees it: the same resource on a client view whose requests, every one
+-- the call makes, take their retry bounds from the budget.
+local function budgeted(self, opts, level)
+  local retry = type(opts) == "table" and opts.retry or nil
+  if retry == nil then return self end
+  return setmetatable({ client = self.client:with_budget(budget.new(retry, false, level + 1)) }, { __index = self })
+end
+resource.budgeted = budgeted
+
 -- fn(...), or with skip nil when it raised that its object is absent.
 local function unless_absent(skip, fn, ...)
   if not skip then return fn(...) end
@@ -135,11 +146,15 @@ end
 
 function Resource:get(...)
   local ns, name, opts = target(self, 2, ...)
-  return unless_absent(absent_opts(opts, "get"), self._get, self, ns, name)
+  local skip = absent_opts(opts, "get")
+  self = budgeted(self, opts, 2)
+  return unless_absent(skip, self._get, self, ns, name)
 end
 
 function Resource:find(...)
-  local ns, name = target(self, 2, ...)
+  local ns, name, opts = target(self, 2, ...)
+  if opts ~= nil and type(opts) ~= "table" then error("find: opts must be a table", 2) end
+  self = budgeted(self, opts, 2)
   local ok, obj = pcall(self._get, self, ns, name)
   if ok then return obj end
   if errors.is_error(obj) and obj.absent == "object" then return nil end
@@ -150,10 +165,12 @@ end
 -- would return, computed locally, for a client dry run. Whether the write is
 -- sent, recorded or refused is Client:call's decision alone.
 
-function Resource:create(obj)
+function Resource:create(obj, opts)
   if type(obj) ~= "table" or type(obj.metadata) ~= "table" then
     error("create(obj): obj.metadata is required", 2)
   end
+  if opts ~= nil and type(opts) ~= "table" then error("create: opts must be a table", 2) end
+  self = budgeted(self, opts, 2)
   local ns = obj.metadata.namespace
   if self.namespaced and ns == nil then
     error(("create(obj): %s is namespaced and obj.metadata.namespace is not set"):format(self.plural), 2)
@@ -196,7 +213,9 @@ end
 function Resource:merge_patch(...)
   local ns, name, p, opts = target(self, 2, ...)
   if type(p) ~= "table" then error("merge_patch: the patch must be a table", 2) end
-  return unless_absent(absent_opts(opts, "merge_patch"), self._merge_patch, self, ns, name, p)
+  local skip = absent_opts(opts, "merge_patch")
+  self = budgeted(self, opts, 2)
+  return unless_absent(skip, self._merge_patch, self, ns, name, p)
 end
 
 local function as_ops(ops)
@@ -229,13 +248,17 @@ end
 function Resource:json_patch(...)
   local ns, name, ops, opts = target(self, 2, ...)
   if type(ops) ~= "table" then error("json_patch: ops must be an array of operations", 2) end
-  return unless_absent(absent_opts(opts, "json_patch"), self._json_patch, self, ns, name, ops)
+  local skip = absent_opts(opts, "json_patch")
+  self = budgeted(self, opts, 2)
+  return unless_absent(skip, self._json_patch, self, ns, name, ops)
 end
 
 function Resource:delete(...)
   local ns, name, opts = target(self, 2, ...)
+  local skip = absent_opts(opts, "delete")
+  self = budgeted(self, opts, 2)
   -- an absent object raises in a client dry run too, as the real delete would
-  unless_absent(absent_opts(opts, "delete"), self.client.call, self.client, "DELETE", self:path(ns, name),
+  unless_absent(skip, self.client.call, self.client, "DELETE", self:path(ns, name),
     { simulate = function() self:_get(ns, name) end })
   return nil
 end
@@ -265,7 +288,7 @@ local function subject(self, level, what, a, ...)
     ns, name, fn, opts = target(self, level + 1, a, ...)
   end
   if type(fn) ~= "function" then error(("%s: the last argument must be a function"):format(what), level + 1) end
-  return obj, ns, name, fn, absent_opts(opts, what)
+  return obj, ns, name, fn, absent_opts(opts, what), budgeted(self, opts, level + 1)
 end
 
 -- One change driven by the update engine (cozy.kube.update): returns the
@@ -281,7 +304,8 @@ end
 -- The conflict-aware update (docs/engine-api.md): mutate(copy) returns JSON
 -- patch ops. Returns obj, changed.
 function Resource:update(a, ...)
-  local obj, ns, name, mutate, skip = subject(self, 2, "update", a, ...)
+  local obj, ns, name, mutate, skip, res = subject(self, 2, "update", a, ...)
+  self = res
   -- mutate gets its own copy: the object must stay intact as the base of a
   -- client dry run, and mutate must not be able to change it behind us
   return unless_absent(skip, function()
@@ -296,13 +320,15 @@ end
 -- none, and on a conflict re-reads and edits again. Returns obj, changed and
 -- what the last call of edit returned.
 function Resource:change(a, ...)
-  local obj, ns, name, edit, skip = subject(self, 2, "change", a, ...)
+  local obj, ns, name, edit, skip, res = subject(self, 2, "change", a, ...)
+  self = res
   return unless_absent(skip, drive, self, ns, name, obj, update.editing(edit))
 end
 
 -- Pagination hidden: see cozy.kube.pager.
 function Resource:list(opts)
   opts = opts or {}
+  self = budgeted(self, opts, 2)
   if self.namespaced == false and opts.namespace ~= nil then
     error(("%s is cluster-scoped: list takes no namespace"):format(self.plural), 2)
   end

@@ -97,7 +97,7 @@ local function pager_facade(p)
   })
 end
 
-local list_options = { "namespace", "label_selector", "field_selector", "limit", "project" }
+local list_options = { "namespace", "label_selector", "field_selector", "limit", "project", "retry" }
 
 -- "Kind ns/name" of an object, for log lines.
 local function describe(res, obj)
@@ -125,6 +125,7 @@ local function resource_facade(res, logger, warned)
       on_change = opts.on_change,
       on_error = opts.on_error,
       project = opts.project,
+      retry = opts.retry,
       on_absent = function(item, value)
         logger:write("info", ("%s: deleted since the list, %s"):format(errors.safe_text(name_of(item, value)),
           errors.safe_text(opts.absent_note or "skipped")))
@@ -166,12 +167,14 @@ local function resource_facade(res, logger, warned)
   return seal(r, "a resource of ctx.kube")
 end
 
--- What a migration may pass to a raw call: the request, nothing that
--- changes how the engine treats it (retry safety, a simulated result).
+-- What a migration may pass to a raw call: the request and a retry budget
+-- (which only lowers the engine's bounds), nothing that changes how the
+-- engine treats it (retry safety, a simulated result).
 local function call_spec(spec)
   if spec == nil then return nil end
   if type(spec) ~= "table" then error("call(method, path, spec): spec must be a table", 3) end
-  return { query = spec.query, body = spec.body, content_type = spec.content_type, timeout = spec.timeout }
+  return { query = spec.query, body = spec.body, content_type = spec.content_type, timeout = spec.timeout,
+    retry = spec.retry }
 end
 
 local function kube_facade(view, logger, warned)
