@@ -29,6 +29,9 @@
 **   t:close()  (also __gc and __close; closes the client's batches too)
 **   transport.config{ kubeconfig=, context= } --> { namespace=, source=,
 **     context=, server= }: the configuration found, nothing connected
+**   transport.write_kubeconfig{ kubeconfig=, context=, namespace= } -->
+**     path, dir, source: that configuration as a kubeconfig of one context, for a
+**     legacy script (core/kubeconfig_write.c)
 **
 ** Runtime failures are returned, never raised: cozy.kube turns them into
 ** structured errors. Retries happen here (see docs/transport.md for the
@@ -42,16 +45,19 @@
 ** and it is never retried.
 ** Secrets (token, client key) never leave C memory.
 */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lua.h"
 #include "lauxlib.h"
 
 #include "host.h"
 #include "json.h"
+#include "kubeconfig_write.h"
 #include "transport.h"
 
 #define TRANSPORT_MT "cozy.transport"
@@ -480,7 +486,48 @@ static int t_config(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg funcs[] = {{"new", t_new}, {"config", t_config}, {NULL, NULL}};
+/* transport.write_kubeconfig{ kubeconfig=, context=, namespace= } -->
+** path, dir, source (as config's): the configuration as transport.new would find it, written as
+** a kubeconfig of one cluster, user and context (namespace `namespace`)
+** into a new private directory under $TMPDIR (else /tmp); the caller
+** removes both. nil and { file=, field=, message= } for a configuration
+** error, nil and a message when the file cannot be written. An exec plugin
+** is copied, not run. */
+static int t_write_kubeconfig(lua_State *L) {
+  struct cozy_kubeconfig kc;
+  struct cozy_config_error err;
+  const char *path, *context, *ns, *tmp = getenv("TMPDIR");
+  char dir[4096], file[4096], msg[512], source[4096];
+  int rc;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  path = opt_string(L, 1, "kubeconfig", NULL);
+  context = opt_string(L, 1, "context", NULL);
+  ns = opt_string(L, 1, "namespace", NULL);
+  luaL_argcheck(L, ns != NULL && *ns != '\0', 1, "namespace is required");
+  if (tmp == NULL || *tmp != '/' || strlen(tmp) > 1024) tmp = "/tmp";
+  snprintf(dir, sizeof dir, "%s/cozy-migrate-kubeconfig.XXXXXX", tmp);
+  if (cozy_kubeconfig_load(path, context, &kc, &err) != 0) return push_config_error(L, &err);
+  if (mkdtemp(dir) == NULL) { /* mode 0700 */
+    snprintf(msg, sizeof msg, "cannot create a private directory under %s: %s", tmp, strerror(errno));
+    rc = -1;
+  } else if ((rc = cozy_kubeconfig_write(&kc, ns, dir, file, sizeof file, msg, sizeof msg)) != 0) rmdir(dir);
+  /* freed before anything is pushed: a push that raises must not leak kc's secrets */
+  snprintf(source, sizeof source, "%s", kc.source ? kc.source : "");
+  cozy_kubeconfig_free(&kc);
+  if (rc != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, msg);
+    return 2;
+  }
+  lua_pushstring(L, file);
+  lua_pushstring(L, dir);
+  lua_pushstring(L, source);
+  return 3;
+}
+
+static const luaL_Reg funcs[] = {
+    {"new", t_new}, {"config", t_config}, {"write_kubeconfig", t_write_kubeconfig}, {NULL, NULL}};
 
 int luaopen_cozy_transport(lua_State *L) {
   if (luaL_newmetatable(L, TRANSPORT_MT)) {

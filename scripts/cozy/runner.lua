@@ -331,7 +331,8 @@ function Run:each_step(m, cm)
     local after
     after, stamped = legacy.step(m, self.cms, { namespace = self.namespace, from = from, target = self.target,
       at = self.at, strict = self.opts.strict_stamp,
-      kubeconfig = self.opts.kubeconfig or os.getenv("KUBECONFIG"), log = step_log, timeout = self.opts.step_timeout })
+      kubeconfig = self.opts.kubeconfig, context = self.opts.context, log = step_log,
+      timeout = self.opts.step_timeout })
     -- its history record: even when a signal came meanwhile, the stamp is done
     if stamped then
       cm = stamp.record(self.cms, after, to, record())

@@ -1,9 +1,8 @@
 -- Legacy migrations: files `NN` or `NN-name`, as today's run-migrations.sh
 -- runs them (whatever their mode: it runs `chmod +x` before each one). Each gets our environment plus what those
 -- scripts expect: NAMESPACE, CURRENT_VERSION (the version this script moves
--- from), TARGET_VERSION, and KUBECONFIG when the engine was given a
--- kubeconfig (in-cluster, kubectl finds the service account from the pod's
--- environment, as it does today). They run from their own directory. Their stdout and stderr become log lines
+-- from), TARGET_VERSION, and KUBECONFIG naming a kubeconfig of the engine's
+-- one cluster, user and namespace (below). They run from their own directory. Their stdout and stderr become log lines
 -- as they are written. They stamp N+1 themselves; the runner verifies it.
 --
 -- Each runs in its own process group, under the step's time limit
@@ -53,9 +52,11 @@ function legacy.command(m)
   return argv
 end
 
--- The child's environment: ours, with `set` overriding (name -> value).
-function legacy.environment(set)
+-- The child's environment: ours, with `set` overriding (name -> value) and
+-- the names in `unset` (name -> true) left out.
+function legacy.environment(set, unset)
   local env, seen = {}, {}
+  for name in pairs(unset or {}) do seen[name] = true end
   for name, value in pairs(set) do
     env[#env + 1] = name .. "=" .. value
     seen[name] = true
@@ -74,16 +75,31 @@ function legacy.environment(set)
   return env
 end
 
--- A colon-separated list of kubeconfig paths with the relative ones made
--- absolute (the script runs from another directory); missing files stay
--- as given (kubectl skips them, as we do).
-function legacy.absolute_paths(list)
-  local out = {}
-  for p in list:gmatch("[^:]+") do
-    if p:sub(1, 1) ~= "/" then p = sys.realpath(p) or p end
-    out[#out + 1] = p
+-- One cluster for the engine and its scripts. The engine locked and reads
+-- the cluster of its configuration (--kubeconfig, $KUBECONFIG, ~/.kube/config
+-- or in-cluster, at --context); a script's kubectl would choose again, by
+-- the kubeconfig's current-context, with the context's namespace or none.
+-- So each script gets a kubeconfig of exactly one cluster, user (token,
+-- token file, client certificate or exec plugin, as the engine has them)
+-- and context, the current one, whose namespace is the engine's, written
+-- by the C core (core/kubeconfig_write.c: secrets never pass through Lua),
+-- mode 0600 in a private directory that goes when the script has ended.
+-- Returns a to-be-closed handle: .path, .dir, .source.
+local function private_kubeconfig(opts)
+  local transport = require "cozy.transport"
+  local path, dir, source = transport.write_kubeconfig { kubeconfig = opts.kubeconfig, context = opts.context,
+    namespace = opts.namespace }
+  if path == nil then
+    local e = dir
+    if type(e) == "table" then
+      errors.raise("config", e.message, { file = e.file, field = e.field })
+    end
+    errors.raise("failed", ("legacy script: cannot write its kubeconfig: %s"):format(tostring(e)))
   end
-  return table.concat(out, ":")
+  return setmetatable({ path = path, dir = dir, source = source }, { __close = function(k)
+    os.remove(k.path)
+    os.remove(k.dir)
+  end })
 end
 
 -- Why a script failed: kind "timeout" or "interrupted" when the runner
@@ -101,21 +117,28 @@ local function failure(m, how, code, stopped, limit)
 end
 
 -- Runs migration m (kind "legacy"). opts: namespace, from, target,
--- kubeconfig (path or nil), log, timeout (--step-timeout, or nil: the
--- default). Raises unless the script exits 0 in time.
+-- kubeconfig and context (the engine's --kubeconfig and --context, or nil:
+-- found as the engine finds them), log, timeout (--step-timeout, or nil:
+-- the default). Raises unless the script exits 0 in time.
 function legacy.run(m, opts)
   local vars = {
     NAMESPACE = opts.namespace,
     CURRENT_VERSION = tostring(opts.from),
     TARGET_VERSION = tostring(opts.target),
   }
-  if opts.kubeconfig and opts.kubeconfig ~= "" then vars.KUBECONFIG = legacy.absolute_paths(opts.kubeconfig) end
+  local kubeconfig <close> = private_kubeconfig(opts)
+  vars.KUBECONFIG = kubeconfig.path
+  -- outside a cluster's pod configuration, a tool that reads the in-cluster
+  -- variables (client-go's InClusterConfig) would reach the pod's cluster,
+  -- not the engine's: they are left out (in-cluster, they name the same one)
+  local unset = kubeconfig.source ~= "in-cluster"
+    and { KUBERNETES_SERVICE_HOST = true, KUBERNETES_SERVICE_PORT = true } or nil
   local log = opts.log
   log:info("running legacy script", { file = m.file })
   -- from its own directory, so `$(dirname "$0")/lib/...` and plain `lib/...` both work
   local dir = m.path:match("^(.*)/[^/]*$") or "."
   local limit = step.timeout(m, opts.timeout)
-  local how, code, stopped = proc.spawn(legacy.command(m), legacy.environment(vars), function(stream, line)
+  local how, code, stopped = proc.spawn(legacy.command(m), legacy.environment(vars, unset), function(stream, line)
     if stream == "stderr" then log:warn(line, { stream = stream }) else log:info(line, { stream = stream }) end
   end, { cwd = dir, deadline = sys.monotime() + limit })
   if how ~= "exit" or code ~= 0 or stopped then failure(m, how, code, stopped, limit) end
