@@ -250,9 +250,10 @@ local function note_warning(outcome, message)
 end
 
 -- "{run wording|plan wording}" in a template, for the mode: one log call
--- words a change for both ("{adding|would add}").
+-- words a change for both ("{adding|would add}"); check (a walk's) words it
+-- as plan does.
 local function worded(template, mode)
-  return (template:gsub("{([^|{}]*)|([^|{}]*)}", function(run, plan) return mode == "plan" and plan or run end))
+  return (template:gsub("{([^|{}]*)|([^|{}]*)}", function(run, plan) return mode == "run" and run or plan end))
 end
 context.worded = worded
 

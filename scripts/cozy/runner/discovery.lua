@@ -25,7 +25,7 @@ end
 -- What a migration table may hold. `permissions` lets `check` ask the API
 -- server (SelfSubjectAccessReview) whether this runner may do what the
 -- migration needs.
-local allowed_keys = { description = true, run = true, check = true, permissions = true, timeout = true }
+local allowed_keys = { description = true, run = true, check = true, walk = true, permissions = true, timeout = true }
 
 -- A declared permission: what `check` asks and `rbac` grants.
 local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true,
@@ -54,7 +54,7 @@ function discovery.validate_definition(def, file)
   def = plain_copy(def, file, 1)
   for k in pairs(def) do
     if not allowed_keys[k] then
-      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, permissions, timeout)",
+      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, walk, permissions, timeout)",
         { tostring(k) })
     end
   end
@@ -62,7 +62,15 @@ function discovery.validate_definition(def, file)
     invalid(file, "description must be a non-empty string")
   end
   if def.description:find("\n") then invalid(file, "description must be one line") end
-  if type(def.run) ~= "function" then invalid(file, "run must be a function(ctx)") end
+  if def.walk ~= nil then
+    -- one walk for run and check (docs/engine-api.md, "One walk for check and run")
+    if type(def.walk) ~= "function" then invalid(file, "walk must be a function(ctx)") end
+    if def.run ~= nil or def.check ~= nil then
+      invalid(file, "walk is run and check at once: give walk alone, or run (and check)")
+    end
+  elseif type(def.run) ~= "function" then
+    invalid(file, "run must be a function(ctx) (or walk, for run and check at once)")
+  end
   if def.check ~= nil and type(def.check) ~= "function" then
     invalid(file, "check must be a function(ctx) or absent")
   end

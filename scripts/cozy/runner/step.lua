@@ -15,6 +15,8 @@ local context = require "cozy.runner.context"
 local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
 local gate = require "cozy.kube.gate"
+local json = require "cozy.json"
+local request = require "cozy.kube.request"
 local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
 
@@ -76,7 +78,8 @@ local function classify(e, name, trace)
 end
 step.classify = classify
 
--- Runs migration m's `run` (mode "run" or "plan") or `check` (mode "check").
+-- Runs migration m's `run` (mode "run" or "plan") or `check` (mode "check"),
+-- or its `walk` in any mode.
 -- opts:
 --   client     the engine's client (its dry-run mode is the run's)
 --   log        the engine's logger (tagged with the migration here)
@@ -90,10 +93,33 @@ step.classify = classify
 --     outcome = { counts = {...}, warnings = {...}, warnings_dropped = n,
 --                 leave = <reason, when the step called ctx.leave_version> } }
 -- all plain data (the outcome goes into the step's history record).
+-- A write a walk would make, as check reports it (a finding): what, on which
+-- object, and the change it would send (a JSON patch without the engine's
+-- resourceVersion test), cut to a line.
+local function would(finding, w)
+  local a = request.attributes(w.method, w.path, w.query)
+  local what = a.resource and (a.resource .. (a.subresource and ("/" .. a.subresource) or "")) or w.path
+  local target = a.name and ((a.namespace and (a.namespace .. "/") or "") .. a.name) or (a.namespace or "")
+  local body = w.body
+  if type(body) == "table" and type(body[1]) == "table" and body[1].op == "test"
+      and body[1].path == "/metadata/resourceVersion" then
+    body = json.array(table.move(body, 2, #body, 1, {}))
+  end
+  local ok, text = pcall(json.encode, body)
+  local change = body ~= nil and ok and text or nil
+  if change and #change > 200 then change = change:sub(1, 197) .. "..." end
+  finding("info", ("would %s %s %s"):format(a.verb or w.method, what, target):gsub("%s+$", ""),
+    { verb = a.verb, resource = a.resource, namespace = a.namespace, name = a.name, change = change })
+end
+
 function step.execute(m, opts)
   local mode = opts.mode or "run"
   local def = m.definition
   local fn = mode == "check" and def.check or def.run
+  -- a walk is run and check at once: checking, each write it would make is
+  -- kept back (a client dry run: nothing is sent) and reported as a finding
+  local reporting = def.walk ~= nil and mode == "check"
+  if def.walk then fn = def.walk end
   local findings = {}
   local outcome = { counts = {}, warnings = {}, warnings_dropped = 0 }
   local result = { defined = fn ~= nil, findings = findings, outcome = outcome }
@@ -102,13 +128,17 @@ function step.execute(m, opts)
   local view = opts.client:view((opts.gate or gate.new()):narrow {
     who = "migration " .. m.name,
     permissions = discovery.permissions_for(def, mode),
-    read_only = mode == "check" and "check() is read-only" or nil,
+    read_only = mode == "check" and not reporting and "check() is read-only" or nil,
     guard = mode ~= "check" and opts.guard or nil,
   })
   local ctx = context.new {
     view = view, log = opts.log:with { migration = m.name }, namespace = opts.namespace,
     from = m.number, to = m.number + 1, mode = mode, findings = findings, outcome = outcome,
   }
+  if reporting then
+    view.dry_run = "client"
+    view.record = function(w) would(ctx.finding, w) end
+  end
   local limit = step.timeout(m, opts.timeout)
   -- the step's deadline and SIGTERM/SIGINT stop it wherever it is: in Lua
   -- code, a request, a backoff, a <close> handler run while unwinding
