@@ -482,7 +482,8 @@ return {
     for i = 1, 30 do many[("k%02d"):format(i)] = i end
     ctx.outcome{ updated = 3, note = ("x"):rep(500) }
     ctx.outcome(many)
-    ctx.outcome{ updated = 4 }
+    local given = { updated = 4 }
+    assert(rawequal(ctx.outcome(given), given), "ctx.outcome did not return the fields it was given")
     for i = 1, 15 do ctx.log:warn("careful " .. i) end
     local ok, err = pcall(ctx.outcome, { bad = {} })
     assert(not ok and tostring(err):find("ctx.outcome: bad must be a number, a string or a boolean, got a table", 1, true),

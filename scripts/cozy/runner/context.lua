@@ -309,7 +309,8 @@ function context.new(opts)
   -- A call is checked whole before anything is kept (all or nothing): keys
   -- are short texts, values numbers, strings or booleans; a number that is
   -- not finite is left out (with a warning), so what a step reports can
-  -- always be encoded and never stops its stamp.
+  -- always be encoded and never stops its stamp. Returns fields, so that the
+  -- step's summary line can carry what it recorded.
   local outcome = opts.outcome
   function ctx.outcome(fields)
     if type(fields) ~= "table" then error("ctx.outcome(fields): fields must be a table", 2) end
@@ -323,7 +324,7 @@ function context.new(opts)
         error(("ctx.outcome: %s must be a number, a string or a boolean, got a %s"):format(k, t), 2)
       end
     end
-    if outcome == nil then return end
+    if outcome == nil then return fields end
     for k, v in next, fields do
       local n = 0
       -- a ratio of nothing (0/0) is data, not a mistake in the code: it is
@@ -338,6 +339,7 @@ function context.new(opts)
       end
       ::continue::
     end
+    return fields
   end
   -- "Some items failed: leave the version for the next upgrade", as the
   -- platform's best-effort scripts exit 0 without stamping. The step still
