@@ -1,5 +1,5 @@
--- Migration 59: before KubeVirt's declarative hotplug unplugs from each Running VMI the hotpluggable volumes (and disks)
--- its VM's template lacks, copy them into it, verbatim and in VMI order: a live update. See docs/migrations/59-vmi-hotplug.md.
+-- Migration 59: copy into each VM, verbatim and in VMI order, the hotpluggable volumes (and disks) its Running VMI holds and its
+-- template lacks, before KubeVirt's declarative hotplug unplugs them: a live update. See docs/migrations/59-vmi-hotplug.md.
 local obj = require "cozy.obj"
 local KUBEVIRT = "kubevirt.io/v1"
 local VOLUMES = "spec.template.spec.volumes"
@@ -37,16 +37,12 @@ local function copy_into(vm, vmi)
   return { volumes = volumes, disks = disks }
 end
 
--- One pass over each list for run and check: the engine keeps VMIs with hotplug volumes under their VM, then
--- hands out each VM with them. Copies to make go to a queue, VM with VMI; the rest to note(severity, message,
--- fields): "debug" a line of run; "info", "warn", "block" a finding of check ("block" also stops run).
+-- One pass over each list for run and check: the engine hands out each VM with its VMIs that hold hotplug volumes. Copies go
+-- to a queue, VM with VMI; the rest to note(severity, message, fields): "debug" a run line; "info", "warn", "block" a check finding.
 local function read_fleet(ctx, note)
-  if not ctx.kube:served(KUBEVIRT, "virtualmachines") then
-    return nil, "CRD virtualmachines.kubevirt.io is absent: KubeVirt is not installed, nothing to copy"
-  end
-  if not ctx.kube:served(KUBEVIRT, "virtualmachineinstances") then
-    return nil, "CRD virtualmachineinstances.kubevirt.io is absent although virtualmachines.kubevirt.io is present: no VMI can be running, nothing to copy"
-  end
+  local absent = not ctx.kube:served(KUBEVIRT, "virtualmachines") and "virtualmachines.kubevirt.io is absent: KubeVirt is not installed"
+    or not ctx.kube:served(KUBEVIRT, "virtualmachineinstances") and "virtualmachineinstances.kubevirt.io is absent: no VMI can be running"
+  if absent then return nil, "CRD " .. absent .. ", nothing to copy" end
   local fleet = { vms = 0, vmis = 0, complete = 0, copies = ctx.queue() }
   local function left(vmi, why, odd)
     note("debug", ("VMI %s left alone: %s"):format(obj.key(vmi), why))
@@ -54,12 +50,11 @@ local function read_fleet(ctx, note)
   end
   local joined = ctx.join(ctx.kube:resource(KUBEVIRT, "virtualmachines"):list{ project = VM_READS },
     ctx.kube:resource(KUBEVIRT, "virtualmachineinstances"):list{ project = VMI_READS }, { key = function(vmi)
-      local hotplug = #missing_from_vm({}, vmi) > 0 -- what a VM without volumes would lack: all its hotplug volumes
-      local ref = hotplug and obj.controller_of(vmi, "VirtualMachine", "kubevirt.io")
-      fleet.vmis = fleet.vmis + (hotplug and 1 or 0)
-      local adoptable = hotplug and not ref and not obj.controller_of(vmi) -- no controller at all: its VM's by name
-      if hotplug and not ref and not adoptable then left(vmi, "its controller ownerReference is not of kind VirtualMachine") end
-      return (ref or adoptable) and vmi.metadata.namespace .. "/" .. (ref and tostring(ref.name) or vmi.metadata.name) or nil
+      if #missing_from_vm({}, vmi) == 0 then return nil end -- what a VM without volumes would lack: no hotplug volume at all
+      fleet.vmis = fleet.vmis + 1
+      local ref = obj.controller_of(vmi, "VirtualMachine", "kubevirt.io") -- no controller at all: the VMI is its VM's by name
+      if ref or not obj.controller_of(vmi) then return vmi.metadata.namespace .. "/" .. (ref and tostring(ref.name) or vmi.metadata.name) end
+      left(vmi, "its controller ownerReference is not of kind VirtualMachine")
     end })
   for vm, vmis in joined do
     fleet.vms = fleet.vms + 1
@@ -79,17 +74,15 @@ local function read_fleet(ctx, note)
         left(vmi, "it is not named like its owner VM " .. ref.name, true)
       elseif phase ~= "Running" then
         left(vmi, "it is not Running (phase " .. tostring(phase or "none") .. "): its next start is built from the VM spec")
-        if phase == "Unknown" and #volumes > 0 then note("warn", ("VMI %s is in phase Unknown and holds hotplugged volumes %s missing"
-          .. " from its VM spec: they are not copied, and are unplugged if it comes back Running"):format(obj.key(vmi), obj.names(volumes)),
-          { vmi = vmi }) end -- not reconciled now, but unplugged if it comes back Running
+        if phase == "Unknown" and #volumes > 0 then note("warn", ("VMI %s is in phase Unknown and holds hotplugged volumes %s missing from"
+          .. " its VM spec: they are not copied, and are unplugged if it comes back Running"):format(obj.key(vmi), obj.names(volumes)), { vmi = vmi }) end
       elseif obj.get(vm, "spec.updateVolumesStrategy") == "Migration" and #volumes > 0 then -- HandleDeclarativeVolumes returns at once
         note("warn", ("VM %s has updateVolumesStrategy Migration, which declarative hotplug leaves alone: hotplugged volumes %s of its"
           .. " VMI are not copied, and are unplugged if the strategy changes"):format(obj.key(vm), obj.names(volumes)), { vm = vm })
       else
         for _, name in ipairs(differ) do note("warn", ("VM %s: hotplug volume %s differs between the VM and its VMI: it will be unplugged"
           .. " and plugged again"):format(obj.key(vm), name), { vm = vm, volume = name }) end
-        -- a copied disk's bootOrder that a device already uses: admission refuses duplicates
-        local taken = {}
+        local taken = {} -- a copied disk's bootOrder that a device already uses: admission refuses duplicates
         for _, d in ipairs(obj.list(vm, DISKS)) do taken[d.bootOrder or false] = "disk " .. tostring(d.name) end
         for _, i in ipairs(obj.list(vm, INTERFACES)) do taken[i.bootOrder or false] = "interface " .. tostring(i.name) end
         for _, d in ipairs(disks) do
@@ -116,7 +109,7 @@ local function run(ctx)
     if severity == "debug" then ctx.log:debug(message) elseif severity == "block" then refused[#refused + 1] = message end
   end)
   if fleet == nil then return ctx.log:info(absent) end
-  if #refused > 0 then error("refusing to copy hotplugged volumes: " .. table.concat(refused, "; "), 0) end
+  if #refused > 0 then error("refusing to copy hotplugged volumes: " .. table.concat(refused, "; "), 0) end -- "block" stops run
   local counts = ctx.kube:resource(KUBEVIRT, "virtualmachines"):update_each(fleet.copies:drain(), function(vm, _, vmi) return copy_into(vm, vmi) end, {
     label = "VMs", absent = "skip", absent_note = "nothing to copy", summary = false, project = VM_READS,
     total = fleet.copies:len(), describe = function(vm) return "VM " .. obj.key(vm) end, on_change = function(vm, added)
@@ -125,12 +118,11 @@ local function run(ctx)
       ctx.log:change("VM %s: {adding|would add} hotplugged volumes %s to the VM spec", obj.key(vm), obj.names(added.volumes))
     end })
   local complete = fleet.complete + counts.unchanged
-  local outcome = { vms = fleet.vms, vmis_with_hotplug_volumes = fleet.vmis, already_complete = complete,
-                    deleted_meanwhile = counts.absent, updated = counts.changed, volumes = volumes, disks = disks }
-  ctx.outcome(outcome)
   ctx.log:info(counts.changed == 0 and ("nothing to update: no running VMI holds a hotplugged volume missing from its VM spec"
     .. " (%d VMs already complete)"):format(complete) or ctx.worded("{updated|would update} %d VMs: %d volumes, %d disks copied"
-    .. " from their VMIs; %d VMs already complete"):format(counts.changed, volumes, disks, complete), outcome)
+    .. " from their VMIs; %d VMs already complete"):format(counts.changed, volumes, disks, complete), ctx.outcome{ vms = fleet.vms,
+    vmis_with_hotplug_volumes = fleet.vmis, already_complete = complete, deleted_meanwhile = counts.absent, updated = counts.changed,
+    volumes = volumes, disks = disks })
 end
 
 local function check(ctx) -- read-only, the same rule; and the KubeVirt CR must not disable the gate the platform moves to
