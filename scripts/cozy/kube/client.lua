@@ -6,6 +6,7 @@
 local transport = require "cozy.transport"
 local budget = require "cozy.kube.budget"
 local json = require "cozy.json"
+local names = require "cozy.kube.names"
 local errors = require "cozy.kube.errors"
 local request = require "cozy.kube.request"
 local resource = require "cozy.kube.resource"
@@ -96,6 +97,7 @@ function client.connect(opts)
     _t = t,
     _warned = {},
     _discovery = {},
+    _names = {}, -- cozy.kube.names: resources by kubectl name, resolved
   }, Client)
   if info.insecure then
     warn(self, "insecure-skip-tls-verify is set in the kubeconfig: the API server's certificate is NOT verified",
@@ -301,6 +303,16 @@ function Client:served(api_version, plural)
     cache[api_version] = resources
   end
   return resources[plural] == true
+end
+
+-- The resource kubectl would take `name` for ("pvc", "deployments.apps",
+-- "helmreleases.helm.toolkit.fluxcd.io"), at the version the server serves
+-- (cozy.kube.names): the resource, and what discovery says of it; or nil
+-- and why, when the server serves no such resource. Cached as `served` is.
+function Client:lookup(name)
+  local found, why = names.resolve(self, self._names, name)
+  if not found then return nil, why end
+  return self:resource(found.api_version, found.plural, { namespaced = found.namespaced, kind = found.kind }), found
 end
 
 -- Raw access for the runner (e.g. /version): decoded body, raises on failure.

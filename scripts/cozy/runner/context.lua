@@ -107,7 +107,7 @@ local function describe(res, obj)
 end
 
 local function resource_facade(res, logger, warned)
-  local r = { api_version = res.api_version, plural = res.plural, namespaced = res.namespaced }
+  local r = { api_version = res.api_version, plural = res.plural, namespaced = res.namespaced, kind = res.kind }
   -- update_each with the step's progress bar, a line per object deleted
   -- since the list, a warning per object that failed (kept in the step's
   -- outcome), and a summary line (opts.summary = false leaves it out)
@@ -196,6 +196,13 @@ local function kube_facade(view, logger, warned)
   end)
   k.get_path = method(k, function(path, query) return view:get_path(path, query) end)
   k.served = method(k, function(api_version, plural) return view:served(api_version, plural) end)
+  -- a resource as kubectl names it: the resource and what discovery says of
+  -- it (a copy), or nil and why the server serves no such resource
+  k.lookup = method(k, function(name)
+    local res, about = view:lookup(name)
+    if res == nil then return nil, about end
+    return resource_facade(res, logger, warned), plain(about)
+  end)
   return seal(k, "ctx.kube")
 end
 
