@@ -80,6 +80,37 @@ describe("a step that leaves the version", function()
     assert.matches("stamped_past=2", r.stderr, 1, true)
   end)
 
+  it("legacy, stamping with `kubectl apply` as the platform's lib does: the history and the label stay", function()
+    -- the platform's stamp: a labelled manifest applied under kubectl's default field manager
+    local function applies(n, stamps)
+      if not stamps then return script(n) end
+      return script(n, nil):gsub('echo "WARN[^\n]*\n$', "") .. ([[
+kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cozystack-version
+  namespace: $NAMESPACE
+  labels:
+    platform.cozystack.io/no-delete: "true"
+data:
+  version: "%d"
+EOF
+]]):format(stamps)
+    end
+    dir = support.migration_dir { ["1-applies"] = applies(1, 2), ["2-leaves"] = applies(2), ["3-applies"] = applies(3, 4) }
+    fixture(1)
+    local r = support.run(support.args(srv, dir, "run", "--target", "4"))
+    assert.equal(0, r.code, r.stderr)
+    local v, cm = support.version(srv)
+    assert.equal(4, v)
+    assert.equal("true", cm.metadata.labels["platform.cozystack.io/no-delete"])
+    local h = support.history(cm)
+    assert.same({ "1-applies", "2-leaves", "3-applies" }, { h[1].name, h[2].name, h[3].name })
+    assert.same({ "unstamped", 2 }, { h[2].result, h[2].version })
+    assert.is_nil(h[3].result)
+  end)
+
   it("legacy, last in the range: the version stays and the next run retries it", function()
     dir = support.migration_dir { ["1-stamps"] = script(1, 2), ["2-leaves"] = script(2) }
     fixture(1)
@@ -149,7 +180,9 @@ describe("a step that leaves the version", function()
     assert.is_nil(ran(srv).s2)
   end)
 
-  it("docs/engine-api.md's leave_version example: one namespace refused, the version left, the rest labelled", function()
+  -- #fakeonly: the refusal is a fault rule (a 422 status) only the fake plays
+  it("docs/engine-api.md's leave_version example: one namespace refused, the version left, the rest labelled #fakeonly",
+    function()
     local doc = assert(files.read("docs/engine-api.md"))
     local at = assert(doc:find("\n### Leaving the version: `ctx.leave_version`\n", 1, true))
     dir = support.migration_dir { ["1-label-tenants.lua"] = assert(doc:match("```lua\n(.-)```", at)) }
