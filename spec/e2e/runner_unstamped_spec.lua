@@ -200,7 +200,7 @@ EOF
     local label = "example.cozystack.io/tenant"
     assert.equal("true", srv:object("Namespace", nil, "tenant-a").metadata.labels[label])
     assert.is_nil(srv:object("Namespace", nil, "tenant-b").metadata.labels[label])
-    assert.is_nil(srv:object("Namespace", nil, "kube-public").metadata.labels)
+    assert.is_nil((srv:object("Namespace", nil, "kube-public").metadata.labels or {})[label])
     local v, cm = support.version(srv)
     assert.equal(1, v)
     local h = support.history(cm)[1]
