@@ -109,13 +109,23 @@ describe("the built-in migrations", function()
   it("run in the sandbox as their text would: file and line in what they raise", function()
     local sandbox = require "cozy.sandbox"
     for _, b in ipairs(require("cozy.sys").builtin_migrations()) do
-      local def = assert(sandbox.load(b.source, b.path, nil, b.load))
+      -- the environment the sandbox compiles the file in, as it hands it over
+      local given
+      local def = assert(sandbox.load(b.source, b.path, nil, function(env)
+        given = env
+        return b.load(env)
+      end))
       local info = debug.getinfo(def.run, "S")
       assert.equal("@" .. b.path, info.source)
       assert.matches("function", source_lines(b.path)[info.linedefined], 1, true, b.path)
-      -- the sandbox's environment, not the engine's: the _ENV of run, or of
-      -- the first function it reaches that has one (a run that only calls
-      -- the file's local functions has none of its own)
+      -- the sandbox's environment, not the engine's
+      assert.is_table(given, b.path)
+      assert.are_not.equal(_G, given)
+      assert.is_nil(given.io)
+      assert.is_nil(given.os.execute)
+      -- and run's own, when it (or a function it reaches) uses a global at
+      -- all, is that one: a run that only calls the file's local functions
+      -- and upvalues has no _ENV of its own, which is no defect
       local function env_of(f, seen)
         if seen[f] then return nil end
         seen[f] = true
@@ -132,10 +142,7 @@ describe("the built-in migrations", function()
         end
       end
       local env = env_of(def.run, {})
-      assert(type(env) == "table", b.path .. ": neither run nor any function it reaches uses a global, "
-        .. "so nothing shows which environment it runs in")
-      assert.is_nil(env.io)
-      assert.is_nil(env.os.execute)
+      if env ~= nil then assert.equal(given, env, b.path) end
       -- what a migration raises names its file and line (run without a ctx fails at once)
       local ok, err = pcall(def.run, nil)
       assert.is_false(ok)
