@@ -149,6 +149,26 @@ describe("legacy scripts act on the engine's cluster", function()
     assert.not_matches(TOKEN_A, r.stderr, 1, true)
   end)
 
+  it("a script that fails or is stopped at its time limit leaves no kubeconfig behind", function()
+    local failing = support.tmpdir()
+    finally(function() files.rm_rf(failing) end)
+    files.write(failing .. "/1-fails", '#!/bin/sh\necho "path=$KUBECONFIG"\nexit 3\n')
+    files.write(failing .. "/2-hangs", '#!/bin/sh\necho "path=$KUBECONFIG"\nexec sleep 600\n')
+    for _, case in ipairs { { 1, "exited with status 3" }, { 2, "ran past its time limit of 1s" } } do
+      a:reset(cluster("ns-a"))
+      if case[1] == 2 then
+        assert.truthy(a:kubectl("-n", "ns-a", "patch", "configmap", "cozystack-version", "--type", "merge",
+          "-p", '{"data":{"version":"2"}}').ok)
+      end
+      local r = support.run({ "run", "--kubeconfig", dir .. "/both", "--context", "a", "--no-builtin",
+        "--migrations", failing, "--target", tostring(case[1] + 1), "--step-timeout", "1s" })
+      assert.equal(1, r.code, r.stderr)
+      assert.matches(case[2], r.stderr, 1, true)
+      local path = assert(r.stderr:match("path=(%S+)"), r.stderr)
+      assert.equal(1, files.sh("test -e " .. files.quote(path:match("^(.*)/[^/]+$"))))
+    end
+  end)
+
   it("-n overrides the context's namespace for the script as for the engine", function()
     a:reset({ cluster("ns-a"), cluster("ns-other") })
     local r = support.run({ "run", "--kubeconfig", dir .. "/both", "--context", "a", "-n", "ns-other",
