@@ -3,7 +3,7 @@
 # migrations and the specs (.luacheckrc); hack/spec-lint.lua over the specs
 # (spec/README.md, "What every spec holds to"); cppcheck over core/ with the
 # checks below; gofmt and go vet over the Go test tooling (spec/support/go,
-# bench/clientgo);
+# spec/support/tools, bench/clientgo);
 # clang-format (.clang-format) over core/, fuzz/ and cmake/luac.c, checked,
 # not applied.
 # Exit 1 on any finding. `hack/lint.sh --fix` applies clang-format instead.
@@ -25,11 +25,11 @@ cppcheck --quiet --enable=warning,portability,performance --std=c99 --error-exit
   -I core -DCOZY_MIGRATE_VERSION='"lint"' --suppress=missingIncludeSystem --suppress=missingInclude \
   core/ fuzz/ cmake/ || status=1
 
-# Go test tooling (spec/support/go, and bench/clientgo, its own module):
-# gofmt and go vet
-echo "--- gofmt, go vet (spec/support/go, bench/clientgo)"
+# Go test tooling (spec/support/go, and spec/support/tools and bench/clientgo,
+# modules of their own): gofmt and go vet
+echo "--- gofmt, go vet (spec/support/go, spec/support/tools, bench/clientgo)"
 command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
-for module in spec/support/go bench/clientgo; do
+for module in spec/support/go spec/support/tools bench/clientgo; do
   unformatted=$(cd "$module" && gofmt -l .)
   if [ -n "$unformatted" ]; then
     echo "gofmt: not formatted in $module: $unformatted"
