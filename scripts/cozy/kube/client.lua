@@ -6,6 +6,7 @@
 local transport = require "cozy.transport"
 local budget = require "cozy.kube.budget"
 local json = require "cozy.json"
+local labels = require "cozy.kube.labels"
 local names = require "cozy.kube.names"
 local errors = require "cozy.kube.errors"
 local request = require "cozy.kube.request"
@@ -173,6 +174,9 @@ function Client:prepare(method, path, spec)
   local ctype = body ~= nil and (spec.content_type or JSON) or nil
   local write = request.is_write(method)
   admit(self, method, path, query, write)
+  -- a label or annotation the server would refuse is refused here, unsent
+  -- (in a plan too, where the write would otherwise look fine)
+  if write then labels.check(method, path, body, ctype) end
   if write and self.dry_run == "client" then
     -- kept back: computed locally (a simulation that fails raises, as the
     -- real write would), then recorded exactly once
