@@ -116,12 +116,16 @@ function obj.equal(a, b)
   return true
 end
 
--- Appends items to the array at a dotted path of o (a copy being edited),
+-- Appends items to the array at a dotted path (or an array of steps) of o (a copy being edited),
 -- creating the array and any object above it that is absent (or null).
 -- Returns the array.
 function obj.append(o, path, items)
   local parts = {}
-  for part in tostring(path):gmatch("[^.]+") do parts[#parts + 1] = part end
+  if type(path) == "table" then
+    parts = path -- an array of steps, as obj.get takes
+  else
+    for part in tostring(path):gmatch("[^.]+") do parts[#parts + 1] = part end
+  end
   local node = o
   for i = 1, #parts - 1 do
     if type(node[parts[i]]) ~= "table" then node[parts[i]] = json.object {} end
