@@ -4,7 +4,8 @@
 **   local t, err = transport.new{ kubeconfig=, context=, request_timeout=30,
 **       connect_timeout=10, qps=1000, burst=2000, token_refresh=60,
 **       max_response_bytes=256 MiB, exec_timeout=60,
-**       retry = { max_attempts=10, max_time=120, base_delay=0.25, max_delay=30 } }
+**       retry = { max_attempts=10, max_time=120, base_delay=0.25, max_delay=30,
+**                 refused_time=5 } }
 **   -- err (config problems) = { file=, field=, message= }
 **   t:info()   --> { server=, namespace=, source=, context=, cluster=, user=,
 **                    insecure=, auth=, token_file=, max_attempts=, max_time=, ... }
@@ -275,6 +276,7 @@ static int t_new(lua_State *L) {
   t->retry.max_time = 120;
   t->retry.base_delay = 0.25;
   t->retry.max_delay = 30;
+  t->retry.refused_time = COZY_REFUSED_TIME_DEFAULT;
   lua_getfield(L, 1, "retry");
   if (lua_istable(L, -1)) {
     int r = lua_gettop(L);
@@ -282,6 +284,7 @@ static int t_new(lua_State *L) {
     t->retry.max_time = opt_number(L, r, "max_time", 120, 0);
     t->retry.base_delay = opt_number(L, r, "base_delay", 0.25, 0);
     t->retry.max_delay = opt_number(L, r, "max_delay", 30, 0);
+    t->retry.refused_time = opt_number(L, r, "refused_time", COZY_REFUSED_TIME_DEFAULT, 0);
   } else if (!lua_isnil(L, -1)) {
     return luaL_error(L, "option 'retry' must be a table");
   }

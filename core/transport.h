@@ -22,11 +22,19 @@
 ** this also bounds the memory a hostile server can make us take. */
 #define COZY_MAX_RESPONSE_BYTES_DEFAULT (256.0 * 1024 * 1024)
 
+/* How long a refused connection is retried by default (docs/transport.md,
+** "Retries"): a server that refuses is down or not there, and client-go
+** does not retry it at all; a few seconds ride out a restart of the
+** endpoint in front of it without making an unreachable cluster wait for
+** the whole budget of 5xx and 429, which a live server answered. */
+#define COZY_REFUSED_TIME_DEFAULT 5.0
+
 struct cozy_retry_policy {
   int max_attempts; /* including the first */
   double max_time; /* seconds from the first attempt; no retry starts after it */
   double base_delay; /* first backoff without Retry-After */
   double max_delay; /* cap of one backoff and of an honoured Retry-After */
+  double refused_time; /* seconds from the first attempt within which a refused connection is retried */
 };
 
 /* One answer as it arrives: body, Retry-After and Warning headers. */

@@ -74,12 +74,15 @@ static double backoff(struct cozy_transport *t, int n) {
 
 /* Whether attempt n (ended at `elapsed` s from the first) may be retried
 ** after *delay seconds: Retry-After or backoff, within the request's
-** max_attempts/max_time (the client's, or what its caller lowered them to). */
+** max_attempts/max_time (the client's, or what its caller lowered them to;
+** refused_time for a refused connection, when shorter). */
 static int within_bounds(struct cozy_transport *t, const struct cozy_request *rq,
                          const struct cozy_response *r, CURLcode rc, int n, double elapsed, double *delay) {
+  double limit = rq->max_time;
+  if (rc == CURLE_COULDNT_CONNECT && t->retry.refused_time < limit) limit = t->retry.refused_time;
   *delay = r->retry_after >= 0 && rc == CURLE_OK ? r->retry_after : backoff(t, n);
   if (*delay > t->retry.max_delay) *delay = t->retry.max_delay;
-  return !(n >= rq->max_attempts || elapsed + *delay > rq->max_time);
+  return !(n >= rq->max_attempts || elapsed + *delay > limit);
 }
 
 /* Pushes the attempts entry of a request ended by the caller's watch:

@@ -142,6 +142,46 @@ describe("cozy.kube retries", function()
     assert.same({ "status", "status" }, srv:fired())
   end)
 
+  -- By default a refused connection is retried for refused_time (5 s), not
+  -- the 120 s of 5xx and 429 (docs/transport.md, "Retries"; client-go does
+  -- not retry it at all). The watch's 60 s deadline tells the two apart
+  -- whatever the machine's speed: under the old rule the retries (about
+  -- 90 s of backoff) run into it and the request ends DeadlineExceeded.
+  it("fails a refused connection within refused_time by default, while a 503 keeps its ten attempts", function()
+    local kube = require "cozy.kube"
+    local proc = require "cozy.proc"
+    local kc = support.read_file(srv.kubeconfig):gsub("https://127%.0%.0%.1:%d+", "https://127.0.0.1:1")
+    local path = os.tmpname()
+    support.write_file(path, kc)
+    finally(function() os.remove(path) end)
+    local function watched(c, fn)
+      local w = proc.watch { deadline = sys.monotime() + 60 }
+      local res = table.pack(pcall(fn, c:resource("v1", "configmaps")))
+      w:close()
+      c:close()
+      return table.unpack(res, 1, res.n)
+    end
+    -- the production defaults: no retry option
+    local ok, err = watched(kube.connect { kubeconfig = path, log = captured.log }, function(r)
+      return r:get("cozy-system", "settings")
+    end)
+    assert.is_false(ok)
+    assert.same({ 0, "ConnectionRefused" }, { err.code, err.reason })
+    assert.is_true(#err.attempts >= 2 and #err.attempts < 10, #err.attempts .. " attempts")
+    local waited = 0
+    for _, a in ipairs(err.attempts) do waited = waited + (a.after_s or 0) end
+    assert.is_true(waited <= 5, "waited " .. waited .. " s between attempts")
+    assert.is_nil(err.attempts[#err.attempts].after_s)
+    -- a live server's 503 keeps the default budget: ten attempts
+    srv:faults { { method = "GET", path = "configmaps/settings", times = 9, status = { code = 503, retry_after = 0 } } }
+    local ok2, cm = watched(kube.connect { kubeconfig = srv.kubeconfig, log = captured.log }, function(r)
+      return r:get("cozy-system", "settings")
+    end)
+    assert.is_true(ok2, tostring(cm))
+    assert.equal("prod", cm.data.mode)
+    assert.equal(9, #srv:fired())
+  end)
+
   it("retries a refused connection on reads, up to the bound, reporting each attempt", function()
     -- a port nobody listens on: the kubeconfig of srv, pointed elsewhere
     local kc = support.read_file(srv.kubeconfig):gsub("https://127%.0%.0%.1:%d+", "https://127.0.0.1:1")
