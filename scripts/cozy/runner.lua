@@ -10,6 +10,7 @@
 --     legacy: a child process, which stamps by itself      runner/legacy.lua
 --     after each: stamp N+1 with its history record in one guarded write
 --                                                          runner/stamp.lua
+--     a step that fails: its failure record (best effort, under the lock)
 --   release the lock; a summary line
 --
 -- Fail closed: the first error stops the run; nothing is stamped past it.
@@ -158,14 +159,34 @@ local function interrupted_check(name)
   end
 end
 
--- One failed step as the run's one error line: the step, why, and where
--- the version stays; the cause's own fields (code, reason, ...) kept.
-local function step_failure(m, err)
+-- What a step reported before it failed (ctx.outcome's counts), as
+-- "k=v k=v", or nil when it reported nothing.
+local function work_done(outcome)
+  if not outcome or next(outcome.counts) == nil then return nil end
+  local parts = {}
+  for k, v in pairs(outcome.counts) do parts[#parts + 1] = ("%s=%s"):format(k, tostring(v)) end
+  table.sort(parts)
+  return table.concat(parts, " ")
+end
+runner.work_done = work_done
+
+-- One failed step as the run's one error line: the step, why, what it did
+-- before (its outcome so far), the version that stays (`at`: the step's
+-- own, or an earlier one a step left unstamped) and where a rerun resumes
+-- (`resume`: the migration of that version); the cause's own fields
+-- (code, reason, ...) kept. A stop (lost lock, signal, time limit) keeps
+-- its kind, which decides the release and the exit status.
+local function step_failure(m, err, outcome, at, resume)
   local fields = errors.fields(err) or {}
+  local kind = context.stop_error(err) and errors.kind(err) or "failed"
   fields.kind = nil
   fields.migration, fields.cause = m.name, err
-  fields.message = ("migration %s failed: %s; version stays at %d"):format(m.name, errors.text(err), m.number)
-  return errors.new("failed", fields)
+  -- for the failure record: the step's own error and what it reported
+  fields.step_cause, fields.outcome = err, outcome
+  local done = work_done(outcome)
+  fields.message = ("migration %s failed: %s;%s version stays at %d: a rerun resumes at %s")
+    :format(m.name, errors.text(err), done and (" done before it failed: " .. done .. ";") or "", at, resume)
+  return errors.new(kind, fields)
 end
 
 -- A run: its phases in order, each a method of Run, and the events it
@@ -185,7 +206,8 @@ Run.__index = Run
 
 function Run.new(opts, mode, observe, log)
   local self = setmetatable({ opts = opts, log = log, observe = observe or function() end,
-    started = sys.monotime(), writes = 0, step = nil, steps_run = 0, failures = 0, unstamped_steps = {} }, Run)
+    started = sys.monotime(), writes = 0, step = nil, steps_run = 0, failures = 0, unstamped_steps = {},
+    attempt = nil }, Run)
   -- a server dry run persists nothing either: it plans, with the server judging the writes
   self.planning = mode == "plan" or opts.server_dry_run == true
   self.dry_run = opts.server_dry_run and "server" or (self.planning and "client" or nil)
@@ -277,8 +299,8 @@ function Run:lua_step(m, step_log)
     mode = self.planning and "plan" or "run", timeout = self.opts.step_timeout,
     gate = self.client.gate, guard = function() interrupted_check(m.name) end })
   if not ok then
+    if not self.planning then error(self:step_failure(m, err, result.outcome), 0) end
     if context.stop_error(err) then error(err, 0) end
-    if not self.planning then error(step_failure(m, err), 0) end
     self.failures = self.failures + 1
     step_log:warn("step could not be planned: " .. errors.text(err), errors.fields(err))
     self:emit { type = "failure", number = m.number, name = m.name, error = errors.text(err) }
@@ -303,6 +325,13 @@ function Run:unstamped(m, cm, rec, reason, step_log)
   return stamp.record(self.cms, cm, self.at, stamp.unstamped(rec, self.at, reason))
 end
 
+-- Step m failed with err (outcome: what it reported so far) as the run's
+-- error: the version stays at self.at, where a rerun resumes.
+function Run:step_failure(m, err, outcome)
+  local resume = self.set and self.set.by_number[self.at]
+  return step_failure(m, err, outcome, self.at, resume and resume.name or ("version " .. self.at))
+end
+
 -- Phase each step: one migration run (or planned) and stamped; returns the
 -- version ConfigMap as stamped.
 function Run:each_step(m, cm)
@@ -316,6 +345,8 @@ function Run:each_step(m, cm)
     description = m.description }
   local function record(outcome) return stamp.history_record(m, from, to, t0, self.identity, outcome) end
   local stamped = true
+  -- the attempt, for its failure record should it fail before its stamp
+  self.attempt = { m = m, from = from, at = self.at, started = t0 }
   if m.kind == "lua" then
     local outcome = self:lua_step(m, step_log)
     if outcome.leave then
@@ -328,11 +359,12 @@ function Run:each_step(m, cm)
     self:emit { type = "legacy", number = m.number, name = m.name, file = m.file }
     cm = stamp.advance(self.cms, cm, self.at, to, record())
   else
-    local after
-    after, stamped = legacy.step(m, self.cms, { namespace = self.namespace, from = from, target = self.target,
-      at = self.at, strict = self.opts.strict_stamp,
+    local ok, after, legacy_stamped = pcall(legacy.step, m, self.cms, { namespace = self.namespace, from = from,
+      target = self.target, at = self.at, strict = self.opts.strict_stamp,
       kubeconfig = self.opts.kubeconfig, context = self.opts.context, log = step_log,
       timeout = self.opts.step_timeout })
+    if not ok then error(self:step_failure(m, after), 0) end
+    stamped = legacy_stamped
     -- its history record: even when a signal came meanwhile, the stamp is done
     if stamped then
       cm = stamp.record(self.cms, after, to, record())
@@ -341,6 +373,7 @@ function Run:each_step(m, cm)
     end
   end
   if stamped then self.at = to end
+  self.attempt = nil
   self.steps_run = self.steps_run + 1
   step_log:info(self.planning and (stamped and "step planned" or "step planned, version left")
     or (stamped and "step done, stamped" or "step done, not stamped"),
@@ -417,11 +450,55 @@ function Run:summarise(ok, err)
   return 0
 end
 
+-- The failed attempt's history record (a real run, a step under way):
+-- written under the lock before its release, best effort and quick. Not
+-- writing it is a WARN that never replaces the step's error: a lost lock
+-- forbids the write, a version someone else moved is theirs to record, an
+-- unreachable server is the failure itself. A signal that stopped the run
+-- has done its work: its flag is cleared so the record is sent (as for the
+-- release), and a second signal ends the write.
+function Run:record_failure(err)
+  local a = self.attempt
+  if self.planning or a == nil or self.lock.holder == nil then return end
+  -- the step's own error, also under the signal's wrapping (stopped_by_signal)
+  local failure = err
+  if errors.is(failure) and failure.step_cause == nil and errors.is(failure.cause) then failure = failure.cause end
+  local cause = errors.is(failure) and failure.step_cause or err
+  local outcome = errors.is(failure) and failure.outcome or nil
+  if errors.is(err, "lost") then
+    self.log:warn("the failed attempt is not recorded in the history: the lock was lost", { migration = a.m.name })
+    return
+  end
+  proc.reset_signal()
+  local quick
+  local ok, werr = pcall(function()
+    -- a Retry-After is cut to 1 s: the record must not hold a stopping Job
+    quick = runner.connect(self.opts, self.log, { request_timeout = 5,
+      retry = { max_attempts = 2, max_time = 5, max_delay = 1 } })
+    quick.gate = self.client.gate
+    local cms = quick:resource("v1", "configmaps", { kind = "ConfigMap" })
+    local rec = stamp.failure_record(a.m, a.from, a.started, self.identity, outcome, cause)
+    local cm = stamp.read(cms, self.namespace)
+    if cm == nil then errors.raise("failed", "the version ConfigMap is gone") end
+    stamp.record_failure(cms, cm, a.at, rec)
+  end)
+  if quick then quick:close() end
+  if ok then
+    self.log:info("failed attempt recorded in the history", { migration = a.m.name, configmap = stamp.CONFIGMAP })
+  else
+    self.log:warn("the failed attempt could not be recorded in the history: " .. errors.text(werr),
+      { migration = a.m.name })
+  end
+end
+
 function Run:execute()
   local done = self:decide()
   if done then return done end
   local ok, err = pcall(self.migrate, self)
-  if not ok then err = stopped_by_signal(err) end
+  if not ok then
+    err = stopped_by_signal(err)
+    self:record_failure(err)
+  end
   self:release(err)
   return self:summarise(ok, err)
 end

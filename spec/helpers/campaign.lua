@@ -57,7 +57,9 @@ end
 -- resourceVersion (which counts writes, concurrent ones included) nor what a
 -- real server writes of its own when it stores an object (uid,
 -- creationTimestamp, managedFields: a reset of the real server makes the
--- object again), and the stamp's version and history numbers. Leases are
+-- object again), and the stamp's version and the numbers of its completed
+-- steps' history records (a failed attempt's record, which a failure may or
+-- may not get written, is the failure's business: runner_failure_spec). Leases are
 -- left out (a run that could not release leaves its lease to expire).
 -- An ownerReference's uid reads as the object it names ("owner Kind
 -- ns/name"), or "foreign" when it names none (a deliberate mismatch).
@@ -76,7 +78,9 @@ function support.state(srv)
     elseif o.kind == "ConfigMap" and o.metadata.name == "cozystack-version" then
       out.version = o.data.version
       local numbers = {}
-      for _, h in ipairs(json.decode(o.data.history or "[]")) do numbers[#numbers + 1] = h.number end
+      for _, h in ipairs(json.decode(o.data.history or "[]")) do
+        if h.result ~= "failed" then numbers[#numbers + 1] = h.number end
+      end
       out.history = numbers
     end
   end

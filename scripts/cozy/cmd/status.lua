@@ -1,5 +1,6 @@
 -- `cozy-migrate status [--output text|json]`: the stamped version, the
--- target, the pending migrations, the lock holder and the history, with a
+-- target, the pending migrations, the lock holder, the last failed attempt
+-- (until a later run of that step succeeds) and the history, with a
 -- warning where a shipped file's sha256 differs from the recorded one.
 -- Read-only.
 local cozy_text = require "cozy.text"
@@ -14,6 +15,18 @@ local as_array = json.array or function(t) return t end
 
 local M = {}
 
+-- The last failed attempt still standing once history record rec is read
+-- (oldest first): rec itself when it failed; none when rec is a later
+-- success (or a manual stamp) that covers the failed step's version.
+function M.after(failure, rec)
+  if stamp.is_failure(rec) then return rec end
+  if failure ~= json.null and tonumber(rec.from) and tonumber(rec.to) and tonumber(failure.number)
+      and rec.from <= failure.number and failure.number < rec.to then
+    return json.null
+  end
+  return failure
+end
+
 -- Everything status shows, as plain data.
 function M.collect(opts, log)
   local set = runner.discover(opts)
@@ -22,7 +35,7 @@ function M.collect(opts, log)
   local client = runner.connect(opts, log)
   local cm = stamp.read(client:resource("v1", "configmaps", { kind = "ConfigMap" }), namespace)
   local st = { namespace = namespace, target = target, origin = set.origin, pending = {}, history = {},
-    warnings = {} }
+    warnings = {}, last_failure = json.null }
   if cm == nil then
     st.current = json.null
     st.state = "not installed (the first run stamps the target)"
@@ -40,6 +53,11 @@ function M.collect(opts, log)
           :format(tostring(rec.name), shipped.sha256, tostring(rec.sha256))
       end
       st.history[#st.history + 1] = entry
+      st.last_failure = M.after(st.last_failure, entry)
+    end
+    -- a version moved past it by other means (a legacy script, a stamp by hand) resolved it too
+    if st.last_failure ~= json.null and tonumber(st.last_failure.number) and st.current > st.last_failure.number then
+      st.last_failure = json.null
     end
     for _, e in ipairs(discovery.span(set, st.current, target)) do
       local m = e.migration
@@ -78,6 +96,23 @@ function M.collect(opts, log)
   return st
 end
 
+-- A record's outcome: its counts on one line, the warnings it kept.
+local function outcome_lines(add, h)
+  local o = type(h.outcome) == "table" and h.outcome or nil
+  if o and type(o.counts) == "table" and next(o.counts) ~= nil then
+    local parts = {}
+    for k, v in pairs(o.counts) do parts[#parts + 1] = ("%s=%s"):format(tostring(k), tostring(v)) end
+    table.sort(parts)
+    add("        outcome: %s", table.concat(parts, " "))
+  end
+  for _, w in ipairs(o and type(o.warnings) == "table" and o.warnings or {}) do
+    add("        warning: %s", tostring(w))
+  end
+  if o and tonumber(o.warnings_dropped) then
+    add("        (%d more warnings not kept)", tonumber(o.warnings_dropped))
+  end
+end
+
 local function text(st)
   local out = {}
   local function add(fmt, ...) out[#out + 1] = fmt:format(...) end
@@ -91,6 +126,15 @@ local function text(st)
     add("lock:       held by %s (renewed %s, %s)", st.lock.holder, tostring(st.lock.renewed),
       st.lock.expired and "expired" or ("expires in " .. st.lock.expires_in_s .. "s"))
   end
+  local f = st.last_failure
+  if f ~= json.null then
+    local e = type(f.error) == "table" and f.error or {}
+    add("last failure: %s (%s -> %s) at %s, by %s, attempt %s", tostring(f.name), tostring(f.from), tostring(f.to),
+      tostring(f.finished), tostring(f.runner), tostring(f.attempts or 1))
+    add("        error (%s): %s", tostring(e.kind), tostring(e.message))
+    outcome_lines(add, f)
+    add("        a rerun resumes at %s (cozy-migrate run; docs/operations.md, \"When a step fails\")", tostring(f.name))
+  end
   if #st.pending > 0 then
     add("pending:")
     for _, p in ipairs(st.pending) do
@@ -102,25 +146,14 @@ local function text(st)
   if #st.history > 0 then
     add("history:")
     for _, h in ipairs(st.history) do
-      add("  %s -> %s  %-32s %s .. %s  by %s (engine %s)%s", tostring(h.from), tostring(h.to), tostring(h.name),
+      add("  %s -> %s  %-32s %s .. %s  by %s (engine %s)%s%s", tostring(h.from), tostring(h.to), tostring(h.name),
         tostring(h.started), tostring(h.finished), tostring(h.runner), tostring(h.engine),
+        stamp.is_failure(h) and ("  FAILED (attempts: %s)"):format(tostring(h.attempts or 1)) or "",
         h.sha256_mismatch and "  WARNING: sha256 differs from the shipped file" or "")
       if h.result == "unstamped" then
         add("        not stamped: the version stayed at %s (%s)", tostring(h.version), tostring(h.reason))
       end
-      local o = type(h.outcome) == "table" and h.outcome or nil
-      if o and type(o.counts) == "table" and next(o.counts) ~= nil then
-        local parts = {}
-        for k, v in pairs(o.counts) do parts[#parts + 1] = ("%s=%s"):format(tostring(k), tostring(v)) end
-        table.sort(parts)
-        add("        outcome: %s", table.concat(parts, " "))
-      end
-      for _, w in ipairs(o and type(o.warnings) == "table" and o.warnings or {}) do
-        add("        warning: %s", tostring(w))
-      end
-      if o and tonumber(o.warnings_dropped) then
-        add("        (%d more warnings not kept)", tonumber(o.warnings_dropped))
-      end
+      outcome_lines(add, h)
     end
   end
   for _, w in ipairs(st.warnings) do add("warning: %s", w) end

@@ -15,6 +15,7 @@ local proc = require "cozy.proc"
 local stamp = require "cozy.runner.stamp"
 local step = require "cozy.runner.step"
 local sys = require "cozy.sys"
+local text = require "cozy.text"
 
 local legacy = {}
 
@@ -102,10 +103,20 @@ local function private_kubeconfig(opts)
   end })
 end
 
+-- The longest stderr line a failure quotes.
+legacy.QUOTE_BYTES = 300
+
 -- Why a script failed: kind "timeout" or "interrupted" when the runner
--- stopped it (how it ended is said too), else "failed".
-local function failure(m, how, code, stopped, limit)
+-- stopped it (how it ended is said too), else "failed". Its last stderr
+-- line is quoted: a script's cause (`kubectl`'s "Error from server ...",
+-- `set -u`'s "unbound variable") is there, not in its exit status.
+local function failure(m, how, code, stopped, limit, last_stderr)
   local ended = ("%s %d"):format(how == "exit" and "exited with status" or "was killed by signal", code)
+  if last_stderr then
+    local line = last_stderr
+    if #line > legacy.QUOTE_BYTES then line = text.prefix(line, legacy.QUOTE_BYTES - 3) .. "..." end
+    ended = ("%s, its last stderr line: %q"):format(ended, text.utf8(line))
+  end
   if stopped == "deadline" then
     errors.raise("timeout", ("legacy script %s ran past its time limit of %ss: its process group was stopped "
       .. "(it %s)"):format(m.file, tostring(limit), ended), { exit = code })
@@ -138,10 +149,16 @@ function legacy.run(m, opts)
   -- from its own directory, so `$(dirname "$0")/lib/...` and plain `lib/...` both work
   local dir = m.path:match("^(.*)/[^/]*$") or "."
   local limit = step.timeout(m, opts.timeout)
+  local last_stderr
   local how, code, stopped = proc.spawn(legacy.command(m), legacy.environment(vars, unset), function(stream, line)
-    if stream == "stderr" then log:warn(line, { stream = stream }) else log:info(line, { stream = stream }) end
+    if stream == "stderr" then
+      log:warn(line, { stream = stream })
+      if line:find("%S") then last_stderr = line end
+    else
+      log:info(line, { stream = stream })
+    end
   end, { cwd = dir, deadline = sys.monotime() + limit })
-  if how ~= "exit" or code ~= 0 or stopped then failure(m, how, code, stopped, limit) end
+  if how ~= "exit" or code ~= 0 or stopped then failure(m, how, code, stopped, limit, last_stderr) end
 end
 
 -- Runs legacy step m (from -> from+1) and reads what it stamped. opts as

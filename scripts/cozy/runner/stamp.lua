@@ -1,8 +1,11 @@
 -- The version stamp: ConfigMap `cozystack-version` in the engine's namespace.
 --   data.version   the version the cluster is at, a decimal string
---   data.history   a JSON array of the completed steps (and of those that ran
---                  but left the version: stamp.unstamped), newest last, at most
---                  stamp.HISTORY_LIMIT entries (older ones are dropped)
+--   data.history   a JSON array of records, newest last, at most
+--                  stamp.HISTORY_LIMIT entries (older ones are dropped): the
+--                  completed steps, those that ran but left the version
+--                  (result "unstamped": stamp.unstamped), and the failed
+--                  attempts (result "failed"; consecutive ones of one step
+--                  kept as one, with attempts)
 --   label platform.cozystack.io/no-delete: "true", after every write
 -- A step's stamp and its history record are one JSON patch, guarded by the
 -- ConfigMap's resourceVersion (kube's update() prepends the test), so a
@@ -11,6 +14,7 @@ local errors = require "cozy.errors"
 local json = require "cozy.json"
 local log = require "cozy.log"
 local sys = require "cozy.sys"
+local text = require "cozy.text"
 
 -- marks a table as a JSON array (cozy.json); the identity before it exists
 local as_array = json.array or function(t) return t end
@@ -23,6 +27,9 @@ stamp.HISTORY_LIMIT = 100
 -- The largest history record: HISTORY_LIMIT of them stay far below the
 -- 1 MiB a ConfigMap may hold.
 stamp.RECORD_BYTES = 4096
+-- The longest error message a failure record keeps: the cause's first line
+-- is what an operator needs, and an API error's attempts list can be long.
+stamp.ERROR_BYTES = 1024
 
 local function pointer_escape(s)
   return (s:gsub("~", "~0"):gsub("/", "~1"))
@@ -92,7 +99,15 @@ function stamp.ops(cm, changes)
   if changes.version ~= nil then data.version = tostring(changes.version) end
   if changes.record ~= nil then
     local history = stamp.history_of(cm)
-    history[#history + 1] = changes.record
+    local rec, last = changes.record, history[#history]
+    -- a step failing again (a Job's retries, an operator rerunning) keeps one
+    -- record with its count, so failures never push completed steps out
+    if rec.result == "failed" and type(last) == "table" and last.result == "failed" and last.number == rec.number then
+      rec.attempts = (math.tointeger(last.attempts) or 1) + 1
+      history[#history] = rec
+    else
+      history[#history + 1] = rec
+    end
     data.history = encode_history(history)
   end
   if type(cm.data) ~= "table" then
@@ -120,11 +135,18 @@ function stamp.history_record(m, from, to, started, identity, outcome)
   if outcome and (next(outcome.counts) ~= nil or #outcome.warnings > 0) then
     rec.outcome = { counts = json.object(outcome.counts), warnings = json.array(outcome.warnings),
       warnings_dropped = outcome.warnings_dropped > 0 and outcome.warnings_dropped or nil }
-    local ok, encoded = pcall(json.encode, rec)
-    if not ok or #encoded > stamp.RECORD_BYTES then
-      rec.outcome = { dropped = ok and ("the outcome made the record %d bytes, over %d"):format(#encoded,
-        stamp.RECORD_BYTES) or "the outcome could not be encoded" }
-    end
+  end
+  return stamp.bounded(rec)
+end
+
+-- rec, with its outcome replaced by a note when it does not encode or makes
+-- the record larger than stamp.RECORD_BYTES.
+function stamp.bounded(rec)
+  if rec.outcome == nil then return rec end
+  local ok, encoded = pcall(json.encode, rec)
+  if not ok or #encoded > stamp.RECORD_BYTES then
+    rec.outcome = { dropped = ok and ("the outcome made the record %d bytes, over %d"):format(#encoded,
+      stamp.RECORD_BYTES) or "the outcome could not be encoded" }
   end
   return rec
 end
@@ -135,6 +157,24 @@ end
 function stamp.unstamped(rec, version, reason)
   rec.result, rec.version, rec.reason = "unstamped", version, reason
   return rec
+end
+
+-- The record of a failed attempt at step m (from -> from+1): the step's
+-- record as history_record makes it (what it reported so far included),
+-- with result "failed", attempts 1 (stamp.ops counts the consecutive ones)
+-- and the error: { kind, message } (message bounded by stamp.ERROR_BYTES).
+function stamp.failure_record(m, from, started, identity, outcome, err)
+  local rec = stamp.history_record(m, from, from + 1, started, identity, outcome)
+  local message = text.utf8(errors.text(err))
+  if #message > stamp.ERROR_BYTES then message = text.prefix(message, stamp.ERROR_BYTES - 3) .. "..." end
+  rec.result, rec.attempts = "failed", 1
+  rec.error = { kind = errors.kind(err) or "bug", message = message }
+  return stamp.bounded(rec)
+end
+
+-- Whether history record rec is a failed attempt.
+function stamp.is_failure(rec)
+  return type(rec) == "table" and rec.result == "failed"
 end
 
 -- The ConfigMap, or nil when it is absent (a fresh install).
@@ -192,6 +232,20 @@ function stamp.record(cms, cm, to, record)
     local v = stamp.version_of(current)
     if v ~= to then
       errors.raise("failed", ("version moved to %d while this runner recorded step -> %d"):format(v, to))
+    end
+    return stamp.ops(current, { record = record })
+  end)
+end
+
+-- Appends the failure record of a step, provided the version is still
+-- `at` (the step's own, or where an earlier unstamped step left it): a
+-- runner that moved it meanwhile owns the story.
+function stamp.record_failure(cms, cm, at, record)
+  return updated(cms, cm, at, function(current)
+    local v = stamp.version_of(current)
+    if v ~= at then
+      errors.raise("failed", ("version moved to %d: the failed attempt at %s -> %s is not recorded")
+        :format(v, tostring(record.from), tostring(record.to)))
     end
     return stamp.ops(current, { record = record })
   end)
