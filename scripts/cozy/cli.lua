@@ -29,11 +29,13 @@ cli.V_DEBUG, cli.V_REQUESTS, cli.V_BODIES, cli.V_WHOLE_BODIES = 4, 6, 8, 9
 local command_list = {
   { "run", "[--target N] [--dry-run] [--server-dry-run]", "apply pending migrations" },
   { "plan", "[--target N] [--server-dry-run]", "what run would change, nothing written" },
-  { "status", "[-o text|json]", "version, target, pending, lock, history" },
+  { "status", "[-o text|json]", "version, target, pending, lock, last failure, history" },
   { "check", "[--migration N] [-o text|json]", "read-only preflight and each pending check()" },
   { "list", "[-o text|json]", "migrations known to this build" },
   { "new", "[NN-]NAME", "scaffold migrations/NN-NAME.lua and its spec" },
   { "rbac", "[--all] [--target N] [--preflight] [-o yaml|json]", "the least-privilege RBAC of the pending range" },
+  { "stamp", "N --reason TEXT [--force] [--dry-run]", "set the version to N by hand (baseline, manual repair),\n"
+    .. "under the lock, recorded in the history with who and why" },
   { "lua", "[SCRIPT [ARGS...]] | lua -e CODE", "Lua 5.4 interpreter with the engine's modules" },
   { "help", "[COMMAND]", "this help, or COMMAND's" },
 }
@@ -74,6 +76,8 @@ local option_list = {
   { "--output", "-o", "FORMAT", "text|json (rbac: yaml|json)" },
   { "--all", nil, nil, "every known migration's RBAC (no cluster needed)" },
   { "--preflight", nil, nil, "the check Job's read-only variant" },
+  { "--reason", nil, "TEXT", "why the version is set by hand (kept in the history record)" },
+  { "--force", nil, nil, "let stamp move the version down" },
 }
 local option_help, shorthands = {}, {}
 for _, o in ipairs(option_list) do
@@ -185,6 +189,8 @@ local options = {
   ["--no-builtin"] = "flag",
   ["--all"] = "flag",
   ["--preflight"] = "flag",
+  ["--reason"] = string_value,
+  ["--force"] = "flag",
   ["--v"] = "verbosity",
   ["--help"] = "flag",
   ["--version"] = "flag",
@@ -204,6 +210,7 @@ local command_options = {
   list = { "--output" },
   new = {},
   rbac = { "--all", "--target", "--preflight", "--output" },
+  stamp = { "--reason", "--force", "--dry-run" },
   lua = {},
   help = {},
 }
@@ -422,7 +429,7 @@ local function read_option(command, argv, i, name, inline, opts)
 end
 
 -- What the words after the options may be: `help` one command, `new` its
--- NAME, every other command none.
+-- NAME, `stamp` its N, every other command none.
 local function check_arguments(command, opts, args)
   if command == "help" then
     if #args > 1 then errors.raise("usage", ("unexpected argument %q for 'help'"):format(args[2])) end
@@ -432,7 +439,7 @@ local function check_arguments(command, opts, args)
     return "help", opts, args
   end
   if opts.version then return "version", opts, {} end
-  local takes = command == "new" and 1 or 0
+  local takes = (command == "new" or command == "stamp") and 1 or 0
   if #args > takes then
     errors.raise("usage", ("unexpected argument %q for '%s'"):format(args[takes + 1], command))
   end

@@ -65,12 +65,17 @@ end
 
 -- The engine's cluster-wide needs: discovery and its own access reviews
 -- (check asks SelfSubjectAccessReviews; the preflight Job asks
--- SubjectAccessReviews about the hook's service account).
+-- SubjectAccessReviews about the hook's service account; `stamp`, run with
+-- the hook's account, asks a SelfSubjectReview who it is).
 function rbac.engine_cluster_rules(preflight)
   local rules = {
     { nonResourceURLs = rbac.DISCOVERY_URLS, verbs = { "get" } },
     { apiGroups = { "authorization.k8s.io" }, resources = { "selfsubjectaccessreviews" }, verbs = { "create" } },
   }
+  if not preflight then
+    rules[#rules + 1] = { apiGroups = { "authentication.k8s.io" }, resources = { "selfsubjectreviews" },
+      verbs = { "create" } }
+  end
   if preflight then
     rules[#rules + 1] = { apiGroups = { "authorization.k8s.io" }, resources = { "subjectaccessreviews" },
       verbs = { "create" } }

@@ -136,6 +136,7 @@ local function take_lock(client, opts, namespace, identity, log)
   local obj, acquired_at = lease.acquire(client, lock_opts)
   return lease.hold(lock_opts, runner.connect_options(opts), obj, acquired_at)
 end
+runner.take_lock = take_lock
 
 -- Best effort and quick: an unreleased lease only expires, while a release
 -- retried for minutes would hold a failed run (and its exit). A signal
@@ -148,6 +149,7 @@ local function release_lock(holder, client, opts, namespace, identity, log)
     { request_timeout = 5, retry = { max_attempts = 2, max_time = 5 } })
   lease.release(quick_ok and quick or client, { namespace = namespace, identity = identity, log = log })
 end
+runner.release_lock = release_lock
 
 -- Raises when a signal came: the migration about to write (its name) is
 -- named, as the step's watch names it when it stops the migration's code,

@@ -66,7 +66,8 @@ describe("cozy-migrate rbac", function()
     local r = support.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--output", "json" }, NO_DIR)
     assert.equal(0, r.code, r.stderr)
     local items = json.decode(r.stdout).items
-    assert.same({ "create selfsubjectaccessreviews.authorization.k8s.io", "get /api", "get /api/*", "get /apis",
+    assert.same({ "create selfsubjectaccessreviews.authorization.k8s.io",
+      "create selfsubjectreviews.authentication.k8s.io", "get /api", "get /api/*", "get /apis",
       "get /apis/*", "get /version",
       "get virtualmachines.kubevirt.io", "list virtualmachineinstances.kubevirt.io",
       "list virtualmachines.kubevirt.io", "patch virtualmachines.kubevirt.io" }, granted(items))
@@ -84,7 +85,8 @@ describe("cozy-migrate rbac", function()
     at(60)
     r = support.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--output", "json" }, NO_DIR)
     assert.equal(0, r.code, r.stderr)
-    assert.same({ "create selfsubjectaccessreviews.authorization.k8s.io", "get /api", "get /api/*", "get /apis",
+    assert.same({ "create selfsubjectaccessreviews.authorization.k8s.io",
+      "create selfsubjectreviews.authentication.k8s.io", "get /api", "get /api/*", "get /apis",
       "get /apis/*", "get /version" }, granted(json.decode(r.stdout).items))
   end)
 

@@ -164,8 +164,9 @@ end
 -- Is this request-log entry a write, i.e. does it change state? An access
 -- review (self or not) persists nothing: it is a read in all but method.
 function cli.is_write(entry)
+  local path = tostring(entry.path)
   return entry.method ~= "GET" and entry.method ~= "HEAD"
-    and not tostring(entry.path):match("subjectaccessreviews$")
+    and not path:match("subjectaccessreviews$") and not path:match("/selfsubjectreviews$")
 end
 
 -- Requests of the fake that change state (what "no write" means).

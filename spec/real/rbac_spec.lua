@@ -25,7 +25,7 @@ local ACCOUNT = "cozystack-migration-hook"
 local function granted_to_everyone(rule, verb)
   if rule.nonResourceURLs then return verb == "get" end
   for _, r in ipairs(rule.resources or {}) do
-    if r == "selfsubjectaccessreviews" and verb == "create" then return true end
+    if (r == "selfsubjectaccessreviews" or r == "selfsubjectreviews") and verb == "create" then return true end
   end
   return false
 end
@@ -189,6 +189,8 @@ for _, case in ipairs(CASES) do
       assert.equal(201, h.srv:request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", { token = token,
         body = { apiVersion = "authorization.k8s.io/v1", kind = "SelfSubjectAccessReview",
                  spec = { resourceAttributes = { verb = "get", resource = "configmaps" } } } }).status)
+      assert.equal(201, h.srv:request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", { token = token,
+        body = { apiVersion = "authentication.k8s.io/v1", kind = "SelfSubjectReview" } }).status)
     end)
 
     -- every verb of every rule the ClusterRole and the Role give, each

@@ -146,6 +146,12 @@ local function text(st)
   if #st.history > 0 then
     add("history:")
     for _, h in ipairs(st.history) do
+      if h.kind == "manual" then
+        add("  %s -> %s  manual stamp by %s (%s): %s  at %s%s", h.from == nil and "none" or tostring(h.from),
+          tostring(h.to), tostring(h.user), tostring(h.runner), tostring(h.reason), tostring(h.finished),
+          h.forced and "  (moved down, --force)" or "")
+        goto next
+      end
       add("  %s -> %s  %-32s %s .. %s  by %s (engine %s)%s%s", tostring(h.from), tostring(h.to), tostring(h.name),
         tostring(h.started), tostring(h.finished), tostring(h.runner), tostring(h.engine),
         stamp.is_failure(h) and ("  FAILED (attempts: %s)"):format(tostring(h.attempts or 1)) or "",
@@ -154,6 +160,7 @@ local function text(st)
         add("        not stamped: the version stayed at %s (%s)", tostring(h.version), tostring(h.reason))
       end
       outcome_lines(add, h)
+      ::next::
     end
   end
   for _, w in ipairs(st.warnings) do add("warning: %s", w) end

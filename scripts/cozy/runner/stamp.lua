@@ -237,6 +237,46 @@ function stamp.record(cms, cm, to, record)
   end)
 end
 
+-- The record of `cozy-migrate stamp`: kind "manual", the version moved
+-- from (nil: there was no ConfigMap) to `to`, who (the kube user a
+-- SelfSubjectReview named, and the runner: POD_NAME or host-pid), why,
+-- and whether --force moved it down. `reason` bounded by ERROR_BYTES.
+function stamp.manual_record(from, to, started, identity, user, reason, forced)
+  reason = text.utf8(reason)
+  if #reason > stamp.ERROR_BYTES then reason = text.prefix(reason, stamp.ERROR_BYTES - 3) .. "..." end
+  return { kind = "manual", from = from, to = to, started = log.iso8601(started), finished = log.iso8601(sys.time()),
+    engine = sys.version, runner = identity, user = user, reason = reason, forced = forced or nil }
+end
+
+-- Sets the version to `to` with a manual record, provided it is still
+-- `from` (the caller holds the lock; a version moved meanwhile fails closed).
+function stamp.set(cms, cm, from, to, record)
+  return updated(cms, cm, from, function(current)
+    local v = stamp.version_of(current)
+    if v ~= from then
+      errors.raise("failed", ("version moved to %d while stamping %d -> %d"):format(v, from, to))
+    end
+    return stamp.ops(current, { version = to, record = record })
+  end)
+end
+
+-- Creates the ConfigMap at `version` with `record` as its first history
+-- record (a baseline). Another runner's ConfigMap, created meanwhile, is a
+-- conflict: raises (kind "failed") rather than write over it.
+function stamp.create(cms, namespace, version, record)
+  local ok, created = pcall(cms.create, cms, {
+    apiVersion = "v1", kind = "ConfigMap",
+    metadata = { name = stamp.CONFIGMAP, namespace = namespace, labels = { [stamp.LABEL] = "true" } },
+    data = { version = tostring(version), history = json.encode(as_array({ record })) },
+  })
+  if ok then return created end
+  if type(created) == "table" and created.code == 409 then
+    errors.raise("failed", ("ConfigMap %s/%s was created meanwhile: run stamp again to see its version")
+      :format(namespace, stamp.CONFIGMAP), { cause = created })
+  end
+  error(created, 0)
+end
+
 -- Appends the failure record of a step, provided the version is still
 -- `at` (the step's own, or where an earlier unstamped step left it): a
 -- runner that moved it meanwhile owns the story.
