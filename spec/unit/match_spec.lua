@@ -74,6 +74,58 @@ describe("cozy.match", function()
     end
   end)
 
+  it("agrees with grep -E on generated patterns (a seeded random differential)", function()
+    -- patterns from a grammar both read the same way: literals, '.', a
+    -- class, groups, alternation, the four quantifiers, anchors
+    local seed = 28
+    local function rand(n) -- a small LCG: the same patterns on every machine
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      return seed % n + 1
+    end
+    local gen
+    local function atom(depth)
+      local r = rand(depth > 2 and 4 or 6)
+      if r == 1 then return ({ "a", "b", "c" })[rand(3)] end
+      if r == 2 then return "." end
+      if r == 3 then return ({ "[ab]", "[^a]", "[a-c]" })[rand(3)] end
+      if r == 4 then return ({ "a", "b" })[rand(2)] end
+      if r == 5 then return "(" .. gen(depth + 1) .. ")" end
+      return "(" .. gen(depth + 1) .. "|" .. gen(depth + 1) .. ")"
+    end
+    function gen(depth)
+      local parts = {}
+      for i = 1, rand(3) do
+        parts[i] = atom(depth) .. ({ "", "", "*", "+", "?", "{1,2}" })[rand(6)]
+      end
+      return table.concat(parts)
+    end
+    local names = {}
+    for i = 1, 40 do
+      local n = {}
+      for j = 1, (i - 1) % 6 do n[j] = ({ "a", "b", "c" })[rand(3)] end
+      names[i] = table.concat(n)
+    end
+    local file = dir .. "/generated"
+    files.write(file, table.concat(names, "\n") .. "\n")
+    local outcomes = {}
+    for _ = 1, 100 do
+      local re = gen(0)
+      if rand(3) == 1 then re = "^" .. re end
+      if rand(3) == 1 then re = re .. "$" end
+      local hit = {}
+      for n in files.capture(("grep -nE %s %s | cut -d: -f1"):format(q(re), q(file))):gmatch("%d+") do
+        hit[tonumber(n)] = true
+      end
+      for i, name in ipairs(names) do
+        local got = match.regex(re, name)
+        assert.equal(hit[i] == true, got, ("regex %s on %q"):format(re, name))
+        outcomes[got] = (outcomes[got] or 0) + 1
+      end
+    end
+    -- both answers occur often: the patterns say something
+    assert.is_true(outcomes[true] > 500 and outcomes[false] > 500, ("%d/%d"):format(outcomes[true], outcomes[false]))
+  end)
+
   it("reads \\d and \\w as [0-9] and [A-Za-z0-9_], and (?:...) as (...), which grep -E has not", function()
     assert.is_true(match.regex("^(?:ab)*c?$", "abab"))
     assert.is_false(match.regex("^(?:ab)*c?$", "aba"))
