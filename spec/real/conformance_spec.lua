@@ -265,6 +265,17 @@ local CASES = {
       body = { apiVersion = "authorization.k8s.io/v1", kind = "SelfSubjectAccessReview",
                spec = { resourceAttributes = { verb = "patch", resource = "configmaps", namespace = "conf" } } },
       pick = function(o) return { kind = o.kind, allowed = o.status and o.status.allowed } end } } },
+  -- who we are (`cozy-migrate stamp`): the user's name differs between the
+  -- servers (the fake has its own), the answer's shape does not
+  { "SelfSubjectReview", steps = {
+    { "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+      body = { apiVersion = "authentication.k8s.io/v1", kind = "SelfSubjectReview" },
+      pick = function(o)
+        local u = o.status and o.status.userInfo or {}
+        local authenticated = false
+        for _, g in ipairs(u.groups or {}) do authenticated = authenticated or g == "system:authenticated" end
+        return { kind = o.kind, named = type(u.username) == "string" and u.username ~= "", authenticated = authenticated }
+      end } } },
   { "a request RBAC does not allow", steps = { { "GET", NS .. "/configmaps/cm-a", as = "nobody" } } },
   { "a write RBAC does not allow", steps = {
     { "PATCH", VMS .. "/vm1", as = "nobody", content_type = MERGE_PATCH, body = '{"metadata":{"labels":{"x":"y"}}}' } } },
