@@ -11,7 +11,7 @@
 // seeded with copies of the VM and VMI, as KubeVirt's own unit tests do, so
 // nothing is written to the server. The VMI the fake holds afterwards is
 // compared with the one read: what disappeared is a removal, what appeared an
-// addition.
+// addition. With --admit it runs KubeVirt's VM admitter instead (admit.go).
 package main
 
 import (
@@ -63,8 +63,13 @@ func fail(msg string) {
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the server to read (required)")
 	output := flag.String("output", "json", "output format: json (the only one)")
+	admitVMs := flag.Bool("admit", false, "run KubeVirt's VM admitter instead of reconcile")
+	oldFile := flag.String("old", "", "with --admit: the VMs before the write, a VirtualMachineList JSON")
+	var gates gateList
+	flag.Var(&gates, "feature-gate", "with --admit: a feature gate on besides DeclarativeHotplugVolumes (repeatable)")
 	flag.Usage = func() {
 		fmt.Fprint(os.Stderr, `usage: hotplug-oracle --kubeconfig FILE [--output json]
+       hotplug-oracle --kubeconfig FILE --admit [--old FILE] [--feature-gate NAME]... [ns/name ...]
 
 Runs KubeVirt v1.9.0's declarative hotplug reconcile (HandleDeclarativeVolumes,
 after the VM controller's VMI claim) for every VirtualMachine on the server,
@@ -72,11 +77,21 @@ on a fake client: nothing is written. Prints a JSON array with one entry per VM
 whose Running VMI reconcile would change:
   {"vm": "ns/name", "removes": {"volumes": [...], "disks": [...]},
                     "adds":    {"volumes": [...], "disks": [...]}}
-Exit 0 whatever it finds; 2 on a usage, connection or API error.
+
+With --admit, runs KubeVirt v1.9.0's validating webhook for VMs instead
+(VMsAdmitter.Admit, DeclarativeHotplugVolumes on, HotplugVolumes off) on an
+UPDATE of every VM (or of those named) from its old self in --old FILE (a
+VirtualMachineList, as kubectl get vm -A -o json prints), or from itself.
+Each --feature-gate NAME is on too (HotplugVolumes may not be).
+Prints one entry per VM:
+  {"vm": "ns/name", "admission": {"allowed": bool, "message": "...",
+                    "causes": [{"type": ..., "field": ..., "message": ...}]}}
+Exit 0 whatever it finds; 2 on a usage, connection or API error, or a named
+VM that does not exist.
 `)
 	}
 	flag.Parse()
-	if *kubeconfig == "" || *output != "json" || flag.NArg() != 0 {
+	if *kubeconfig == "" || *output != "json" || (flag.NArg() != 0 && !*admitVMs) || ((*oldFile != "" || len(gates) > 0) && !*admitVMs) {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -97,6 +112,14 @@ Exit 0 whatever it finds; 2 on a usage, connection or API error.
 	if err != nil {
 		fail("list virtualmachineinstances: " + err.Error())
 	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	if *admitVMs {
+		if err := enc.Encode(admitAll(vms.Items, vmis.Items, readOld(*oldFile), gates, flag.Args())); err != nil {
+			fail(err.Error())
+		}
+		return
+	}
 	byKey := map[string]*virtv1.VirtualMachineInstance{}
 	for i := range vmis.Items {
 		vmi := &vmis.Items[i]
@@ -114,8 +137,6 @@ Exit 0 whatever it finds; 2 on a usage, connection or API error.
 		}
 	}
 	sort.Slice(verdicts, func(i, j int) bool { return verdicts[i].VM < verdicts[j].VM })
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
 	if err := enc.Encode(verdicts); err != nil {
 		fail(err.Error())
 	}
