@@ -215,6 +215,12 @@ function Harness:migrate(n, opts)
   return out
 end
 
+--- Runs migration n whether it fails or not: ok, the error (nil when ok), and
+--- what migrate returns (spec/helpers/differential.lua compares both outcomes).
+function Harness:step(n, opts)
+  return run_step(self, n, opts)
+end
+
 --- Runs migration n expecting it to fail; returns the error (a cozy.errors
 --- table: kind, message, ...) and what migrate returns. Raises if it succeeded.
 function Harness:migrate_error(n, opts)

@@ -1,0 +1,159 @@
+-- A port and its shell original, run on the same fixture, compared object by
+-- object (issue 28, item 3). Shared by every port's spec:
+--
+--   local differential = require "spec.helpers.differential"
+--   local d = differential.run(h, 46, FIXTURE, { faults = {...}, before = function(h) end })
+--   assert.same({}, differential.differences(d))   -- the objects' keys that differ
+--
+-- The shell original is the platform's own script, read at run time from
+-- $COZY_PLATFORM_MIGRATIONS (the platform's migrations directory: a checkout of
+-- cozystack/cozystack's packages/core/platform/images/migrations/migrations);
+-- it is never copied into this repository. It runs under bash with a real,
+-- current kubectl first on PATH: $COZY_SPEC_KUBECTL, else the one
+-- spec/support/go/build built (go/bin/kubectl), else spec/support/kubectl (which
+-- builds it on first use). Neither is optional: a spec that cannot find
+-- them fails, naming what is missing, so that a differential case never passes
+-- by not running.
+local files = require "spec.helpers.files"
+
+local differential = {}
+
+local function executable(path)
+  return path ~= nil and path ~= "" and files.sh("test -x " .. files.quote(path)) == 0
+end
+
+--- The real kubectl the shell originals run with; raises when there is none.
+function differential.kubectl()
+  for _, path in ipairs { os.getenv("COZY_SPEC_KUBECTL") or "", "spec/support/go/bin/kubectl", "spec/support/kubectl" } do
+    if executable(path) then return files.absolute(path) end
+  end
+  error("differential: no real kubectl (set COZY_SPEC_KUBECTL, or build spec/support/kubectl): "
+    .. "the shell originals cannot run, and a differential case does not pass without them", 2)
+end
+
+--- The platform's script N (its path); raises when $COZY_PLATFORM_MIGRATIONS does not hold it.
+function differential.script(n)
+  local dir = os.getenv("COZY_PLATFORM_MIGRATIONS")
+  if dir == nil or dir == "" then
+    error("differential: COZY_PLATFORM_MIGRATIONS is not set: it names the platform's migrations directory "
+      .. "(cozystack/cozystack packages/core/platform/images/migrations/migrations), where script "
+      .. tostring(n) .. " is read from", 2)
+  end
+  local path = dir .. "/" .. tostring(n)
+  if files.read(path) == nil then error("differential: " .. path .. " is not readable", 2) end
+  return files.absolute(path)
+end
+
+--- The counting rule of issue 28 (a port's code at most 1.5x its shell's):
+--- a line counts unless it is blank or a comment (`#` in shell, the shebang
+--- included; `--` in Lua). Both sides are counted by this one function.
+function differential.code_lines(text, comment)
+  local n = 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    local s = line:match("^%s*(.-)%s*$")
+    if s ~= "" and s:sub(1, #comment) ~= comment then n = n + 1 end
+  end
+  return n
+end
+
+--- { shell =, lua =, ratio = } for migration n: its script's and its port's code lines.
+function differential.line_counts(n, port_file)
+  local shell = differential.code_lines(assert(files.read(differential.script(n))), "#")
+  local lua = differential.code_lines(assert(files.read(port_file)), "--")
+  return { shell = shell, lua = lua, ratio = lua / shell }
+end
+
+-- What a run leaves that matters: every object but the version stamp (the
+-- shell writes it, the port's runner does), without what the server sets
+-- differently on every write (a CRD's status: its conditions' times).
+local VOLATILE = { "resourceVersion", "managedFields", "uid", "creationTimestamp", "generation" }
+
+function differential.state(h)
+  local out = {}
+  for _, o in ipairs(h:objects()) do
+    local md = o.metadata or {}
+    if not (o.kind == "ConfigMap" and md.name == "cozystack-version") then
+      for _, k in ipairs(VOLATILE) do md[k] = nil end
+      if o.kind == "CustomResourceDefinition" then o.status = nil end
+      if md.annotations then
+        md.annotations["kubectl.kubernetes.io/last-applied-configuration"] = nil
+        if next(md.annotations) == nil then md.annotations = nil end
+      end
+      out[o.kind .. " " .. (md.namespace and (md.namespace .. "/") or "") .. md.name] = o
+    end
+  end
+  return out
+end
+
+--- Runs the platform's script n under bash against h's server, as the legacy
+--- runner would (NAMESPACE, CURRENT_VERSION, TARGET_VERSION, KUBECONFIG).
+--- Returns { code, stdout, stderr }.
+function differential.run_shell(h, n, env)
+  local script = differential.script(n)
+  local dir = files.tmpdir()
+  local bin = dir .. "/bin"
+  files.sh("mkdir -p " .. files.quote(bin))
+  files.write(bin .. "/kubectl", "#!/bin/sh\nexec " .. files.quote(differential.kubectl()) .. ' "$@"\n')
+  files.sh("chmod +x " .. files.quote(bin .. "/kubectl"))
+  local vars = { PATH = bin .. ":" .. os.getenv("PATH"), HOME = dir, KUBECONFIG = h.srv.kubeconfig,
+    NAMESPACE = "cozy-system", CURRENT_VERSION = tostring(n), TARGET_VERSION = tostring(n + 1) }
+  for k, v in pairs(env or {}) do vars[k] = v end
+  local assign = {}
+  for k, v in pairs(vars) do assign[#assign + 1] = k .. "=" .. files.quote(v) end
+  table.sort(assign)
+  local out, err = dir .. "/stdout", dir .. "/stderr"
+  local code = files.sh(("env %s bash %s </dev/null >%s 2>%s"):format(table.concat(assign, " "),
+    files.quote(script), files.quote(out), files.quote(err)))
+  local res = { code = code, stdout = files.read(out) or "", stderr = files.read(err) or "" }
+  files.rm_rf(dir)
+  return res
+end
+
+-- One side: reset to the fixture, prepare, run, keep what it left.
+local function side(h, fixture, opts, run)
+  h:reset(fixture)
+  if opts.before then opts.before(h) end
+  h.srv:clear_requests()
+  if opts.faults then h:faults(opts.faults) end
+  local res = run()
+  res.fired = h:fired()
+  res.writes = h:writes()
+  res.objects = differential.state(h)
+  return res
+end
+
+--- Runs the shell original, then the port, each from `fixture` with the same
+--- preparation (`opts.before(h)`, then the fault rules `opts.faults`), and returns
+--- { shell = { code, stdout, stderr, fired, writes, objects },
+---   port = { ok, err (nil when ok), result, fired, writes, objects } }.
+--- The harness is left with the port's run.
+function differential.run(h, n, fixture, opts)
+  opts = opts or {}
+  local shell = side(h, fixture, opts, function() return differential.run_shell(h, n, opts.env) end)
+  local port = side(h, fixture, opts, function()
+    local ok, err, res = h:step(n)
+    return { ok = ok, err = err, result = res }
+  end)
+  return { shell = shell, port = port }
+end
+
+local function same(a, b)
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
+  for k, v in pairs(a) do if not same(v, b[k]) then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
+end
+
+--- The keys ("Kind ns/name") whose objects differ between the two sides, sorted.
+function differential.differences(d)
+  local keys, seen = {}, {}
+  for k in pairs(d.shell.objects) do seen[k] = true end
+  for k in pairs(d.port.objects) do seen[k] = true end
+  for k in pairs(seen) do
+    if not same(d.shell.objects[k], d.port.objects[k]) then keys[#keys + 1] = k end
+  end
+  table.sort(keys)
+  return keys
+end
+
+return differential
