@@ -6,7 +6,7 @@
 --   ClusterRole+Binding  discovery, access reviews, and every cluster-wide
 --                        permission the migrations declare
 --   Role+Binding         the engine's own objects in the namespace (the
---                        version ConfigMap, the Lease), plus the migrations'
+--                        version ConfigMap, the Lease, the run's Events), plus the migrations'
 --                        permissions declared for that namespace; one Role per
 --                        other namespace a migration names
 --   cluster-admin        bound only when the range holds a legacy script,
@@ -30,14 +30,20 @@ rbac.DISCOVERY_URLS = { "/api", "/api/*", "/apis", "/apis/*", "/version" }
 
 local READ_VERBS = { get = true, list = true, watch = true }
 
+-- What the engine does best effort (runner/events.lua): a run without it
+-- goes on, so check reports its absence as a warning, not a block.
+rbac.BEST_EFFORT = { ["events.k8s.io/events"] = true }
+
 -- The engine's own needs in its namespace as permissions ({verb, group,
--- resource, name}), for check's access reviews: the same as the rules below.
+-- resource, name, best_effort}), for check's access reviews: the same as
+-- the rules below.
 function rbac.engine_permissions(preflight)
   local out = {}
   for _, rule in ipairs(rbac.engine_rules(preflight)) do
     for _, verb in ipairs(rule.verbs) do
       out[#out + 1] = { verb = verb, group = rule.apiGroups[1], resource = rule.resources[1],
-        name = rule.resourceNames and rule.resourceNames[1] or nil }
+        name = rule.resourceNames and rule.resourceNames[1] or nil,
+        best_effort = rbac.BEST_EFFORT[rule.apiGroups[1] .. "/" .. rule.resources[1]] or nil }
     end
   end
   return out
@@ -60,6 +66,9 @@ function rbac.engine_rules(preflight)
     -- taking over, renewing and releasing the Lease are all JSON patches
     { apiGroups = { "coordination.k8s.io" }, resources = { "leases" }, resourceNames = { rbac.LEASE },
       verbs = { "get", "patch" } },
+    -- the run's Events, on the ConfigMap and the Job's pod (both in this
+    -- namespace): created, never read, updated or deleted
+    { apiGroups = { "events.k8s.io" }, resources = { "events" }, verbs = { "create" } },
   }
 end
 

@@ -32,12 +32,14 @@ local function lazy(name)
   return setmetatable({}, { __index = function(_, k) return require(name)[k] end })
 end
 local context = lazy "cozy.runner.context"
+local events = lazy "cozy.runner.events"
 local gate = lazy "cozy.kube.gate"
 local lease = lazy "cozy.runner.lease"
 local legacy = lazy "cozy.runner.legacy"
 local stamp = lazy "cozy.runner.stamp"
 local step = lazy "cozy.runner.step"
 local steps = lazy "cozy.runner.steps"
+local termination = lazy "cozy.runner.termination"
 
 local runner = {}
 
@@ -54,14 +56,19 @@ function runner.target(...) return steps.target(...) end
 -- status (1 failed, 2 usage/config/invalid set, 3 locked). An engine error
 -- is one line (its traceback, when it has one, only with -v); anything
 -- else is a bug in the engine, logged with its traceback.
-function runner.protect(opts, fn)
+-- finished(status, err), when given, is told how it ended (err: nil on success).
+function runner.protect(opts, fn, finished)
   local log = runner.logger(opts)
   local trace
   local ok, res = xpcall(fn, function(e)
     if not errors.is(e) then trace = debug.traceback(errors.safe_text(e), 2) end
     return e
   end, log)
-  if ok then return res or 0 end
+  finished = finished or function() end
+  if ok then
+    finished(res or 0)
+    return res or 0
+  end
   if errors.is(res) then
     log:error(errors.text(res), errors.fields(res))
     local cause = errors.is(res.cause) and res.cause or res
@@ -72,6 +79,7 @@ function runner.protect(opts, fn)
     log:error("internal error: " .. errors.safe_text(res))
     if trace then log:error(trace) end
   end
+  finished(errors.exit_status_of(res), res)
   return errors.exit_status_of(res)
 end
 
@@ -130,9 +138,9 @@ end
 
 -- The lock for a run: taken (waiting up to the lock timeout), then renewed
 -- by a worker thread until released.
-local function take_lock(client, opts, namespace, identity, log)
+local function take_lock(client, opts, namespace, identity, log, event)
   local lock_opts = { namespace = namespace, identity = identity, duration = lease.duration(),
-    timeout = opts.lock_timeout or runner.DEFAULT_LOCK_TIMEOUT, log = log }
+    timeout = opts.lock_timeout or runner.DEFAULT_LOCK_TIMEOUT, log = log, event = event }
   local obj, acquired_at = lease.acquire(client, lock_opts)
   return lease.hold(lock_opts, runner.connect_options(opts), obj, acquired_at)
 end
@@ -237,6 +245,10 @@ end
 
 function Run:summary(result)
   local s = self.client.stats
+  -- the pod's termination message when it succeeds (runner.execute)
+  self.line = ("%s: version %s, target %d, %d step(s), %d write(s), %.2fs"):format(result,
+    tostring(self.at or (self.decision and self.decision.current) or self.target), self.target, self.steps_run,
+    s.writes, sys.monotime() - self.started)
   self.log:info("summary", {
     result = result, steps = self.steps_run, writes = s.writes, requests = s.requests, retries = s.retries,
     conflicts = s.conflicts, duration_s = ("%.2f"):format(sys.monotime() - self.started), dry_run = self.dry_run,
@@ -255,8 +267,10 @@ function Run:decide()
   proc.trap()
   self.identity = lease.identity()
   local target, namespace = self.target, self.namespace
+  self:recorder()
   local decision = steps.decide(self.set, self.cms, namespace, target, log, self.leases)
   self.decision = decision
+  self.events:regard(decision.cm)
   if decision.action == "bootstrap" then
     log:info("no version ConfigMap: fresh install, stamping the target and running nothing",
       { configmap = stamp.CONFIGMAP, namespace = namespace, version = target })
@@ -279,13 +293,28 @@ function Run:decide()
   return nil
 end
 
+-- The run's Kubernetes Events (runner/events.lua): none in a plan or a
+-- dry run; each on a quick connection of their own, so that a slow or
+-- refusing server costs the run seconds at most, and the run's counters
+-- (the summary's writes) stay the migration's and the stamp's.
+function Run:recorder()
+  self.events = events.recorder { off = self.planning, namespace = self.namespace, configmap = stamp.CONFIGMAP,
+    identity = self.identity, log = self.log, pod = os.getenv("POD_NAME"), pod_namespace = os.getenv("POD_NAMESPACE"),
+    connect = function()
+      return runner.connect(self.opts, self.log, { request_timeout = events.REQUEST_TIMEOUT,
+        retry = { max_attempts = events.RETRY.attempts, max_time = events.RETRY.time } })
+    end }
+end
+
 -- Phase lock (a real run only): taken, then the decision made again under
 -- it, since another runner may have moved the version while we waited.
 -- Returns whether there is still something to migrate.
 function Run:take_lock()
   if self.planning then return true end
-  self.lock.holder = take_lock(self.client, self.opts, self.namespace, self.identity, self.log)
+  self.lock.holder = take_lock(self.client, self.opts, self.namespace, self.identity, self.log,
+    function(reason, note) self.events:emit(reason, "Lock", note) end)
   self.decision = steps.decide(self.set, self.cms, self.namespace, self.target, nil, self.leases)
+  self.events:regard(self.decision.cm)
   if self.decision.action ~= "migrate" then
     self.log:info("up to date after taking the lock", { version = self.decision.current })
     return false
@@ -343,14 +372,16 @@ function Run:each_step(m, cm)
   local step_log = self.log:with{ migration = m.name }
   local t0, m0 = sys.time(), sys.monotime()
   step_log:info("step started", { from = from, to = to, kind = m.kind })
+  self.events:emit("StepStarted", "Migrate", ("migration %s started: version %d to %d (%s), runner %s")
+    :format(m.name, from, to, m.kind, self.identity))
   self:emit { type = "step", number = m.number, name = m.name, kind = m.kind, from = from, to = to,
     description = m.description }
   local function record(outcome) return stamp.history_record(m, from, to, t0, self.identity, outcome) end
-  local stamped = true
+  local stamped, outcome = true, nil
   -- the attempt, for its failure record should it fail before its stamp
   self.attempt = { m = m, from = from, at = self.at, started = t0 }
   if m.kind == "lua" then
-    local outcome = self:lua_step(m, step_log)
+    outcome = self:lua_step(m, step_log)
     if outcome.leave then
       stamped = false
       cm = self:unstamped(m, cm, record(outcome), outcome.leave, step_log)
@@ -377,10 +408,29 @@ function Run:each_step(m, cm)
   if stamped then self.at = to end
   self.attempt = nil
   self.steps_run = self.steps_run + 1
+  local seconds = ("%.2f"):format(sys.monotime() - m0)
   step_log:info(self.planning and (stamped and "step planned" or "step planned, version left")
-    or (stamped and "step done, stamped" or "step done, not stamped"),
-    { version = self.at, seconds = ("%.2f"):format(sys.monotime() - m0) })
+    or (stamped and "step done, stamped" or "step done, not stamped"), { version = self.at, seconds = seconds })
+  self.events:regard(cm)
+  self.events:emit("StepSucceeded", "Migrate", ("migration %s done in %ss: %s%s"):format(m.name, seconds,
+    stamped and ("version stamped " .. to) or ("version left at " .. self.at .. ", not stamped"),
+    runner.outcome_text(outcome)))
   return cm
+end
+
+-- A step's outcome (ctx.outcome: its counts and warnings) as text for
+-- its Event: "; counts: k=v k=v; 2 warning(s)", or "" when it reported none.
+function runner.outcome_text(outcome)
+  if type(outcome) ~= "table" then return "" end
+  local parts = {}
+  for k, v in pairs(type(outcome.counts) == "table" and outcome.counts or {}) do
+    parts[#parts + 1] = ("%s=%s"):format(k, tostring(v))
+  end
+  table.sort(parts)
+  local out = #parts > 0 and ("; counts: " .. table.concat(parts, " ")) or ""
+  local warnings = type(outcome.warnings) == "table" and #outcome.warnings or 0
+  if warnings > 0 then out = out .. ("; %d warning(s)"):format(warnings) end
+  return out
 end
 
 -- Phases lock and each step, which the release must follow whatever they raise.
@@ -502,14 +552,26 @@ function Run:execute()
     self:record_failure(err)
   end
   self:release(err)
+  -- after the release, which clears a signal's flag: the Event is sent
+  if not ok and self.attempt then
+    self.events:emit("StepFailed", "Migrate", errors.text(err))
+  end
+  self.events:close()
   return self:summarise(ok, err)
 end
 
 -- `run` (mode "run") and `plan` / `run --dry-run` (mode "plan"). observe(event)
 -- receives the run's events (cmd/plan.lua prints them); nil for a real run.
+-- At its end, a one-line summary for the pod's termination message
+-- (runner/termination.lua): the summary, or the error line that failed it.
 function runner.execute(opts, mode, observe)
+  local run
   return runner.protect(opts, function(log)
-    return Run.new(opts, mode, observe, log):execute()
+    run = Run.new(opts, mode, observe, log)
+    return run:execute()
+  end, function(status, err)
+    termination.write(err and ("failed (exit %d): %s"):format(status, errors.text(err))
+      or (run and run.line) or ("exit " .. status))
   end)
 end
 

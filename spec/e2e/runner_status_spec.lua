@@ -84,7 +84,7 @@ describe("cozy-migrate check", function()
     assert.matches("1 finding%(s%): 0 block, 0 warn, 1 info", r.stdout)
     for _, w in ipairs(support.writes(srv)) do error("unexpected write " .. w.method .. " " .. w.path) end
     local reviews = srv:requests{ method = "POST", path = "selfsubjectaccessreviews" }
-    assert.equal(9, #reviews)   -- 6 for the engine, 3 declared by the migration
+    assert.equal(10, #reviews)   -- 7 for the engine (its Events' create included), 3 declared by the migration
   end)
 
   it("exits 1 when a finding blocks, and says which (JSON)", function()
@@ -112,6 +112,7 @@ describe("cozy-migrate check", function()
       { verb = "get", group = "coordination.k8s.io", resource = "leases", namespace = ns },
       { verb = "create", group = "coordination.k8s.io", resource = "leases", namespace = ns },
       { verb = "patch", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+      { verb = "create", group = "events.k8s.io", resource = "events", namespace = ns },
     })
     local args = support.with_kubeconfig(support.args(srv, "checks", "check"), checker.kubeconfig)
     local r = support.run(args)

@@ -27,7 +27,8 @@ end
 
 -- Variables of the host environment that would change what a command does:
 -- unset unless a spec gives them.
-local CLEAN_ENV = { NAMESPACE = false, TARGET_VERSION = false, CURRENT_VERSION = false, POD_NAME = false }
+local CLEAN_ENV = { NAMESPACE = false, TARGET_VERSION = false, CURRENT_VERSION = false, POD_NAME = false,
+  POD_NAMESPACE = false, COZY_MIGRATE_TERMINATION_LOG = false }
 
 local function merged_env(env)
   local e = {}

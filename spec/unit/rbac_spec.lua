@@ -54,7 +54,7 @@ describe("cozy.rbac", function()
       wanted[#wanted + 1] = ("%s %s/%s %s"):format(p.verb, p.group, p.resource, p.name or "*")
     end
     table.sort(wanted)
-    assert.same({ "create /configmaps *", "create coordination.k8s.io/leases *",
+    assert.same({ "create /configmaps *", "create coordination.k8s.io/leases *", "create events.k8s.io/events *",
       "get /configmaps cozystack-version", "get coordination.k8s.io/leases cozystack-migrations",
       "patch /configmaps cozystack-version", "patch coordination.k8s.io/leases cozystack-migrations" }, wanted)
   end)

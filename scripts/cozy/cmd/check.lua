@@ -86,6 +86,9 @@ local function review_permissions(c, checked)
     if not aok then
       c.finding(w.source, "warn", ("could not ask whether %s is allowed: %s"):format(perm_text(w.p),
         errors.text(allowed)))
+    elseif not allowed and w.p.best_effort then
+      c.finding(w.source, "warn", ("not allowed: %s in namespace %s%s: the run goes on without it")
+        :format(perm_text(w.p), tostring(w.ns), reason and reason ~= "" and (" (" .. reason .. ")") or ""))
     elseif not allowed then
       c.finding(w.source, "block", ("not allowed: %s%s%s"):format(perm_text(w.p),
         w.ns and (" in namespace " .. w.ns) or " in all namespaces", reason and reason ~= "" and (" (" .. reason .. ")") or ""))

@@ -219,10 +219,16 @@ local function taking(opts, deadline, timeout)
   return take
 end
 
+-- The run's Event (runner/events.lua) of a wait or a takeover, when the
+-- caller gave opts.event(reason, note): best effort, it never raises.
+local function event(opts, reason, note)
+  if opts.event then opts.event(reason, note) end
+end
+
 -- Takes the lock or raises errors kind "locked" (exit 3) after `timeout`
 -- seconds; kind "interrupted" if a signal arrives while waiting; an API
 -- error (exit 1) when the server refuses the Lease for a reason no retry
--- changes. opts: namespace, identity, duration, timeout, log. Returns the
+-- changes. opts: namespace, identity, duration, timeout, log, event. Returns the
 -- Lease and the monotonic time its validity counts from (before the request
 -- that took it was sent).
 function lease.acquire(client, opts)
@@ -248,6 +254,9 @@ function lease.acquire(client, opts)
         if take.previous then
           log:warn("lock taken over from an expired holder", { lease = lease.NAME, previous = take.previous.holder,
             renewed = take.previous.renewed, expired_for_s = ("%.1f"):format(take.previous.expired_for) })
+          event(opts, "LockTakenOver", ("lock %s/%s taken over by %s from %s, whose lease expired %.1fs ago (renewed %s)")
+            :format(opts.namespace, lease.NAME, opts.identity, take.previous.holder, take.previous.expired_for,
+              tostring(take.previous.renewed)))
         else
           log:info("lock acquired", { lease = lease.NAME, holder = opts.identity })
         end
@@ -271,6 +280,9 @@ function lease.acquire(client, opts)
       if not waiting_logged then
         log:info("waiting for the lock", { lease = lease.NAME, holder = holder,
           timeout_s = timeout, expires_in_s = ("%.1f"):format(remaining) })
+        event(opts, "LockWaiting", ("%s waits up to %ss for the lock %s/%s, held by %s (renewed %s, expires in %.1fs)")
+          :format(opts.identity, tostring(timeout), opts.namespace, lease.NAME, tostring(holder),
+            tostring(obj.spec.renewTime), remaining))
         waiting_logged = true
       end
       sys.sleep(math.min(1, left, math.max(0.05, remaining + 0.05)))
