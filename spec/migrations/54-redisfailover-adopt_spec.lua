@@ -1,0 +1,135 @@
+-- Migration 54-redisfailover-adopt on the spec harness (spec/README.md): every
+-- RedisFailover gets the operator-group label and redis:6.2.6-alpine where its redis or
+-- sentinel image is empty; a set image, and everything else, stays.
+local harness = require "spec.helpers"
+
+local LABEL, IMAGE = "redis-failover.freshworks.com/operator-group", "redis:6.2.6-alpine"
+
+local CRD = { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
+  metadata = { name = "redisfailovers.databases.spotahome.com" },
+  spec = { group = "databases.spotahome.com", scope = "Namespaced",
+    names = { plural = "redisfailovers", singular = "redisfailover", kind = "RedisFailover", listKind = "RedisFailoverList",
+      shortNames = { "rf" } },
+    versions = { { name = "v1", served = true, storage = true,
+      schema = { openAPIV3Schema = { type = "object", ["x-kubernetes-preserve-unknown-fields"] = true } } } } } }
+
+local function rf(ns, name, spec, labels)
+  return { apiVersion = "databases.spotahome.com/v1", kind = "RedisFailover",
+    metadata = { name = name, namespace = ns, labels = labels }, spec = spec }
+end
+
+local NAMESPACES = {
+  { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
+  { apiVersion = "v1", kind = "Namespace", metadata = { name = "tenant-a" } },
+  { apiVersion = "v1", kind = "Namespace", metadata = { name = "tenant-b" } },
+}
+-- Harbor's: both images empty (sentinel absent); apps/redis's: its data image set, sentinel
+-- ""; one labelled for another group; one already adopted.
+local HARBOR = rf("tenant-a", "harbor", { redis = { replicas = 1 } }, { app = "harbor" })
+local REDIS = rf("tenant-a", "redis-cache", { redis = { image = "redis:7.2.4", replicas = 2 }, sentinel = { image = "", replicas = 3 } })
+local OTHER = rf("tenant-b", "other-group", { redis = { image = "redis:6.2.6-alpine" }, sentinel = { image = "redis:6.2.6-alpine" } },
+  { [LABEL] = "someone-else" })
+local DONE = rf("tenant-b", "adopted", { redis = { image = "redis:6.2.6-alpine" }, sentinel = { image = "redis:6.2.6-alpine" } },
+  { [LABEL] = "cozystack" })
+
+local function cluster(...)
+  local items = { CRD }
+  for _, o in ipairs(NAMESPACES) do items[#items + 1] = o end
+  for _, o in ipairs { ... } do items[#items + 1] = o end
+  return items
+end
+local CLUSTER = cluster(HARBOR, REDIS, OTHER, DONE)
+
+local function failovers(h)
+  local out = {}
+  for _, o in ipairs(h:objects()) do
+    if o.kind == "RedisFailover" then out[o.metadata.namespace .. "/" .. o.metadata.name] = o end
+  end
+  return out
+end
+
+local function patched(h)
+  local out = {}
+  for _, w in ipairs(h:writes()) do
+    if w.method == "PATCH" then out[#out + 1] = w.path:match("/namespaces/([^/]+/redisfailovers/[^/]+)$") end
+  end
+  table.sort(out)
+  return out
+end
+
+describe("migration 54-redisfailover-adopt", function()
+  local h = harness.fake { fixtures = { CLUSTER } }
+
+  it("labels each RedisFailover and pins its empty images, keeping every set one", function()
+    local res = h:migrate(54)
+    local after = failovers(h)
+    assert.same({ app = "harbor", [LABEL] = "cozystack" }, after["tenant-a/harbor"].metadata.labels)
+    assert.same({ redis = { replicas = 1, image = IMAGE }, sentinel = { image = IMAGE } }, after["tenant-a/harbor"].spec)
+    assert.same({ redis = { image = "redis:7.2.4", replicas = 2 }, sentinel = { image = IMAGE, replicas = 3 } },
+      after["tenant-a/redis-cache"].spec)
+    assert.same({ [LABEL] = "cozystack" }, after["tenant-b/other-group"].metadata.labels)
+    assert.same(DONE.spec, after["tenant-b/adopted"].spec)
+    assert.same({ "tenant-a/redisfailovers/harbor", "tenant-a/redisfailovers/redis-cache",
+      "tenant-b/redisfailovers/other-group" }, patched(h))
+    assert.same({ adopted = 3, already = 1, gone = 0 }, res.outcome.counts)
+  end)
+
+  it("is idempotent: a second run sends no write", function()
+    assert.migration_idempotent(54)
+    assert.equal(IMAGE, failovers(h)["tenant-a/harbor"].spec.sentinel.image)
+  end)
+
+  it("declares every permission it uses #fakeonly", function()
+    assert.permissions_complete(54)
+    assert.equal(IMAGE, failovers(h)["tenant-a/harbor"].spec.sentinel.image)
+  end)
+
+  it("check lists the RedisFailovers run would patch, and writes nothing", function()
+    local res = h:migrate(54, { mode = "check" })
+    assert.no_writes()
+    local names = {}
+    for _, f in ipairs(res.findings) do names[#names + 1] = f.fields.namespace .. "/" .. f.fields.name end
+    table.sort(names)
+    assert.same({ "tenant-a/harbor", "tenant-a/redis-cache", "tenant-b/other-group" }, names)
+  end)
+
+  it("has nothing to do when the RedisFailover CRD is absent", function()
+    h:reset(NAMESPACES)
+    h.srv:delete_crd("redisfailovers.databases.spotahome.com")   -- a real server keeps CRDs across resets
+    h:mark()
+    local res = h:migrate(54)
+    assert.no_writes()
+    assert.matches("RedisFailover CRD not present", res.log)
+    assert.same({}, h:migrate(54, { mode = "check" }).findings)
+  end)
+
+  it("a RedisFailover already adopted is not written", function()
+    h:reset(cluster(DONE))
+    h:migrate(54)
+    assert.no_writes()
+  end)
+
+  it("a RedisFailover deleted between the list and its patch is skipped, the others adopted", function()
+    h:faults { { method = "PATCH", path = "/redisfailovers/harbor$", delete = true } }
+    local res = h:migrate(54)
+    assert.same({ "delete" }, h:fired())
+    assert.is_nil(failovers(h)["tenant-a/harbor"])
+    assert.same({ adopted = 2, already = 1, gone = 1 }, res.outcome.counts)
+  end)
+
+  it("a list that fails once is retried, and the work done #fakeonly", function()
+    h:faults { { method = "GET", path = "/redisfailovers(\\?|$)", times = 1, status = 500 } }
+    local res = h:migrate(54)
+    assert.same({ "status" }, h:fired())
+    assert.equal(3, res.outcome.counts.adopted)
+  end)
+
+  it("a patch that keeps failing fails the step, as the shell's set -e #fakeonly", function()
+    h:faults { { method = "PATCH", path = "/redisfailovers/harbor$", times = -1, status = { code = 500, message = "etcd down" } } }
+    local err = h:migrate_error(54)
+    assert.equal("api", err.kind)
+    assert.equal(500, err.code)
+    assert.is_true(#h:fired { method = "PATCH" } >= 1)
+    assert.is_nil(failovers(h)["tenant-a/harbor"].metadata.labels[LABEL])
+  end)
+end)
