@@ -141,15 +141,47 @@ describe("legacy scripts beside the built-in migrations", function()
     assert.matches("59%-vmi%-hotplug", r.stdout)
   end)
 
-  it("refuses a legacy script numbered like a built-in, naming both files (exit 2)", function()
+  it("runs the built-in in place of a legacy script of its number: the platform's directory drops in as it is", function()
     local dir = legacy_dir()
     finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
-    write(dir .. "/59-old-hotplug", "#!/bin/sh\nexit 0\n", "755")
+    -- the shell original of the built-in 59, as the platform's directory holds it
+    write(dir .. "/59", [[
+#!/bin/bash
+set -euo pipefail
+. "$(dirname "$0")/lib/stamp.sh"
+note legacy-59 ran yes
+stamp $((CURRENT_VERSION + 1))
+]], "755")
+    srv:reset(CLUSTER)
+    at_version(srv, 57)
+    local r = support.run({ "run", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
+      { NAMESPACE = "cozy-system", TARGET_VERSION = "60" })
+    assert.equal(0, r.code, r.stderr)
+    assert.equal(60, support.version(srv))
+    assert.matches("the built%-in migrations/59%-vmi%-hotplug%.lua runs in place of the legacy script "
+      .. dir:gsub("%p", "%%%0") .. "/59", r.stderr)
+    -- the script never ran; the built-in did, recorded as the Lua step it is
+    assert.is_nil(srv:object("ConfigMap", "cozy-system", "legacy-59"))
+    local _, cm = support.version(srv)
+    local steps = {}
+    for _, rec in ipairs(support.history(cm)) do steps[#steps + 1] = { rec.number, rec.name, rec.kind } end
+    assert.same({ { 57, "57-etcd-adopt", "legacy" }, { 58, "58-cleanup", "legacy" }, { 59, "59-vmi-hotplug", "lua" } }, steps)
+    -- and list shows one 59, the built-in
+    local l = json.decode(support.run({ "list", "--output", "json", "--migrations", dir }).stdout)
+    local kinds = {}
+    for _, m in ipairs(l.migrations) do if m.number == 59 then kinds[#kinds + 1] = m.kind end end
+    assert.same({ "lua" }, kinds)
+  end)
+
+  it("refuses a .lua numbered like a built-in, naming both files (exit 2)", function()
+    local dir = legacy_dir()
+    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
+    write(dir .. "/59-other.lua", "return { description = 'x', run = function() end }\n")
     srv:reset(CLUSTER)
     at_version(srv, 57)
     local r = support.run({ "run", "--kubeconfig", srv.kubeconfig, "--migrations", dir })
     assert.equal(2, r.code, r.stderr)
-    assert.matches(dir:gsub("%p", "%%%0") .. "/59%-old%-hotplug", r.stderr)
+    assert.matches(dir:gsub("%p", "%%%0") .. "/59%-other%.lua", r.stderr)
     assert.matches("migrations/59%-vmi%-hotplug%.lua", r.stderr)
     assert.matches("also built in", r.stderr)
     assert.same({}, support.writes(srv))

@@ -224,17 +224,22 @@ end
 
 -- Discovers the migration set: the built-in migrations (unless
 -- opts.builtin == false) plus the files of directory opts.migrations, which
--- add to them and never replace one: a directory entry whose number is built
--- in is refused, naming both files. Returns { migrations = {sorted},
--- by_number = {}, origin = }, raising errors kind "invalid" for a duplicate
--- number or a Lua file that does not load or does not return a valid table.
+-- add to them and never replace one. A directory's legacy script whose number
+-- is built in is the shell original of a port: the built-in runs in its place,
+-- and the script is left out (kept in `replaced` as { file =, by = }), so that
+-- the platform's whole directory can be dropped in as it is. A directory's
+-- .lua whose number or name is built in is refused, naming both files: two Lua
+-- migrations of one number are an authoring mistake. Returns { migrations =
+-- {sorted}, by_number = {}, origin =, replaced = {} }, raising errors kind
+-- "invalid" for a duplicate number or a Lua file that does not load or does
+-- not return a valid table.
 -- A legacy entry that is not a regular file is kept with its `defect`,
 -- refused only when a run reaches it (discovery.pending).
 function discovery.discover(opts)
   opts = opts or {}
   local found = {}
   local origins = {}
-  local builtin_by_number, builtin_by_name = {}, {}
+  local builtin_by_number, builtin_by_name, replaced = {}, {}, {}
   if opts.builtin ~= false then
     origins[#origins + 1] = "built-in"
     for _, b in ipairs(sys.builtin_migrations()) do
@@ -252,20 +257,23 @@ function discovery.discover(opts)
   if opts.migrations then
     local dir = opts.migrations:gsub("/+$", "")
     origins[#origins + 1] = dir
-    local first = #found + 1
-    from_directory(dir, found)
-    for i = first, #found do
-      local m = found[i]
+    local listed = {}
+    from_directory(dir, listed)
+    for _, m in ipairs(listed) do
       local same = builtin_by_name[m.filename]
       if same then
         invalid(m.file, "shadows the built-in %s: a directory adds migrations to the built-in set and cannot "
           .. "replace one (--no-builtin runs the directory's set alone)", { same.file })
       end
       local other = builtin_by_number[m.number]
-      if other then
+      if other and m.kind == "lua" then
         invalid(m.file, "migration number %d is also built in (%s): a directory adds migrations to the "
           .. "built-in set and cannot replace one (--no-builtin runs the directory's set alone)",
           { m.number, other.file })
+      elseif other then
+        replaced[#replaced + 1] = { file = m.file, by = other.file }
+      else
+        found[#found + 1] = m
       end
     end
   end
@@ -289,7 +297,7 @@ function discovery.discover(opts)
       m.description = "legacy script"
     end
   end
-  return { migrations = found, by_number = by_number, origin = origin }
+  return { migrations = found, by_number = by_number, origin = origin, replaced = replaced }
 end
 
 -- Highest migration number + 1 (the default target), or nil for an empty set.

@@ -87,6 +87,9 @@ function steps.decide(set, cms, namespace, target, log, leases)
     for _, d in ipairs(discovery.defects(set, current, target)) do
       log:warn("outside the pending range, so not refused: " .. d)
     end
+    for _, r in ipairs(set.replaced or {}) do
+      log:info("the built-in " .. r.by .. " runs in place of the legacy script " .. r.file)
+    end
   end
   if current >= target then return { action = "none", current = current, target = target, cm = cm } end
   return { action = "migrate", current = current, target = target, cm = cm,
