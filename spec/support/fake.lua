@@ -38,7 +38,16 @@ end
 -- always authenticates.
 local REAL_TOKEN = "cozy-spec-admin"
 fake.python = os.getenv("FAKE_APISERVER_PYTHON") or "/usr/bin/python3"
-fake.kubectl_path = os.getenv("KUBECTL") or "kubectl"
+-- The kubectl specs compare us with: $KUBECTL, else the current one
+-- spec/support/go/build built (spec/support/README.md), else PATH's: a
+-- fresh machine's PATH may hold Debian's kubectl 1.20, kubectl's
+-- conventions are judged by a current one.
+fake.kubectl_path = os.getenv("KUBECTL") or (function()
+  local built = (os.getenv("COZY_SUPPORT_BIN") or "spec/support/go/bin") .. "/kubectl"
+  local f = io.open(built, "r")
+  if f then f:close() return built end
+  return "kubectl"
+end)()
 
 local files = require "spec.helpers.files"
 local q, read_file, write_file, sh, capture = files.quote, files.read, files.write, files.sh, files.capture
