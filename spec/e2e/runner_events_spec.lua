@@ -183,6 +183,29 @@ describe("a run's Events and termination message", function()
     assert.same({}, events_of(srv, "ConfigMap"))
   end)
 
+  it("has check warn, not block, when the identity may not create Events", function()
+    srv:reset(support.fixture(1, { support.configmap("runner-test", {}) }))
+    local ns = "cozy-system"
+    -- everything check asks about but the Events' create (as runner_status_spec's checker)
+    local checker = support.restricted(srv, ns, "no-events-checker", {
+      { verb = "get", group = "", resource = "configmaps" },
+      { verb = "list", group = "", resource = "configmaps" },
+      { verb = "create", group = "", resource = "configmaps", namespace = ns },
+      { verb = "patch", group = "", resource = "configmaps", namespace = ns },
+      { verb = "get", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+      { verb = "create", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+      { verb = "patch", group = "coordination.k8s.io", resource = "leases", namespace = ns },
+      { verb = "patch", group = "apps", resource = "deployments" },
+    })
+    finally(function() if not srv.real then srv:allow(nil) end end)
+    local r = support.run(support.with_kubeconfig(support.args(srv, "checks", "check"), checker.kubeconfig))
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("DENIED%s+create events.events.k8s.io in cozy%-system", r.stdout)
+    assert.matches("[WARN] engine: not allowed: create events.events.k8s.io in namespace cozy-system", r.stdout, 1, true)
+    assert.matches(": the run goes on without it", r.stdout, 1, true)
+    assert.matches("2 finding(s): 0 block, 1 warn, 1 info", r.stdout, 1, true)
+  end)
+
   it("writes no Event in a plan, a dry run or check, and no termination message where the file is absent", function()
     srv:reset(support.fixture(1))
     local absent = dir .. "/no-termination-log"
