@@ -65,7 +65,8 @@ end
 
 -- What a run leaves that matters: every object but the version stamp (the
 -- shell writes it, the port's runner does), without what the server sets
--- differently on every write (a CRD's status: its conditions' times).
+-- differently on every write, and the status the control plane keeps of what
+-- a fixture's CRD brings (a CRD's and its APIService's conditions, with their times).
 local VOLATILE = { "resourceVersion", "managedFields", "uid", "creationTimestamp", "generation" }
 
 function differential.state(h)
@@ -74,7 +75,7 @@ function differential.state(h)
     local md = o.metadata or {}
     if not (o.kind == "ConfigMap" and md.name == "cozystack-version") then
       for _, k in ipairs(VOLATILE) do md[k] = nil end
-      if o.kind == "CustomResourceDefinition" then o.status = nil end
+      if o.kind == "CustomResourceDefinition" or o.kind == "APIService" then o.status = nil end
       if md.annotations then
         md.annotations["kubectl.kubernetes.io/last-applied-configuration"] = nil
         if next(md.annotations) == nil then md.annotations = nil end
@@ -102,7 +103,10 @@ function differential.run_shell(h, n, env)
   for k, v in pairs(vars) do assign[#assign + 1] = k .. "=" .. files.quote(v) end
   table.sort(assign)
   local out, err = dir .. "/stdout", dir .. "/stderr"
-  local code = files.sh(("env %s bash %s </dev/null >%s 2>%s"):format(table.concat(assign, " "),
+  -- stderr through a pipe: the scripts `tee /dev/stderr`, which on a file would
+  -- reopen it from its start and write over what was there
+  local code = files.sh(("env %s bash -c %s %s %s %s </dev/null"):format(table.concat(assign, " "),
+    files.quote('bash "$0" 2>&1 >"$1" | cat >"$2"; exit "${PIPESTATUS[0]}"'),
     files.quote(script), files.quote(out), files.quote(err)))
   local res = { code = code, stdout = files.read(out) or "", stderr = files.read(err) or "" }
   files.rm_rf(dir)
