@@ -10,7 +10,7 @@ packages=(
   # hack/fuzz.sh: clang and its libFuzzer runtime (only a Recommends of clang)
   clang libclang-rt-14-dev
   # hack/lint.sh
-  lua-check cppcheck clang-format
+  lua-check cppcheck clang-format shellcheck
   # bench/run: /usr/bin/time for CPU and peak RSS, valgrind for --callgrind;
   # spec/campaign/valgrind_spec.lua: one e2e run under memcheck (plain build)
   time valgrind

@@ -3,7 +3,7 @@
 # migrations and the specs (.luacheckrc); hack/spec-lint.lua over the specs
 # (spec/README.md, "What every spec holds to"); cppcheck over core/ with the
 # checks below; gofmt and go vet over the Go test tooling (spec/support/go,
-# spec/support/tools, bench/clientgo);
+# spec/support/tools, bench/clientgo); shellcheck over the shell scripts;
 # clang-format (.clang-format) over core/, fuzz/ and cmake/luac.c, checked,
 # not applied.
 # Exit 1 on any finding. `hack/lint.sh --fix` applies clang-format instead.
@@ -37,6 +37,16 @@ for module in spec/support/go spec/support/tools bench/clientgo; do
   fi
   (cd "$module" && go vet ./...) || status=1
 done
+
+# Every shell file the project ships goes through shellcheck: the scripts of hack/,
+# deploy/, bench/ and .ci/ and spec/support's entry points, found by their
+# shebang so that a new one is checked without being listed here.
+echo "--- shellcheck"
+shell_files=()
+while IFS= read -r f; do
+  [ -f "$f" ] && head -n1 "$f" | grep -qE '^#!.*[/ ](ba|da)?sh( |$)' && shell_files+=("$f")
+done < <(git ls-files hack deploy spec/support bench .ci)
+shellcheck "${shell_files[@]}" || status=1
 
 echo "--- clang-format"
 sources=(core/*.c core/*.h fuzz/*.c cmake/*.c)
