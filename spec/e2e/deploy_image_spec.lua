@@ -94,10 +94,41 @@ describe("the runtime image's closure", function()
     assert.matches('ENTRYPOINT %["cozy%-migrate"%]', final)
     assert.matches('CMD %["run"%]', final)
     local legacy = assert(text:match("FROM debian:bookworm%-slim AS runtime%-1\n(.-)\n\n"))
-    for _, want in ipairs({ "%${RUNTIME_PACKAGES}", "bash", "coreutils", "jq", "kubernetes%-client",
+    for _, want in ipairs({ "%${RUNTIME_PACKAGES}", "bash", "coreutils", "jq",
+        "COPY %-%-from=tools /out/kubectl /out/helm /usr/local/bin/",
         "COPY %-%-from=legacy / /migrations/", "rm %-f \"/migrations/%$n\"", "builtin%-numbers" }) do
       assert.matches(want, legacy)
     end
+    -- Debian's kubectl (1.20) lacks --subresource: the fetched one replaces it
+    assert.is_nil(legacy:find("kubernetes-client", 1, true))
+  end)
+
+  -- Text only: no network and no container engine here, so nothing is
+  -- downloaded or built; what this proves is that the transition image asks
+  -- for the kubectl and helm the specs build and run (spec/support/tools),
+  -- and that each download, on each arch, goes through sha256sum -c against
+  -- a pinned sum. That the sums are the releases' own is checked by the
+  -- image build itself, which fails on a mismatch.
+  it("deploy/Dockerfile's transition image fetches the specs' kubectl and helm, each checked against a pinned SHA-256", function()
+    local text = assert(support.slurp("deploy/Dockerfile"))
+    local tools = assert(text:match("FROM debian:bookworm%-slim AS tools\n(.-)\n\n"))
+    local gomod = assert(support.slurp("spec/support/tools/go.mod"))
+    local helm = assert(gomod:match("\n%s*helm%.sh/helm/v3 (v[%d%.]+)\n"))
+    local minor, patch = assert(gomod:match("\n%s*k8s%.io/kubectl v0%.(%d+)%.(%d+)\n"))
+    assert.equal("v1." .. minor .. "." .. patch, tools:match("ARG KUBECTL_VERSION=(%S+)"))
+    assert.equal(helm, tools:match("ARG HELM_VERSION=(%S+)"))
+    assert.matches('"https://dl%.k8s%.io/release/%${KUBECTL_VERSION}/bin/linux/%${TARGETARCH}/kubectl"', tools)
+    assert.matches('"https://get%.helm%.sh/helm%-%${HELM_VERSION}%-linux%-%${TARGETARCH}%.tar%.gz"', tools)
+    for _, arch in ipairs({ "amd64", "arm64" }) do
+      local case = assert(tools:match("\n%s*" .. arch .. "%)(.-);;"), arch)
+      assert.matches('kubectl_sha256="%x+"', case)
+      assert.equal(64, #case:match('kubectl_sha256="(%x+)"'))
+      assert.equal(64, #case:match('helm_sha256="(%x+)"'))
+    end
+    assert.matches('echo "%${kubectl_sha256}  /out/kubectl" | sha256sum %-c %-', tools)
+    assert.matches('echo "%${helm_sha256}  /tmp/helm%.tar%.gz" | sha256sum %-c %-', tools)
+    -- an arch without pinned sums fails the build rather than fetch unchecked
+    assert.matches("%*%) echo \"unsupported TARGETARCH", tools)
   end)
 
   it("installs exactly the packages of the libraries the binary links", function()
