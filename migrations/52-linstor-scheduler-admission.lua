@@ -16,9 +16,7 @@ return {
   walk = function(ctx)
     local deploys = assert(ctx.kube:lookup("deployments.apps"))
     -- a read first, so that check reports a delete only when there is something to delete
-    if deploys:find(NAMESPACE, NAME) == nil then
-      return ctx.log:info(("Deployment %s/%s absent: nothing to delete"):format(NAMESPACE, NAME))
-    end
+    if deploys:find(NAMESPACE, NAME) == nil then return ctx.log:info(("Deployment %s/%s absent: nothing to delete"):format(NAMESPACE, NAME)) end
     ctx.log:change("{Deleting|Would delete} Deployment %s/%s", NAMESPACE, NAME)
     deploys:delete(NAMESPACE, NAME, { absent = "skip" })
   end,

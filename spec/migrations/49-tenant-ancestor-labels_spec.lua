@@ -100,7 +100,7 @@ describe("migration 49-tenant-ancestor-labels", function()
 
   it("a namespace deleted between the list and its patch is skipped, the others labelled #fakeonly", function()
     -- fake only: on kube-apiserver without a namespace controller a deleted namespace stays Terminating
-    h:faults { { method = "PATCH", path = "/namespaces/tenant-a-b$", delete = true } }
+    h:faults { { method = "PATCH", path = "/namespaces/tenant-a-b(\\?|$)", delete = true } }
     local res = h:migrate(49)
     assert.same({ "delete" }, h:fired())
     assert.is_nil(h:object("Namespace", nil, "tenant-a-b"))
@@ -125,7 +125,7 @@ describe("migration 49-tenant-ancestor-labels", function()
   end)
 
   it("a patch that keeps failing is logged, the others labelled, and the version stamped, as the shell #fakeonly", function()
-    h:faults { { method = "PATCH", path = "/namespaces/tenant-a$", times = -1, status = { code = 500, message = "etcd down" } } }
+    h:faults { { method = "PATCH", path = "/namespaces/tenant-a(\\?|$)", times = -1, status = { code = 500, message = "etcd down" } } }
     local res = h:migrate(49)
     assert.is_true(#h:fired { method = "PATCH" } >= 1)
     assert.same({ labelled = 1, failed = 1 }, res.outcome.counts)
@@ -133,5 +133,65 @@ describe("migration 49-tenant-ancestor-labels", function()
     assert.same({ [P .. "tenant-a"] = "yes", team = "blue" }, labels(h)["tenant-a"])
     assert.is_nil(res.outcome.leave)
     assert.matches("tenant%-a: failed, 500", res.log)
+  end)
+end)
+
+-- Beside the platform's script 49 (spec/helpers/differential.lua): the same fixtures
+-- run by both, compared object by object (docs/migrations/49-tenant-ancestor-labels.md).
+describe("migration 49-tenant-ancestor-labels beside the platform's script", function()
+  local differential = require "spec.helpers.differential"
+  local h = harness.fake { fixtures = { CLUSTER } }
+  local function same_as_shell(d)
+    assert.equal(0, d.shell.code, d.shell.stderr)
+    assert.is_true(d.port.ok, tostring(d.port.err))
+    assert.same({}, differential.differences(d))
+  end
+
+  it("its code is at most 1.5x its shell's (blank and comment lines not counted)", function()
+    local c = differential.line_counts(49, harness.migration_file(49))
+    assert.equal(24, c.shell)
+    assert(c.ratio <= 1.5, ("49: %d Lua code lines for %d shell lines"):format(c.lua, c.shell))
+  end)
+
+  it("labels the same namespaces the same way, the invalid key's namespace left by both", function()
+    local d = differential.run(h, 49, CLUSTER)
+    same_as_shell(d)
+    assert.same(WANT["tenant-a-b"], (function()
+      local l = {}
+      for k, v in pairs(d.shell.objects["Namespace tenant-a-b"].metadata.labels) do
+        if k ~= "kubernetes.io/metadata.name" then l[k] = v end
+      end
+      return l
+    end)())
+  end)
+
+  it("a namespace already in the target state: both leave it", function()
+    same_as_shell(differential.run(h, 49, { ns("cozy-system"), ns("tenant-a-b-c", WANT["tenant-a-b-c"]) }))
+  end)
+
+  it("a namespace deleted between the list and its patch: both go on #fakeonly", function()
+    local d = differential.run(h, 49, CLUSTER,
+      { faults = { { method = "PATCH", path = "/namespaces/tenant-a-b(\\?|$)", delete = true } } })
+    assert.same({ "delete" }, d.shell.fired)
+    assert.same({ "delete" }, d.port.fired)
+    same_as_shell(d)
+  end)
+
+  it("a patch that keeps failing: both log it and go on #fakeonly", function()
+    local d = differential.run(h, 49, CLUSTER,
+      { faults = { { method = "PATCH", path = "/namespaces/tenant-a(\\?|$)", times = -1, status = 500 } } })
+    assert.equal("status", d.shell.fired[1])
+    assert.equal("status", d.port.fired[1])
+    same_as_shell(d)
+  end)
+
+  it("a list that fails once: the shell labels nothing and stamps (its bug), the port retries #fakeonly", function()
+    local d = differential.run(h, 49, CLUSTER,
+      { faults = { { method = "GET", path = "^/api/v1/namespaces(\\?|$)", times = 1, status = 500 } } })
+    assert.same({ "status" }, d.shell.fired)
+    assert.same({ "status" }, d.port.fired)
+    assert.equal(0, d.shell.code, d.shell.stderr)
+    assert.is_true(d.port.ok)
+    assert.same({ "Namespace tenant-a", "Namespace tenant-a-b" }, differential.differences(d))
   end)
 end)

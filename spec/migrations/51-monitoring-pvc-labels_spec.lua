@@ -151,7 +151,7 @@ describe("migration 51-monitoring-pvc-labels", function()
   end)
 
   it("a PVC deleted between the list and its patch is skipped, the others labelled", function()
-    h:faults { { method = "PATCH", path = "/persistentvolumeclaims/data-vlstorage-logs-0$", delete = true } }
+    h:faults { { method = "PATCH", path = "/persistentvolumeclaims/data-vlstorage-logs-0(\\?|$)", delete = true } }
     local res = h:migrate(51)
     assert.same({ "delete" }, h:fired())
     local want = want_labels()
@@ -176,7 +176,7 @@ describe("migration 51-monitoring-pvc-labels", function()
   end)
 
   it("a patch that keeps failing is logged, the others labelled, and the version left #fakeonly", function()
-    h:faults { { method = "PATCH", path = "/persistentvolumeclaims/vmstorage-db-vmstorage-monitoring-0$", times = -1,
+    h:faults { { method = "PATCH", path = "/persistentvolumeclaims/vmstorage-db-vmstorage-monitoring-0(\\?|$)", times = -1,
       status = { code = 500, message = "etcd down" } } }
     local res = h:migrate(51)
     assert.is_true(#h:fired { method = "PATCH" } >= 1)
@@ -185,5 +185,71 @@ describe("migration 51-monitoring-pvc-labels", function()
     assert.same(want, pvc_labels(h))
     assert.same({ failed = 1 }, res.outcome.counts)
     assert.equal("1 PVC(s) not labelled", res.outcome.leave)
+  end)
+end)
+
+-- Beside the platform's script 51 (spec/helpers/differential.lua): the same fixtures
+-- run by both, compared object by object (docs/migrations/51-monitoring-pvc-labels.md).
+describe("migration 51-monitoring-pvc-labels beside the platform's script", function()
+  local differential = require "spec.helpers.differential"
+  local h = harness.fake { fixtures = { CLUSTER } }
+  local MYXDB = "PersistentVolumeClaim tenant-a/vmstorage-db-vmstorage-myxdb-0"
+
+  it("its code is at most 1.5x its shell's (blank and comment lines not counted)", function()
+    local c = differential.line_counts(51, harness.migration_file(51))
+    assert.equal(40, c.shell)
+    assert(c.ratio <= 1.5, ("51: %d Lua code lines for %d shell lines"):format(c.lua, c.shell))
+  end)
+
+  it("labels the same PVCs, but the shell also labels another cluster's PVC through the dot in my.db (its bug)", function()
+    local d = differential.run(h, 51, CLUSTER)
+    assert.equal(0, d.shell.code, d.shell.stderr)
+    assert.is_true(d.port.ok, tostring(d.port.err))
+    assert.same({ MYXDB }, differential.differences(d))
+    assert.equal("mydb", d.shell.objects[MYXDB].metadata.labels[KEY])
+    assert.is_nil((d.port.objects[MYXDB].metadata.labels or {})[KEY])
+  end)
+
+  it("both CRDs absent: both do nothing", function()
+    local d = differential.run(h, 51, fixture(false, { ns("cozy-system"), ns("tenant-root"),
+      pvc("tenant-root", "vmstorage-db-vmstorage-monitoring-0") }), { before = function(hh)
+      hh.srv:delete_crd("vmclusters.operator.victoriametrics.com")
+      hh.srv:delete_crd("vlclusters.operator.victoriametrics.com")
+    end })
+    assert.equal(0, d.shell.code, d.shell.stderr)
+    assert.is_true(d.port.ok, tostring(d.port.err))
+    assert.same({}, differential.differences(d))
+  end)
+
+  it("a PVC deleted before its patch: the shell fails the step (its bug), the port skips it", function()
+    local d = differential.run(h, 51, CLUSTER,
+      { faults = { { method = "PATCH", path = "/persistentvolumeclaims/data-vlstorage-logs-0(\\?|$)", delete = true } } })
+    assert.same({ "delete" }, d.shell.fired)
+    assert.same({ "delete" }, d.port.fired)
+    assert.is_not.equal(0, d.shell.code)
+    assert.is_true(d.port.ok)
+    assert.same({ MYXDB }, differential.differences(d))
+  end)
+
+  it("a list that fails once: the shell skips every VMCluster and stamps (its bug), the port retries #fakeonly", function()
+    local d = differential.run(h, 51, CLUSTER,
+      { faults = { { method = "GET", path = "/vmclusters(\\?|$)", times = 1, status = 500 } } })
+    assert.same({ "status" }, d.shell.fired)
+    assert.same({ "status" }, d.port.fired)
+    assert.equal(0, d.shell.code, d.shell.stderr)
+    assert.is_true(d.port.ok)
+    assert.same({ "PersistentVolumeClaim tenant-a/vmstorage-db-vmstorage-my.db-0",
+      "PersistentVolumeClaim tenant-root/vmselect-cachedir-vmselect-monitoring-0",
+      "PersistentVolumeClaim tenant-root/vmstorage-db-vmstorage-monitoring-0" }, differential.differences(d))
+  end)
+
+  it("a patch that keeps failing: the shell fails and labels none after it (its bug), the port goes on #fakeonly", function()
+    local d = differential.run(h, 51, CLUSTER, { faults = { { method = "PATCH",
+      path = "/persistentvolumeclaims/vmstorage-db-vmstorage-monitoring-0(\\?|$)", times = -1, status = 500 } } })
+    assert.equal("status", d.shell.fired[1])
+    assert.equal("status", d.port.fired[1])
+    assert.is_not.equal(0, d.shell.code)
+    assert.is_true(d.port.ok)
+    assert.same({ MYXDB, "PersistentVolumeClaim tenant-root/data-vlstorage-logs-0" }, differential.differences(d))
   end)
 end)

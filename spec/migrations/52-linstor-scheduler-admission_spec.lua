@@ -108,3 +108,68 @@ describe("migration 52-linstor-scheduler-admission", function()
     assert.is_not_nil(h:object("Deployment", NS, NAME))
   end)
 end)
+
+-- Beside the platform's script 52 (spec/helpers/differential.lua): the same fixtures
+-- run by both, compared object by object (docs/migrations/52-linstor-scheduler-admission.md).
+describe("migration 52-linstor-scheduler-admission beside the platform's script", function()
+  local differential = require "spec.helpers.differential"
+  local h = harness.fake { fixtures = { CLUSTER } }
+  local function same_as_shell(d, code)
+    assert.equal(code or 0, d.shell.code, d.shell.stderr)
+    assert.equal(code == nil or code == 0, d.port.ok, tostring(d.port.err))
+    assert.same({}, differential.differences(d))
+  end
+
+  it("its code: 14 lines for the shell's 4, over the 1.5x bound by the migration table's own lines", function()
+    local c = differential.line_counts(52, harness.migration_file(52))
+    assert.equal(4, c.shell)
+    -- 1.5x of 4 is 6, fewer than the table alone takes (return, description, permissions
+    -- and their two entries, walk, the closing lines): the one script whose bound cannot
+    -- hold, reported so in docs/migrations/52-linstor-scheduler-admission.md; this keeps
+    -- it from growing
+    assert(c.lua <= 14, ("52: %d Lua code lines for %d shell lines"):format(c.lua, c.shell))
+  end)
+
+  it("deletes the old Deployment, as the shell does", function()
+    local d = differential.run(h, 52, CLUSTER)
+    same_as_shell(d)
+    assert.is_nil(d.port.objects["Deployment cozy-linstor/linstor-scheduler-admission"])
+  end)
+
+  it("does nothing when it is already gone, as the shell does", function()
+    same_as_shell(differential.run(h, 52, DONE))
+  end)
+
+  it("an object deleted between the read and the delete: both go on", function()
+    local d = differential.run(h, 52, CLUSTER,
+      { faults = { { method = "DELETE", path = "linstor-scheduler-admission$", delete = true } } })
+    assert.same({ "delete" }, d.shell.fired)
+    assert.same({ "delete" }, d.port.fired)
+    same_as_shell(d)
+  end)
+
+  it("a read that fails once: both delete, but the shell fails (its bug) #fakeonly", function()
+    -- kubectl deletes, then reads the object to wait for it to go: that read's 500
+    -- makes the shell exit 1 after its work is done, and stops the upgrade
+    local d = differential.run(h, 52, CLUSTER,
+      { faults = { { method = "GET", path = "linstor-scheduler-admission$", times = 1, status = 500 } } })
+    assert.same({ "status" }, d.shell.fired)
+    assert.same({ "status" }, d.port.fired)
+    assert.is_not.equal(0, d.shell.code)
+    assert.matches("InternalError", d.shell.stderr)
+    assert.is_true(d.port.ok)
+    assert.same({}, differential.differences(d))
+    assert.is_nil(d.shell.objects["Deployment cozy-linstor/linstor-scheduler-admission"])
+  end)
+
+  it("a delete that keeps failing: both fail, the Deployment stays #fakeonly", function()
+    local d = differential.run(h, 52, CLUSTER,
+      { faults = { { method = "DELETE", path = "linstor-scheduler-admission$", times = -1, status = 500 } } })
+    assert.equal("status", d.shell.fired[1])
+    assert.equal("status", d.port.fired[1])
+    assert.is_not.equal(0, d.shell.code)
+    assert.is_false(d.port.ok)
+    assert.same({}, differential.differences(d))
+    assert.is_not_nil(d.port.objects["Deployment cozy-linstor/linstor-scheduler-admission"])
+  end)
+end)

@@ -110,7 +110,7 @@ describe("migration 54-redisfailover-adopt", function()
   end)
 
   it("a RedisFailover deleted between the list and its patch is skipped, the others adopted", function()
-    h:faults { { method = "PATCH", path = "/redisfailovers/harbor$", delete = true } }
+    h:faults { { method = "PATCH", path = "/redisfailovers/harbor(\\?|$)", delete = true } }
     local res = h:migrate(54)
     assert.same({ "delete" }, h:fired())
     assert.is_nil(failovers(h)["tenant-a/harbor"])
@@ -125,11 +125,74 @@ describe("migration 54-redisfailover-adopt", function()
   end)
 
   it("a patch that keeps failing fails the step, as the shell's set -e #fakeonly", function()
-    h:faults { { method = "PATCH", path = "/redisfailovers/harbor$", times = -1, status = { code = 500, message = "etcd down" } } }
+    h:faults { { method = "PATCH", path = "/redisfailovers/harbor(\\?|$)", times = -1, status = { code = 500, message = "etcd down" } } }
     local err = h:migrate_error(54)
     assert.equal("api", err.kind)
     assert.equal(500, err.code)
     assert.is_true(#h:fired { method = "PATCH" } >= 1)
     assert.is_nil(failovers(h)["tenant-a/harbor"].metadata.labels[LABEL])
+  end)
+end)
+
+-- Beside the platform's script 54 (spec/helpers/differential.lua): the same fixtures
+-- run by both, compared object by object (docs/migrations/54-redisfailover-adopt.md).
+describe("migration 54-redisfailover-adopt beside the platform's script", function()
+  local differential = require "spec.helpers.differential"
+  local h = harness.fake { fixtures = { CLUSTER } }
+  local function same_as_shell(d)
+    assert.equal(0, d.shell.code, d.shell.stderr)
+    assert.is_true(d.port.ok, tostring(d.port.err))
+    assert.same({}, differential.differences(d))
+  end
+
+  it("its code is at most 1.5x its shell's (blank and comment lines not counted)", function()
+    local c = differential.line_counts(54, harness.migration_file(54))
+    assert.equal(28, c.shell)
+    assert(c.ratio <= 1.5, ("54: %d Lua code lines for %d shell lines"):format(c.lua, c.shell))
+  end)
+
+  it("adopts the same RedisFailovers the same way", function()
+    same_as_shell(differential.run(h, 54, CLUSTER))
+  end)
+
+  it("a RedisFailover already adopted: both leave it as it is", function()
+    same_as_shell(differential.run(h, 54, cluster(DONE)))
+  end)
+
+  it("the CRD absent: both have nothing to adopt", function()
+    same_as_shell(differential.run(h, 54, NAMESPACES, { before = function(hh)
+      hh.srv:delete_crd("redisfailovers.databases.spotahome.com")
+    end }))
+  end)
+
+  it("a RedisFailover deleted before its patch: the shell fails and adopts none after it (its bug), the port skips it", function()
+    local d = differential.run(h, 54, CLUSTER,
+      { faults = { { method = "PATCH", path = "/redisfailovers/harbor(\\?|$)", delete = true } } })
+    assert.same({ "delete" }, d.shell.fired)
+    assert.same({ "delete" }, d.port.fired)
+    assert.is_not.equal(0, d.shell.code)
+    assert.is_true(d.port.ok)
+    assert.same({ "RedisFailover tenant-a/redis-cache", "RedisFailover tenant-b/other-group" }, differential.differences(d))
+  end)
+
+  it("a list that fails once: the shell fails (its bug), the port retries and adopts #fakeonly", function()
+    local d = differential.run(h, 54, CLUSTER,
+      { faults = { { method = "GET", path = "/redisfailovers(\\?|$)", times = 1, status = 500 } } })
+    assert.same({ "status" }, d.shell.fired)
+    assert.same({ "status" }, d.port.fired)
+    assert.is_not.equal(0, d.shell.code)
+    assert.is_true(d.port.ok)
+    assert.same({ "RedisFailover tenant-a/harbor", "RedisFailover tenant-a/redis-cache", "RedisFailover tenant-b/other-group" },
+      differential.differences(d))
+  end)
+
+  it("a patch that keeps failing: both fail, and leave that RedisFailover as it was #fakeonly", function()
+    local d = differential.run(h, 54, CLUSTER,
+      { faults = { { method = "PATCH", path = "/redisfailovers/harbor(\\?|$)", times = -1, status = 500 } } })
+    assert.equal("status", d.shell.fired[1])
+    assert.equal("status", d.port.fired[1])
+    assert.is_not.equal(0, d.shell.code)
+    assert.is_false(d.port.ok)
+    assert.same(d.shell.objects["RedisFailover tenant-a/harbor"], d.port.objects["RedisFailover tenant-a/harbor"])
   end)
 end)
