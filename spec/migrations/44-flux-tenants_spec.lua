@@ -60,13 +60,13 @@ end
 describe("migration 44-flux-tenants", function()
   local h = harness.fake { fixtures = { DRAINED } }
 
-  it("its code is at most 1.5x its shell's (blank and comment lines not counted)", function()
+  it("its code is at most 1.5x its shell's (blank and comment lines not counted) #platform", function()
     local c = differential.line_counts(44, harness.migration_file(44))
     assert.equal(13, c.shell)
     assert(c.ratio <= 1.5, ("44: %d Lua code lines for %d shell lines"):format(c.lua, c.shell))
   end)
 
-  it("removes flux-tenants when no HelmRelease is left on the tenants shard, as the shell does", function()
+  it("removes flux-tenants when no HelmRelease is left on the tenants shard, as the shell does #platform", function()
     local d = differential.run(h, 44, DRAINED)
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.is_true(d.port.ok)
@@ -76,7 +76,7 @@ describe("migration 44-flux-tenants", function()
     assert.same({ "DELETE /apis/apps/v1/namespaces/cozy-fluxcd/deployments/flux-tenants" }, writes(h))
   end)
 
-  it("leaves flux-tenants while a HelmRelease carries sharding.fluxcd.io/key=tenants, as the shell does", function()
+  it("leaves flux-tenants while a HelmRelease carries sharding.fluxcd.io/key=tenants, as the shell does #platform", function()
     local d = differential.run(h, 44, ON_SHARD)
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.is_true(d.port.ok)
@@ -85,7 +85,7 @@ describe("migration 44-flux-tenants", function()
     assert.no_writes()
   end)
 
-  it("does nothing when flux-tenants is already gone (the target state), as the shell does", function()
+  it("does nothing when flux-tenants is already gone (the target state), as the shell does #platform", function()
     local d = differential.run(h, 44, cluster(false))
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.is_true(d.port.ok)
@@ -93,7 +93,7 @@ describe("migration 44-flux-tenants", function()
     assert.no_writes()
   end)
 
-  it("goes on when flux-tenants is deleted between the list and the delete, as the shell does", function()
+  it("goes on when flux-tenants is deleted between the list and the delete, as the shell does #platform", function()
     local d = differential.run(h, 44, DRAINED,
       { faults = { { method = "DELETE", path = "deployments/flux-tenants$", delete = true } } })
     assert.same({ "delete" }, d.shell.fired)
@@ -104,7 +104,7 @@ describe("migration 44-flux-tenants", function()
     assert.same({}, differs(d))
   end)
 
-  it("fails closed when the HelmRelease API is absent, as the shell does: flux-tenants stays", function()
+  it("fails closed when the HelmRelease API is absent, as the shell does: flux-tenants stays #platform", function()
     local d = differential.run(h, 44, cluster(true), { before = function(hh)
       hh.srv:delete_crd(HR_CRD)
     end })
@@ -116,7 +116,7 @@ describe("migration 44-flux-tenants", function()
     assert.same({}, differs(d))
   end)
 
-  it("fails closed when the delete keeps failing, as the shell does #fakeonly", function()
+  it("fails closed when the delete keeps failing, as the shell does #fakeonly #platform", function()
     local d = differential.run(h, 44, DRAINED,
       { faults = { { method = "DELETE", path = "deployments/flux-tenants$", times = -1, status = 500 } } })
     assert.is_not.equal(0, d.shell.code)
@@ -128,7 +128,7 @@ describe("migration 44-flux-tenants", function()
     assert.same({}, differs(d))
   end)
 
-  it("a HelmRelease list that fails once: the port retries and removes, the shell fails (its bug) #fakeonly", function()
+  it("a HelmRelease list that fails once: the port retries and removes, the shell fails (its bug) #fakeonly #platform", function()
     local d = differential.run(h, 44, DRAINED,
       { faults = { { method = "GET", path = "/helmreleases\\?", times = 1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)
@@ -140,7 +140,7 @@ describe("migration 44-flux-tenants", function()
     assert.is_nil(d.port.objects[DEPLOYMENT])
   end)
 
-  it("a Deployment read that fails once: the port retries and removes, the shell stamps without acting (its bug) #fakeonly", function()
+  it("a Deployment read that fails once: the port retries and removes, the shell stamps without acting (its bug) #fakeonly #platform", function()
     local d = differential.run(h, 44, DRAINED,
       { faults = { { method = "GET", path = "deployments/flux-tenants$", times = 1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)

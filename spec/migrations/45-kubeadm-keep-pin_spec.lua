@@ -62,13 +62,13 @@ local MD0_PATCH = "kubeadmconfigtemplates/kubernetes-alpha-md0(\\?|$)"
 describe("migration 45-kubeadm-keep-pin", function()
   local h = harness.fake { fixtures = { FLEET } }
 
-  it("its code is at most 1.5x its shell's (blank and comment lines not counted)", function()
+  it("its code is at most 1.5x its shell's (blank and comment lines not counted) #platform", function()
     local c = differential.line_counts(45, harness.migration_file(45))
     assert.equal(66, c.shell)
     assert(c.ratio <= 1.5, ("45: %d Lua code lines for %d shell lines"):format(c.lua, c.shell))
   end)
 
-  it("pins every Helm-managed one that is not pinned, as the shell does", function()
+  it("pins every Helm-managed one that is not pinned, as the shell does #platform", function()
     local d = differential.run(h, 45, FLEET)
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.matches("patched=2 skipped=1 failures=0", d.shell.stdout, 1, true)
@@ -80,7 +80,7 @@ describe("migration 45-kubeadm-keep-pin", function()
     assert.equal(2, #d.port.writes)
   end)
 
-  it("writes nothing when all are pinned (the target state), as the shell", function()
+  it("writes nothing when all are pinned (the target state), as the shell #platform", function()
     local fleet = cluster(true, bootstrap("KubeadmConfigTemplate", "tenant-a", "kubernetes-alpha-md1", true, true),
       bootstrap("KubeadmConfigTemplate", "tenant-a", "manual", false, false))
     local d = differential.run(h, 45, fleet)
@@ -90,7 +90,7 @@ describe("migration 45-kubeadm-keep-pin", function()
     assert.same({}, d.port.writes)
   end)
 
-  it("has nothing to do when Cluster API's CRDs are absent, as the shell", function()
+  it("has nothing to do when Cluster API's CRDs are absent, as the shell #platform", function()
     local d = differential.run(h, 45, cluster(false))
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.is_true(d.port.ok)
@@ -99,7 +99,7 @@ describe("migration 45-kubeadm-keep-pin", function()
     assert.same({}, d.port.writes)
   end)
 
-  it("one deleted between the list and its patch: gone on both; the shell fails the upgrade (its bug), the port goes on", function()
+  it("one deleted between the list and its patch: gone on both; the shell fails the upgrade (its bug), the port goes on #platform", function()
     local d = differential.run(h, 45, FLEET, { faults = { { method = "PATCH", path = MD0_PATCH, delete = true } } })
     assert.same({ "delete" }, d.shell.fired)
     assert.same({ "delete" }, d.port.fired)
@@ -110,7 +110,7 @@ describe("migration 45-kubeadm-keep-pin", function()
     assert.is_true(d.port.ok)
   end)
 
-  it("a patch that keeps failing: the others pinned, then the step fails naming it, as the shell #fakeonly", function()
+  it("a patch that keeps failing: the others pinned, then the step fails naming it, as the shell #fakeonly #platform", function()
     local d = differential.run(h, 45, FLEET,
       { faults = { { method = "PATCH", path = MD0_PATCH, times = -1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)
@@ -123,7 +123,7 @@ describe("migration 45-kubeadm-keep-pin", function()
     assert.equal("keep", policy(d, "port", "KubeadmConfig", "kubernetes-alpha-cp"))
   end)
 
-  it("a list that fails once: the port retries and pins; the shell fails the upgrade (its bug) #fakeonly", function()
+  it("a list that fails once: the port retries and pins; the shell fails the upgrade (its bug) #fakeonly #platform", function()
     local d = differential.run(h, 45, FLEET,
       { faults = { { method = "GET", path = "/kubeadmconfigtemplates\\?", times = 1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)

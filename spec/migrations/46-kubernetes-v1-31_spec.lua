@@ -43,13 +43,13 @@ end
 describe("migration 46-kubernetes-v1-31", function()
   local h = harness.fake { fixtures = { FLEET } }
 
-  it("its code is at most 1.5x its shell's (blank and comment lines not counted)", function()
+  it("its code is at most 1.5x its shell's (blank and comment lines not counted) #platform", function()
     local c = differential.line_counts(46, harness.migration_file(46))
     assert.equal(68, c.shell)
     assert(c.ratio <= 1.5, ("46: %d Lua code lines for %d shell lines"):format(c.lua, c.shell))
   end)
 
-  it("bumps exactly the clusters on v1.30, as the shell does, and stamps", function()
+  it("bumps exactly the clusters on v1.30, as the shell does, and stamps #platform", function()
     local d = differential.run(h, 46, FLEET)
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.matches("patched=2 skipped=3 failures=0", d.shell.stdout, 1, true)
@@ -63,7 +63,7 @@ describe("migration 46-kubernetes-v1-31", function()
     assert.equal(2, #d.port.writes)
   end)
 
-  it("writes nothing when every cluster is past v1.30 (the target state), as the shell", function()
+  it("writes nothing when every cluster is past v1.30 (the target state), as the shell #platform", function()
     local fleet = cluster(true, kubernetes("tenant-a", "beta", "v1.31"), kubernetes("tenant-b", "delta", "v1.32"))
     local d = differential.run(h, 46, fleet)
     assert.equal(0, d.shell.code, d.shell.stderr)
@@ -72,7 +72,7 @@ describe("migration 46-kubernetes-v1-31", function()
     assert.same({}, d.port.writes)
   end)
 
-  it("has nothing to do when the Kubernetes CRD is absent, as the shell", function()
+  it("has nothing to do when the Kubernetes CRD is absent, as the shell #platform", function()
     local d = differential.run(h, 46, cluster(false))
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.matches("CRD not present; nothing to migrate", d.shell.stdout, 1, true)
@@ -82,7 +82,7 @@ describe("migration 46-kubernetes-v1-31", function()
     assert.same({}, d.port.writes)
   end)
 
-  it("a cluster deleted between the list and its patch: gone on both; the shell leaves the version, the port stamps", function()
+  it("a cluster deleted between the list and its patch: gone on both; the shell leaves the version, the port stamps #platform", function()
     local d = differential.run(h, 46, FLEET,
       { faults = { { method = "PATCH", path = "kuberneteses/alpha(\\?|$)", delete = true } } })
     assert.same({ "delete" }, d.shell.fired)
@@ -97,7 +97,7 @@ describe("migration 46-kubernetes-v1-31", function()
     assert.is_nil(d.port.result.outcome.leave)
   end)
 
-  it("a patch that keeps failing: the others bumped, the failure named, the version left, as the shell #fakeonly", function()
+  it("a patch that keeps failing: the others bumped, the failure named, the version left, as the shell #fakeonly #platform", function()
     local d = differential.run(h, 46, FLEET,
       { faults = { { method = "PATCH", path = "kuberneteses/alpha(\\?|$)", times = -1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)
@@ -112,7 +112,7 @@ describe("migration 46-kubernetes-v1-31", function()
     assert.equal("v1.31", version(d, "port", "tenant-b/gamma"))
   end)
 
-  it("a list that fails once: the port retries and bumps; the shell fails the upgrade (its bug) #fakeonly", function()
+  it("a list that fails once: the port retries and bumps; the shell fails the upgrade (its bug) #fakeonly #platform", function()
     local d = differential.run(h, 46, FLEET,
       { faults = { { method = "GET", path = "/kuberneteses\\?", times = 1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)
@@ -124,7 +124,7 @@ describe("migration 46-kubernetes-v1-31", function()
     assert.equal("v1.31", version(d, "port", "tenant-a/alpha"))
   end)
 
-  it("a read of one cluster that fails once: the shell skips it and stamps (its bug); the port reads no cluster twice #fakeonly", function()
+  it("a read of one cluster that fails once: the shell skips it and stamps (its bug); the port reads no cluster twice #fakeonly #platform", function()
     local d = differential.run(h, 46, FLEET,
       { faults = { { method = "GET", path = "kuberneteses/alpha$", times = 1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)

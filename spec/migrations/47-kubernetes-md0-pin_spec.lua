@@ -49,13 +49,13 @@ end
 describe("migration 47-kubernetes-md0-pin", function()
   local h = harness.fake { fixtures = { FLEET } }
 
-  it("its code is at most 1.5x its shell's (blank and comment lines not counted)", function()
+  it("its code is at most 1.5x its shell's (blank and comment lines not counted) #platform", function()
     local c = differential.line_counts(47, harness.migration_file(47))
     assert.equal(77, c.shell)
     assert(c.ratio <= 1.5, ("47: %d Lua code lines for %d shell lines"):format(c.lua, c.shell))
   end)
 
-  it("pins md0 where nodeGroups lacks it, exactly as the shell does", function()
+  it("pins md0 where nodeGroups lacks it, exactly as the shell does #platform", function()
     local d = differential.run(h, 47, FLEET)
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.matches("pinned=2 skipped=2 failures=0", d.shell.stdout, 1, true)
@@ -69,7 +69,7 @@ describe("migration 47-kubernetes-md0-pin", function()
     assert.same({ pinned = 2, skipped = 2, failed = 0 }, d.port.result.outcome.counts)
   end)
 
-  it("writes nothing when every cluster is pinned or has no nodeGroups (the target state), as the shell", function()
+  it("writes nothing when every cluster is pinned or has no nodeGroups (the target state), as the shell #platform", function()
     local fleet = cluster(true, kubernetes("tenant-a", "beta", json.decode('{"md0":{"minReplicas":1}}')),
       kubernetes("tenant-b", "gamma", nil))
     local d = differential.run(h, 47, fleet)
@@ -79,7 +79,7 @@ describe("migration 47-kubernetes-md0-pin", function()
     assert.same({}, d.port.writes)
   end)
 
-  it("has nothing to do when the Kubernetes CRD is absent, as the shell", function()
+  it("has nothing to do when the Kubernetes CRD is absent, as the shell #platform", function()
     local d = differential.run(h, 47, cluster(false))
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.is_true(d.port.ok)
@@ -88,7 +88,7 @@ describe("migration 47-kubernetes-md0-pin", function()
     assert.same({}, d.port.writes)
   end)
 
-  it("a cluster deleted between the read and its patch: gone on both; the shell fails the upgrade (its bug), the port goes on", function()
+  it("a cluster deleted between the read and its patch: gone on both; the shell fails the upgrade (its bug), the port goes on #platform", function()
     local d = differential.run(h, 47, FLEET,
       { faults = { { method = "PATCH", path = "kuberneteses/alpha(\\?|$)", delete = true } } })
     assert.same({ "delete" }, d.shell.fired)
@@ -101,7 +101,7 @@ describe("migration 47-kubernetes-md0-pin", function()
     assert.same({ pinned = 1, skipped = 3, failed = 0 }, d.port.result.outcome.counts)
   end)
 
-  it("a patch that keeps failing: the others pinned, then the step fails naming it, as the shell #fakeonly", function()
+  it("a patch that keeps failing: the others pinned, then the step fails naming it, as the shell #fakeonly #platform", function()
     local d = differential.run(h, 47, FLEET,
       { faults = { { method = "PATCH", path = "kuberneteses/alpha(\\?|$)", times = -1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)
@@ -114,7 +114,7 @@ describe("migration 47-kubernetes-md0-pin", function()
     assert.is_not_nil(groups(d, "port", "tenant-b/delta").md0)
   end)
 
-  it("a list that fails once: the port retries and pins; the shell fails the upgrade (its bug) #fakeonly", function()
+  it("a list that fails once: the port retries and pins; the shell fails the upgrade (its bug) #fakeonly #platform", function()
     local d = differential.run(h, 47, FLEET,
       { faults = { { method = "GET", path = "/kuberneteses\\?", times = 1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)
@@ -124,7 +124,7 @@ describe("migration 47-kubernetes-md0-pin", function()
     assert.same({ "Kubernetes tenant-a/alpha", "Kubernetes tenant-b/delta" }, differential.differences(d))
   end)
 
-  it("a read of one cluster that fails once: the shell fails the upgrade (its bug); the port reads no cluster twice #fakeonly", function()
+  it("a read of one cluster that fails once: the shell fails the upgrade (its bug); the port reads no cluster twice #fakeonly #platform", function()
     local d = differential.run(h, 47, FLEET,
       { faults = { { method = "GET", path = "kuberneteses/alpha$", times = 1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)

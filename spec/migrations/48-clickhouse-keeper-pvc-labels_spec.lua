@@ -58,13 +58,13 @@ end
 describe("migration 48-clickhouse-keeper-pvc-labels", function()
   local h = harness.fake { fixtures = { FLEET } }
 
-  it("its code is at most 1.5x its shell's (blank and comment lines not counted)", function()
+  it("its code is at most 1.5x its shell's (blank and comment lines not counted) #platform", function()
     local c = differential.line_counts(48, harness.migration_file(48))
     assert.equal(28, c.shell)
     assert(c.ratio <= 1.5, ("48: %d Lua code lines for %d shell lines"):format(c.lua, c.shell))
   end)
 
-  it("labels the keeper's unlabelled PVCs with the release, as the shell does", function()
+  it("labels the keeper's unlabelled PVCs with the release, as the shell does #platform", function()
     local d = differential.run(h, 48, FLEET)
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.is_true(d.port.ok)
@@ -74,7 +74,7 @@ describe("migration 48-clickhouse-keeper-pvc-labels", function()
     assert.equal(1, #d.port.writes)
   end)
 
-  it("writes nothing when every keeper PVC is labelled (the target state), as the shell", function()
+  it("writes nothing when every keeper PVC is labelled (the target state), as the shell #platform", function()
     local d = differential.run(h, 48, cluster(true, chk("tenant-a", "clickhouse-a-keeper"),
       pvc("tenant-a", "default-chk-clickhouse-a-keeper-cluster1-0-1-0", "clickhouse-a")))
     assert.equal(0, d.shell.code, d.shell.stderr)
@@ -83,7 +83,7 @@ describe("migration 48-clickhouse-keeper-pvc-labels", function()
     assert.same({}, d.port.writes)
   end)
 
-  it("has nothing to do when the keeper CRD is absent, as the shell", function()
+  it("has nothing to do when the keeper CRD is absent, as the shell #platform", function()
     local d = differential.run(h, 48, cluster(false, pvc("tenant-a", A0, nil)))
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.is_true(d.port.ok)
@@ -92,7 +92,7 @@ describe("migration 48-clickhouse-keeper-pvc-labels", function()
     assert.same({}, d.port.writes)
   end)
 
-  it("an installation whose name has a dot: the shell labels another's PVC (its bug), the port does not", function()
+  it("an installation whose name has a dot: the shell labels another's PVC (its bug), the port does not #platform", function()
     local d = differential.run(h, 48, DOTTED)
     assert.equal(0, d.shell.code, d.shell.stderr)
     assert.is_true(d.port.ok)
@@ -102,7 +102,7 @@ describe("migration 48-clickhouse-keeper-pvc-labels", function()
     assert.same({ "PersistentVolumeClaim tenant-b/default-chk-chxb-keeper-cluster1-0-0-0" }, differential.differences(d))
   end)
 
-  it("a PVC deleted between the list and its label: the shell fails the upgrade (its bug), the port goes on", function()
+  it("a PVC deleted between the list and its label: the shell fails the upgrade (its bug), the port goes on #platform", function()
     local d = differential.run(h, 48, FLEET,
       { faults = { { method = "PATCH", path = "persistentvolumeclaims/" .. A0 .. "(\\?|$)", delete = true } } })
     assert.same({ "delete" }, d.shell.fired)
@@ -112,7 +112,7 @@ describe("migration 48-clickhouse-keeper-pvc-labels", function()
     assert.is_true(d.port.ok)
   end)
 
-  it("a label write that keeps failing fails the step, as the shell's #fakeonly", function()
+  it("a label write that keeps failing fails the step, as the shell's #fakeonly #platform", function()
     local d = differential.run(h, 48, FLEET,
       { faults = { { method = "PATCH", path = "persistentvolumeclaims/" .. A0 .. "(\\?|$)", times = -1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)
@@ -123,7 +123,7 @@ describe("migration 48-clickhouse-keeper-pvc-labels", function()
     assert.same({}, differential.differences(d))
   end)
 
-  it("an installation list that fails once: the port retries and labels; the shell stamps without labelling (its bug) #fakeonly", function()
+  it("an installation list that fails once: the port retries and labels; the shell stamps without labelling (its bug) #fakeonly #platform", function()
     local d = differential.run(h, 48, FLEET,
       { faults = { { method = "GET", path = "/clickhousekeeperinstallations\\?", times = 1, status = 500 } } })
     assert.same({ "status" }, d.shell.fired)
@@ -133,7 +133,7 @@ describe("migration 48-clickhouse-keeper-pvc-labels", function()
     assert.same({ "PersistentVolumeClaim tenant-a/" .. A0 }, differential.differences(d))
   end)
 
-  it("an installation list that keeps failing: logged, nothing labelled, stamped, as the shell (best effort) #fakeonly", function()
+  it("an installation list that keeps failing: logged, nothing labelled, stamped, as the shell (best effort) #fakeonly #platform", function()
     local d = differential.run(h, 48, FLEET,
       { faults = { { method = "GET", path = "/clickhousekeeperinstallations\\?", times = -1, status = 500 } } })
     assert.equal(0, d.shell.code, d.shell.stderr)
