@@ -32,7 +32,7 @@ local command_list = {
   { "status", "[-o text|json]", "version, target, pending, lock, last failure, history" },
   { "check", "[--migration N] [-o text|json]", "read-only preflight and each pending check()" },
   { "list", "[-o text|json]", "migrations known to this build" },
-  { "new", "[NN-]NAME", "scaffold migrations/NN-NAME.lua and its spec" },
+  { "new", "[--number NN] [NN-]NAME", "scaffold migrations/NN-NAME.lua and its spec" },
   { "rbac", "[--all] [--target N] [--preflight] [-o yaml|json]", "the least-privilege RBAC of the pending range" },
   { "stamp", "N --reason TEXT [--force] [--dry-run]", "set the version to N by hand (baseline, manual repair),\n"
     .. "under the lock, recorded in the history with who and why" },
@@ -78,6 +78,7 @@ local option_list = {
   { "--preflight", nil, nil, "the check Job's read-only variant" },
   { "--reason", nil, "TEXT", "why the version is set by hand (kept in the history record)" },
   { "--force", nil, nil, "let stamp move the version down" },
+  { "--number", nil, "NN", "the new migration's number (as NN-NAME gives it; default: the next free)" },
 }
 local option_help, shorthands = {}, {}
 for _, o in ipairs(option_list) do
@@ -191,6 +192,7 @@ local options = {
   ["--preflight"] = "flag",
   ["--reason"] = string_value,
   ["--force"] = "flag",
+  ["--number"] = integer_value("--number"),
   ["--v"] = "verbosity",
   ["--help"] = "flag",
   ["--version"] = "flag",
@@ -208,7 +210,7 @@ local command_options = {
   status = { "--output", "--target" },
   check = { "--migration", "--output", "--target", "--step-timeout", "--service-account" },
   list = { "--output" },
-  new = {},
+  new = { "--number" },
   rbac = { "--all", "--target", "--preflight", "--output" },
   stamp = { "--reason", "--force", "--dry-run" },
   lua = {},

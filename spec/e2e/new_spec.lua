@@ -71,7 +71,7 @@ describe("cozy-migrate new", function()
     assert.matches("invalid migration name", r.stderr)
     r = in_tree(BIN .. " new")
     assert.equal(2, r.code)
-    assert.matches("usage: cozy%-migrate new %[NN%-%]NAME", r.stderr)
+    assert.matches("usage: cozy%-migrate new %[%-%-number NN%] %[NN%-%]NAME", r.stderr)
   end)
 
   it("takes the number given as NN-NAME, and refuses one that is taken", function()
@@ -97,5 +97,32 @@ describe("cozy-migrate new", function()
     r = in_tree(BIN .. " new " .. n .. "-")
     assert.equal(2, r.code)
     assert.matches("invalid migration name", r.stderr)
+  end)
+
+  it("takes the number as --number NN, before or after the name, and refuses two numbers", function()
+    local taken = {}
+    for _, m in ipairs(require("cozy.json").decode(cli.run { "list", "--output", "json" }.stdout).migrations) do
+      taken[m.number] = true
+    end
+    local n = 49
+    while taken[n] or taken[n - 1] do n = n - 1 end
+    local r = in_tree(BIN .. " new --number " .. n .. " tenant-labels")
+    assert.equal(0, r.code, r.stderr)
+    assert.equal(("migrations/%d-tenant-labels.lua\nspec/migrations/%d-tenant-labels_spec.lua\n"):format(n, n), r.stdout)
+    r = in_tree(BIN .. " new pvc-labels --number " .. (n - 1))
+    assert.equal(0, r.code, r.stderr)
+    assert.equal(("migrations/%d-pvc-labels.lua\nspec/migrations/%d-pvc-labels_spec.lua\n"):format(n - 1, n - 1), r.stdout)
+    r = in_tree(BIN .. " new --number " .. n .. " other")
+    assert.equal(2, r.code)
+    assert.equal(("cozy-migrate: migration number %d is taken (%d-tenant-labels.lua)\n"):format(n, n), r.stderr)
+    r = in_tree(BIN .. " new --number 7 8-two")
+    assert.equal(2, r.code)
+    assert.equal("cozy-migrate: --number 7 and 8-two name two numbers\n", r.stderr)
+    r = in_tree(BIN .. " new --number x y")
+    assert.equal(2, r.code)
+    assert.matches('--number expects a non-negative integer, in plain decimal, got "x"', r.stderr, 1, true)
+    r = in_tree(BIN .. " new --help")
+    assert.equal(0, r.code)
+    assert.matches("--number NN", r.stdout, 1, true)
   end)
 end)

@@ -182,12 +182,20 @@ function M.run(opts, args)
   return runner.protect(opts, function(log)
     local name = args[1]
     if name == nil or args[2] ~= nil then
-      io.stderr:write("usage: cozy-migrate new [NN-]NAME (lowercase words joined by '-'; NN: its number)\n")
+      io.stderr:write("usage: cozy-migrate new [--number NN] [NN-]NAME (lowercase words joined by '-'; NN: its number)\n")
       return 2
     end
-    -- `new 49-tenant-labels` ports the platform's script 49 under its own number
+    -- `new 49-tenant-labels` (or `new --number 49 tenant-labels`) ports the
+    -- platform's script 49 under its own number
     local given = name:match("^(%d+)%-")
     if given then name = name:sub(#given + 2) end
+    if opts.number ~= nil then
+      if given and math.tointeger(tonumber(given)) ~= opts.number then
+        io.stderr:write(("cozy-migrate: --number %d and %s-%s name two numbers\n"):format(opts.number, given, name))
+        return 2
+      end
+      given = tostring(opts.number)
+    end
     if not name:match("^[a-z0-9][a-z0-9-]*$") or name:match("%-%-") or name:match("%-$") then
       io.stderr:write(("cozy-migrate: invalid migration name %q: use lowercase letters, digits and single '-'\n")
         :format(name))
