@@ -96,11 +96,20 @@ describe("the runtime image's closure", function()
     local legacy = assert(text:match("FROM debian:bookworm%-slim AS runtime%-1\n(.-)\n\n"))
     for _, want in ipairs({ "%${RUNTIME_PACKAGES}", "bash", "coreutils", "jq",
         "COPY %-%-from=tools /out/kubectl /out/helm /usr/local/bin/",
+        "COPY %-%-from=platform /out/cozyhr /out/etcd%-migrate /usr/local/bin/",
+        "COPY %-%-from=platform /out/etcd%-operator%-crds /etcd%-operator%-crds",
         "COPY %-%-from=legacy / /migrations/", "rm %-f \"/migrations/%$n\"", "builtin%-numbers" }) do
       assert.matches(want, legacy)
     end
     -- Debian's kubectl (1.20) lacks --subresource: the fetched one replaces it
     assert.is_nil(legacy:find("kubernetes-client", 1, true))
+    -- the platform's own tools come from its migrations image, named by a build
+    -- argument that has no usable default (a build without it fails at FROM)
+    assert.matches("\nARG PLATFORM_MIGRATIONS_IMAGE=unset%-PLATFORM_MIGRATIONS_IMAGE\n", text)
+    local platform = assert(text:match("FROM %${PLATFORM_MIGRATIONS_IMAGE} AS platform\n(.-)\n\n"))
+    for _, want in ipairs({ "for tool in cozyhr etcd%-migrate", 'command %-v "%$tool"', "cp %-R /etcd%-operator%-crds " }) do
+      assert.matches(want, platform)
+    end
   end)
 
   -- Text only: no network and no container engine here, so nothing is
