@@ -72,7 +72,7 @@ local function stamp_under_lock(client, opts, namespace, to, reason, user, log)
     if d.action == "baseline" then
       stamp.create(cms, namespace, to, rec)
     else
-      stamp.set(cms, cm, d.from, to, rec)
+      stamp.advance(cms, cm, d.from, to, rec)
     end
     return d
   end)

@@ -214,6 +214,9 @@ local function updated(cms, cm, at, edit)
   error(obj, 0)
 end
 
+-- Moves the version from `from` to `to` with `record` (a step's, or the
+-- manual one of `cozy-migrate stamp`), provided it is still `from`: a
+-- version moved meanwhile fails closed.
 function stamp.advance(cms, cm, from, to, record)
   return updated(cms, cm, from, function(current)
     local v = stamp.version_of(current)
@@ -246,18 +249,6 @@ function stamp.manual_record(from, to, started, identity, user, reason, forced)
   if #reason > stamp.ERROR_BYTES then reason = text.prefix(reason, stamp.ERROR_BYTES - 3) .. "..." end
   return { kind = "manual", from = from, to = to, started = log.iso8601(started), finished = log.iso8601(sys.time()),
     engine = sys.version, runner = identity, user = user, reason = reason, forced = forced or nil }
-end
-
--- Sets the version to `to` with a manual record, provided it is still
--- `from` (the caller holds the lock; a version moved meanwhile fails closed).
-function stamp.set(cms, cm, from, to, record)
-  return updated(cms, cm, from, function(current)
-    local v = stamp.version_of(current)
-    if v ~= from then
-      errors.raise("failed", ("version moved to %d while stamping %d -> %d"):format(v, from, to))
-    end
-    return stamp.ops(current, { version = to, record = record })
-  end)
 end
 
 -- Creates the ConfigMap at `version` with `record` as its first history
