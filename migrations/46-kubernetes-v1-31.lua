@@ -19,19 +19,17 @@ return {
     { verb = "patch", group = "apps.cozystack.io", resource = "kuberneteses" },
   },
   walk = function(ctx)
-    local clusters, why = ctx.kube:lookup("kuberneteses.apps.cozystack.io")
-    if not clusters then return ctx.log:info("kuberneteses.apps.cozystack.io not served (" .. why .. "): nothing to migrate") end
-    local lean = { "spec.version" }
-    local counts, failures = clusters:update_each(clusters:list{ project = lean }, function(k)
+    local counts, failures = ctx.kube:update_all("kuberneteses.apps.cozystack.io", function(k)
       if obj.get(k, "spec.version") ~= OLD then return end
       k.spec.version = NEW
       return true
     end, {
-      label = "Kubernetes clusters", absent = "skip", project = lean, on_error = "continue",
+      label = "Kubernetes clusters", absent = "skip", project = { "spec.version" }, on_error = "continue",
       retry = { attempts = 3, time = 10 },   -- a best-effort item is not worth the engine's minute of retries
       describe = function(k) return "kubernetes " .. obj.key(k) end,
       on_change = function(k) ctx.log:change("kubernetes %s: {bumping|would bump} spec.version %s -> %s", obj.key(k), OLD, NEW) end,
     })
+    if counts == nil then return end -- the API is not served: nothing to change
     ctx.outcome { patched = counts.changed, skipped = counts.unchanged + counts.absent, failed = counts.failed }
     if counts.failed > 0 then
       local names = {}

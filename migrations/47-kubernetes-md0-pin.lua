@@ -23,19 +23,17 @@ return {
     { verb = "patch", group = "apps.cozystack.io", resource = "kuberneteses" },
   },
   walk = function(ctx)
-    local clusters, why = ctx.kube:lookup("kuberneteses.apps.cozystack.io")
-    if not clusters then return ctx.log:info("kuberneteses.apps.cozystack.io not served (" .. why .. "): nothing to pin") end
-    local lean = { "spec.nodeGroups" }
-    local counts, failures = clusters:update_each(clusters:list{ project = lean }, function(k)
+    local counts, failures = ctx.kube:update_all("kuberneteses.apps.cozystack.io", function(k)
       local groups = obj.get(k, "spec.nodeGroups")
       if type(groups) ~= "table" or getmetatable(groups) == json.array_mt or groups.md0 ~= nil then return end
       groups.md0 = json.decode(MD0)
       return true
     end, {
-      label = "Kubernetes clusters", absent = "skip", project = lean, on_error = "continue",
+      label = "Kubernetes clusters", absent = "skip", project = { "spec.nodeGroups" }, on_error = "continue",
       describe = function(k) return "kubernetes " .. obj.key(k) end,
       on_change = function(k) ctx.log:change("kubernetes %s: {pinning|would pin} node group md0", obj.key(k)) end,
     })
+    if counts == nil then return end -- the API is not served: nothing to change
     ctx.outcome { pinned = counts.changed, skipped = counts.unchanged + counts.absent, failed = counts.failed }
     if counts.failed > 0 then
       local names = {}

@@ -203,6 +203,22 @@ local function kube_facade(view, logger, warned)
     if res == nil then return nil, about end
     return resource_facade(res, logger, warned), plain(about)
   end)
+  -- update_each over every object of a resource named as kubectl names it,
+  -- the list's options (namespace, label_selector, ...) and update_each's
+  -- together in opts: a port's "for each X, if served" in one call. A
+  -- resource the server does not serve is an info line and nil, why.
+  k.update_all = method(k, function(name, edit, opts)
+    if opts ~= nil and type(opts) ~= "table" then error("update_all(name, edit, opts): opts must be a table", 2) end
+    opts = opts or {}
+    local found, about = view:lookup(name)
+    if found == nil then
+      logger:write("info", ("%s not served (%s): nothing to change"):format(errors.safe_text(name), errors.safe_text(about)))
+      return nil, about
+    end
+    local res, listing = resource_facade(found, logger, warned), {}
+    for _, key in ipairs(list_options) do listing[key] = opts[key] end
+    return res:update_each(res:list(listing), edit, opts)
+  end)
   return seal(k, "ctx.kube")
 end
 
