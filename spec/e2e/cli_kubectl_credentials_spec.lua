@@ -40,13 +40,15 @@ describe("credentials beside kubectl", function()
     if dir then os.execute("rm -rf " .. q(dir)) end
   end)
 
+  -- ca: the certificate-authority file (default the server's), false for none
   local function kubeconfig(server, cluster_extra, user, ns, ca)
     seq = seq + 1
     local path = ("%s/kubeconfig-%d"):format(dir, seq)
     support.write_file(path, table.concat({
       "apiVersion: v1", "kind: Config", "current-context: c",
       "contexts: [{name: c, context: {cluster: k, user: u" .. (ns and (", namespace: " .. ns) or "") .. "}}]",
-      "clusters:", "- name: k", "  cluster:", "    server: " .. server, "    certificate-authority: " .. (ca or srv.ca),
+      "clusters:", "- name: k", "  cluster:", "    server: " .. server,
+      ca ~= false and ("    certificate-authority: " .. (ca or srv.ca)) or "",
       cluster_extra or "",
       "users:", "- name: u", "  user:", user or ("    token: " .. support.TOKEN), "" }, "\n"))
     return path
@@ -130,5 +132,140 @@ describe("credentials beside kubectl", function()
     end)
     other:stop()
     assert(ok, err)
+  end)
+
+  -- An https proxy-url: TLS to the proxy itself, then CONNECT inside it. Go's
+  -- http.Transport shakes hands with the proxy using the cluster's own TLS
+  -- config (net/http persistConn.addTLS with TLSClientConfig), so the proxy's
+  -- certificate must chain to the cluster's certificate-authority.
+  describe("an https proxy-url", function()
+    local pdir, proxy, mtls
+    setup(function()
+      pdir = support.tmpdir()
+      local function openssl(args)
+        assert(os.execute(("cd %s && openssl %s >/dev/null 2>&1"):format(q(pdir), args)), "openssl " .. args)
+      end
+      local ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+      openssl("req -x509 " .. ec .. " -keyout proxy-ca.key -out proxy-ca.crt -days 3 -subj /CN=proxy-ca"
+        .. " -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign")
+      openssl("req " .. ec .. " -keyout proxy.key -out proxy.csr -subj /CN=127.0.0.1")
+      support.write_file(pdir .. "/ext.cnf", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+      openssl("x509 -req -in proxy.csr -CA proxy-ca.crt -CAkey proxy-ca.key -CAcreateserial -out proxy.crt"
+        .. " -days 3 -extfile ext.cnf")
+      -- a client certificate for the proxy that asks for one
+      openssl("req " .. ec .. " -keyout client.key -out client.csr -subj /CN=migrator")
+      support.write_file(pdir .. "/client.cnf", "extendedKeyUsage=clientAuth\n")
+      openssl("x509 -req -in client.csr -CA proxy-ca.crt -CAkey proxy-ca.key -CAcreateserial -out client.crt"
+        .. " -days 3 -extfile client.cnf")
+      -- the cluster's CA and the proxy's CA in one certificate-authority file
+      support.write_file(pdir .. "/both-ca.crt", support.read_file(srv.ca) .. support.read_file(pdir .. "/proxy-ca.crt"))
+      local function start_proxy(name, flags)
+        local p = { log = pdir .. "/" .. name .. ".log" }
+        os.execute(("sh -c %s >/dev/null 2>&1 </dev/null &"):format(q(
+          ("spec/support/connect-proxy --ready-file %s --log %s --tls %s %s %s & echo $! >%s; wait"):format(
+            q(pdir .. "/" .. name .. ".ready"), q(p.log), q(pdir .. "/proxy.crt"), q(pdir .. "/proxy.key"), flags,
+            q(pdir .. "/" .. name .. ".pid")))))
+        p.port = fake.poll(10, function() return support.read_file(pdir .. "/" .. name .. ".ready") end, 0.02)
+        assert(p.port, "connect-proxy did not start")
+        p.pid = tonumber(support.read_file(pdir .. "/" .. name .. ".pid"):match("%d+"))
+        return p
+      end
+      proxy = start_proxy("plain", "")
+      mtls = start_proxy("mtls", "--tls-client-ca " .. q(pdir .. "/proxy-ca.crt"))
+    end)
+    teardown(function()
+      for _, p in ipairs { proxy or {}, mtls or {} } do
+        if p.pid then os.execute("kill " .. p.pid) end
+      end
+      if pdir then os.execute("rm -rf " .. q(pdir)) end
+    end)
+
+    -- the proxy's log since it was last emptied: tunnel targets, refused handshakes
+    local function proxy_log(p)
+      p = p or proxy
+      local targets, tls_errors = {}, 0
+      for line in (support.read_file(p.log) or ""):gmatch("[^\n]+") do
+        local e = json.decode(line)
+        if e.target then targets[#targets + 1] = e.target else tls_errors = tls_errors + 1 end
+      end
+      support.write_file(p.log, "")
+      return targets, tls_errors
+    end
+
+    local get = "get --raw /api/v1/namespaces/cozy-system/configmaps/settings"
+    local read = [[local c = require("cozy.kube").connect{ kubeconfig = %q, retry = { max_attempts = 1 } }
+      print(c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)]]
+
+    it("both reach the server by its in-cluster name through it when the cluster's CA signed the proxy's", function()
+      local port = srv.url:match(":(%d+)$")
+      local path = kubeconfig("https://kubernetes.default.svc:" .. port,
+        "    proxy-url: https://127.0.0.1:" .. proxy.port, nil, nil, pdir .. "/both-ca.crt")
+      proxy_log()
+      local krc, kout = kubectl(path, get)
+      assert.equal(0, krc, kout)
+      assert.matches('"mode":"prod"', kout)
+      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
+      local orc, oout = ours(path, read)
+      assert.equal(0, orc, oout)
+      assert.equal("prod\n", oout)
+      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
+    end)
+
+    it("both refuse a proxy whose certificate the cluster's CA did not sign, before any CONNECT", function()
+      local port = srv.url:match(":(%d+)$")
+      -- the cluster's CA alone: the server would be trusted, the proxy is not
+      local path = kubeconfig("https://kubernetes.default.svc:" .. port,
+        "    proxy-url: https://127.0.0.1:" .. proxy.port)
+      proxy_log()
+      local krc, kout = kubectl(path, get)
+      assert.are_not.equal(0, krc)
+      assert.matches("proxyconnect tcp: tls: failed to verify certificate: x509", kout)
+      local targets, refused = proxy_log()
+      assert.same({}, targets)
+      assert.is_true(refused >= 1, "kubectl's handshake with the proxy was not refused")
+      -- ours: exit 1 (an API call failed), one ERROR line naming the TLS check
+      local code, out, stderr = support.run("HTTPS_PROXY= NO_PROXY=", ("status --kubeconfig %s"):format(q(path)))
+      assert.equal(1, code, out .. stderr)
+      local lines = {}
+      for l in stderr:gmatch("[^\n]+") do lines[#lines + 1] = l end
+      assert.equal(1, #lines, stderr)
+      assert.matches(" ERROR GET /api/v1/.*: TLSVerification: SSL certificate problem", lines[1])
+      targets, refused = proxy_log()
+      assert.same({}, targets)
+      assert.is_true(refused >= 1, "our handshake with the proxy was not refused")
+    end)
+
+    it("insecure-skip-tls-verify turns the proxy's check off too, for both", function()
+      local port = srv.url:match(":(%d+)$")
+      local path = kubeconfig("https://kubernetes.default.svc:" .. port,
+        "    insecure-skip-tls-verify: true\n    proxy-url: https://127.0.0.1:" .. proxy.port, nil, nil, false)
+      proxy_log()
+      local krc, kout = kubectl(path, get)
+      assert.equal(0, krc, kout)
+      assert.matches('"mode":"prod"', kout)
+      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
+      local orc, oout = ours(path, read)
+      assert.equal(0, orc, oout)
+      assert.matches("warning: insecure%-skip%-tls%-verify is set", oout)
+      assert.matches("\nprod\n$", oout)
+      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
+    end)
+
+    it("a proxy that asks for a client certificate gets the kubeconfig user's from both", function()
+      local port = srv.url:match(":(%d+)$")
+      local user = table.concat({ "    token: " .. support.TOKEN, "    client-certificate: " .. pdir .. "/client.crt",
+        "    client-key: " .. pdir .. "/client.key" }, "\n")
+      local path = kubeconfig("https://kubernetes.default.svc:" .. port,
+        "    proxy-url: https://127.0.0.1:" .. mtls.port, user, nil, pdir .. "/both-ca.crt")
+      proxy_log(mtls)
+      local krc, kout = kubectl(path, get)
+      assert.equal(0, krc, kout)
+      assert.matches('"mode":"prod"', kout)
+      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log(mtls) })
+      local orc, oout = ours(path, read)
+      assert.equal(0, orc, oout)
+      assert.equal("prod\n", oout)
+      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log(mtls) })
+    end)
   end)
 end)
