@@ -50,6 +50,9 @@ sandbox.modules["cozy.obj"] = function() return copy(require "cozy.obj") end
 -- Name matching (globs, regular expressions): pure functions of their
 -- arguments, in Lua, so under the step's watch like the migration's own code.
 sandbox.modules["cozy.match"] = function() return copy(require "cozy.match") end
+-- Whole migrations from a description (delete if present): tables of plain
+-- data and a walk that reaches the cluster only through the ctx it is given.
+sandbox.modules["cozy.recipe"] = function() return copy(require "cozy.recipe") end
 
 -- Every string shares one metatable, whose __index is what `("").name`
 -- reaches, in a migration as anywhere: point it at a copy of the string

@@ -53,4 +53,61 @@ describe("docs/engine-api.md's examples", function()
     assert.is_nil(labels("other-0")[label])
     assert.equal(1, captured.count("info", 'no Velero: API group "velero.io" is not served'))
   end)
+
+  -- The Recipes example (a cozy.recipe delete), in run mode twice: the object
+  -- goes, its sibling stays, then there is nothing to do; a CRD not served and
+  -- a short name are answers too, the first logged, the second refused at load.
+  describe("Recipes", function()
+    local function cm(name)
+      return { apiVersion = "v1", kind = "ConfigMap", metadata = { name = name, namespace = "tenant-a" }, data = { a = "1" } }
+    end
+    local function load(source)
+      local dir = cli.migration_dir { ["1-example.lua"] = source }
+      local ok, m = pcall(runner.load_file, dir .. "/1-example.lua")
+      files.rm_rf(dir)
+      return ok, m
+    end
+
+    it("the delete runs as printed: present, deleted; then absent, nothing to do", function()
+      local srv <close> = fake.start { tls = true, token = "t", fixtures = { {
+        { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
+        { apiVersion = "v1", kind = "Namespace", metadata = { name = "tenant-a" } },
+        cm("old-settings"), cm("settings"),
+      } } }
+      local ok, m = load(example(doc, "### Recipes: a whole migration from a description"))
+      assert(ok, tostring(m))
+      assert.same({ { verb = "get", group = "", resource = "configmaps", namespace = "tenant-a" },
+        { verb = "delete", group = "", resource = "configmaps", namespace = "tenant-a" } }, m.definition.permissions)
+      local first = harness.capture_log()
+      runner.run_migration(m, { kubeconfig = srv.kubeconfig, mode = "run", log = first.log })
+      assert.equal(1, first.count("info", "^Deleting ConfigMap tenant%-a/old%-settings$"))
+      assert.is_nil(srv:object("ConfigMap", "tenant-a", "old-settings"))
+      assert.is_not_nil(srv:object("ConfigMap", "tenant-a", "settings"))
+      local again = harness.capture_log()
+      runner.run_migration(m, { kubeconfig = srv.kubeconfig, mode = "run", log = again.log })
+      assert.equal(1, again.count("info", "ConfigMap tenant%-a/old%-settings absent: nothing to delete"))
+    end)
+
+    it("a CRD the server does not serve is nothing to delete, logged", function()
+      local srv <close> = fake.start { tls = true, token = "t", fixtures = { {
+        { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
+      } } }
+      local ok, m = load([[return require("cozy.recipe").delete { "backups.velero.io", namespace = "velero",
+        name = "b", description = "x" }]])
+      assert(ok, tostring(m))
+      local captured = harness.capture_log()
+      runner.run_migration(m, { kubeconfig = srv.kubeconfig, mode = "run", log = captured.log })
+      assert.equal(1, captured.count("info", 'backups.velero.io: API group "velero.io" is not served: nothing to delete'))
+    end)
+
+    for _, name in ipairs { "pvc", "deployments.v1.apps", "Deployment" } do
+      it(("refuses %q when the file loads, naming the form to use"):format(name), function()
+        local ok, err = load(([[return require("cozy.recipe").delete { %q, namespace = "a", name = "b",
+          description = "x" }]]):format(name))
+        assert.is_false(ok)
+        assert.equal("invalid", err.kind)
+        assert.matches(('cozy.recipe: resource "%s"'):format(name), err.message, 1, true)
+      end)
+    end
+  end)
 end)
