@@ -9,19 +9,13 @@
 -- chart can prune), as the platform's script 45.
 -- docs/migrations/45-kubeadm-keep-pin.md lists the differences.
 local obj = require "cozy.obj"
+local recipe = require "cozy.recipe"
 
 local KINDS = { "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io", "kubeadmconfigs.bootstrap.cluster.x-k8s.io" }
 
 return {
   description = "pin Helm-managed KubeadmConfigTemplates and KubeadmConfigs with helm.sh/resource-policy=keep",
-  permissions = {
-    { verb = "list", group = "bootstrap.cluster.x-k8s.io", resource = "kubeadmconfigtemplates" },
-    { verb = "get", group = "bootstrap.cluster.x-k8s.io", resource = "kubeadmconfigtemplates" },
-    { verb = "patch", group = "bootstrap.cluster.x-k8s.io", resource = "kubeadmconfigtemplates" },
-    { verb = "list", group = "bootstrap.cluster.x-k8s.io", resource = "kubeadmconfigs" },
-    { verb = "get", group = "bootstrap.cluster.x-k8s.io", resource = "kubeadmconfigs" },
-    { verb = "patch", group = "bootstrap.cluster.x-k8s.io", resource = "kubeadmconfigs" },
-  },
+  permissions = recipe.permissions(KINDS, { "list", "get", "patch" }),
   walk = function(ctx)
     local failed = {}
     for _, kind in ipairs(KINDS) do

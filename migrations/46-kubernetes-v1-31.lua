@@ -8,16 +8,13 @@
 -- named and the others go on; the version is then left at 46 so that the next
 -- upgrade retries. docs/migrations/46-kubernetes-v1-31.md lists the differences.
 local obj = require "cozy.obj"
+local recipe = require "cozy.recipe"
 
 local OLD, NEW = "v1.30", "v1.31"
 
 return {
   description = "bump tenant Kubernetes clusters from v1.30 to v1.31 (best effort: failures leave the version)",
-  permissions = {
-    { verb = "list", group = "apps.cozystack.io", resource = "kuberneteses" },
-    { verb = "get", group = "apps.cozystack.io", resource = "kuberneteses" },
-    { verb = "patch", group = "apps.cozystack.io", resource = "kuberneteses" },
-  },
+  permissions = recipe.permissions("kuberneteses.apps.cozystack.io", { "list", "get", "patch" }),
   walk = function(ctx)
     local counts, failures = ctx.kube:update_all("kuberneteses.apps.cozystack.io", function(k)
       if obj.get(k, "spec.version") ~= OLD then return end

@@ -10,6 +10,7 @@
 -- docs/migrations/47-kubernetes-md0-pin.md lists the differences.
 local json = require "cozy.json"
 local obj = require "cozy.obj"
+local recipe = require "cozy.recipe"
 
 -- the chart's built-in default (kubernetes.nodeGroups), decoded afresh for each cluster
 local MD0 = '{"minReplicas":0,"maxReplicas":10,"instanceType":"u1.medium","diskSize":"20Gi","storageClass":"",'
@@ -17,11 +18,7 @@ local MD0 = '{"minReplicas":0,"maxReplicas":10,"instanceType":"u1.medium","diskS
 
 return {
   description = "pin the implicit md0 node group on tenant Kubernetes clusters that define nodeGroups without it",
-  permissions = {
-    { verb = "list", group = "apps.cozystack.io", resource = "kuberneteses" },
-    { verb = "get", group = "apps.cozystack.io", resource = "kuberneteses" },
-    { verb = "patch", group = "apps.cozystack.io", resource = "kuberneteses" },
-  },
+  permissions = recipe.permissions("kuberneteses.apps.cozystack.io", { "list", "get", "patch" }),
   walk = function(ctx)
     local counts, failures = ctx.kube:update_all("kuberneteses.apps.cozystack.io", function(k)
       local groups = obj.get(k, "spec.nodeGroups")

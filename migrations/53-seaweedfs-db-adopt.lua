@@ -7,17 +7,14 @@
 -- the step, so the version stays and the next upgrade re-checks the fleet.
 local obj = require "cozy.obj"
 local match = require "cozy.match"
+local recipe = require "cozy.recipe"
 
 local OWNER, POLICY = "meta.helm.sh/release-name", "helm.sh/resource-policy"
 
 return {
   description = "hand Cluster/seaweedfs-db of every SeaweedFS instance to <name>-db, with resource-policy keep",
 
-  permissions = {
-    { verb = "list", group = "postgresql.cnpg.io", resource = "clusters" },
-    { verb = "get", group = "postgresql.cnpg.io", resource = "clusters" },   -- the re-read after a conflict
-    { verb = "patch", group = "postgresql.cnpg.io", resource = "clusters" },
-  },
+  permissions = recipe.permissions("clusters.postgresql.cnpg.io", { "list", "get", "patch" }), -- get: the re-read after a conflict
 
   walk = function(ctx)
     local clusters, why = ctx.kube:lookup("clusters.postgresql.cnpg.io")

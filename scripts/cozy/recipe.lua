@@ -37,6 +37,27 @@ local function parse(name)
   return plural, group
 end
 
+--- The permissions of `verbs` on a resource named plural or plural.group (or
+--- on each of a list of them), for a migration's `permissions`: known at load
+--- time, like the recipes'.
+---   permissions = recipe.permissions("kuberneteses.apps.cozystack.io", { "list", "get", "patch" })
+--- opts: namespace (the grant's), check_only (as a permission's own field).
+function recipe.permissions(resources, verbs, opts)
+  if type(resources) ~= "table" then resources = { resources } end
+  if type(verbs) ~= "table" or #verbs == 0 then refuse(2, "permissions(resource, verbs): verbs must be a list of verbs") end
+  if opts ~= nil and type(opts) ~= "table" then refuse(2, "permissions(resource, verbs, opts): opts must be a table") end
+  opts = opts or {}
+  local out = {}
+  for _, resource in ipairs(resources) do
+    local plural, group = parse(resource)
+    for i, verb in ipairs(verbs) do
+      if type(verb) ~= "string" or not verb:match("^[a-z]+$") then refuse(2, "permissions: verb %d must be a lowercase word", i) end
+      out[#out + 1] = { verb = verb, group = group, resource = plural, namespace = opts.namespace, check_only = opts.check_only }
+    end
+  end
+  return out
+end
+
 --- A migration that deletes one object if it is there, as
 --- `kubectl delete <resource> <name> [--namespace ns] --ignore-not-found`:
 ---   recipe.delete{ "deployments.apps", namespace = "ns", name = "x", description = "..." }
