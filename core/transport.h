@@ -70,6 +70,7 @@ struct cozy_exchange {
   int resend_refused;
   void *owner; /* the batch job it runs (transport_multi.c) */
   unsigned cred_gen; /* the client certificate it carries (cozy_transport.cred_gen) */
+  int https_proxy; /* it goes through an https:// proxy: a TLS failure may be the proxy's */
 };
 
 struct cozy_multi;

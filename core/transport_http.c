@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include <openssl/crypto.h>
+#include <openssl/x509.h>
 
 #include "proxy.h"
 #include "transport.h"
@@ -330,6 +331,7 @@ int cozy_exchange_init(struct cozy_transport *t, struct cozy_exchange *x) {
     CHECK_SETOPT(x, CURLOPT_PROXY, proxy ? proxy : ""); /* libcurl copies it */
     /* the decision is made: libcurl must not apply $NO_PROXY on top of it */
     CHECK_SETOPT(x, CURLOPT_NOPROXY, "");
+    x->https_proxy = proxy != NULL && strncasecmp(proxy, "https://", 8) == 0;
     if (proxy) {
       OPENSSL_cleanse(proxy, strlen(proxy)); /* may carry user:password */
       free(proxy);
@@ -484,6 +486,36 @@ CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x
   return x->setopt_rc; /* when not OK, x->errbuf names the option */
 }
 
+static int is_tls_failure(CURLcode rc) {
+  return rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_SSL_CERTPROBLEM;
+}
+
+/* A TLS failure through an https proxy, made to say which hop failed, as
+** libcurl's message reads the same for either: before the proxy answered any
+** CONNECT it is the proxy's own handshake (the server's comes only inside the
+** tunnel). Inside the tunnel, libcurl 7.88 reports a server certificate it
+** refused as a bare SSL_ERROR_SYSCALL (CURLE_SSL_CONNECT_ERROR, transient):
+** the verify result tells a refused certificate apart, which is final, as it
+** is without a proxy. */
+static CURLcode proxy_tls_failure(struct cozy_exchange *x, CURLcode rc) {
+  long connect_code = 0, verify = 0;
+  char msg[sizeof x->errbuf];
+  if (curl_easy_getinfo(x->curl, CURLINFO_HTTP_CONNECTCODE, &connect_code) != CURLE_OK) return rc;
+  if (connect_code == 0) {
+    snprintf(msg, sizeof msg, "the https proxy: %.*s", (int)(sizeof msg - sizeof "the https proxy: "),
+             x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
+    memcpy(x->errbuf, msg, sizeof msg);
+    return rc;
+  }
+  if (rc == CURLE_SSL_CONNECT_ERROR &&
+      curl_easy_getinfo(x->curl, CURLINFO_SSL_VERIFYRESULT, &verify) == CURLE_OK && verify != X509_V_OK) {
+    snprintf(x->errbuf, sizeof x->errbuf, "SSL certificate problem: %s",
+             X509_verify_cert_error_string(verify));
+    return CURLE_PEER_FAILED_VERIFICATION;
+  }
+  return rc;
+}
+
 CURLcode cozy_exchange_finish(struct cozy_exchange *x, CURLcode rc, long *status) {
   struct cozy_response *r = x->resp;
   *status = 0;
@@ -500,6 +532,7 @@ CURLcode cozy_exchange_finish(struct cozy_exchange *x, CURLcode rc, long *status
              "the reused connection closed before any answer came (libcurl's own re-send of "
              "the write was refused)");
   }
+  if (x->https_proxy && is_tls_failure(rc)) rc = proxy_tls_failure(x, rc);
   if (r->body_too_large || rc == CURLE_FILESIZE_EXCEEDED) {
     rc = CURLE_FILESIZE_EXCEEDED;
     snprintf(x->errbuf, sizeof x->errbuf,

@@ -229,10 +229,28 @@ describe("credentials beside kubectl", function()
       local lines = {}
       for l in stderr:gmatch("[^\n]+") do lines[#lines + 1] = l end
       assert.equal(1, #lines, stderr)
-      assert.matches(" ERROR GET /api/v1/.*: TLSVerification: SSL certificate problem", lines[1])
+      assert.matches(" ERROR GET /api/v1/.*: TLSVerification: the https proxy: SSL certificate problem", lines[1])
       targets, refused = proxy_log()
       assert.same({}, targets)
       assert.is_true(refused >= 1, "our handshake with the proxy was not refused")
+    end)
+
+    it("a trusted proxy before an untrusted server: both blame the server, not the proxy", function()
+      local port = srv.url:match(":(%d+)$")
+      -- the proxy's CA alone: the proxy is trusted, the server is not
+      local path = kubeconfig("https://kubernetes.default.svc:" .. port,
+        "    proxy-url: https://127.0.0.1:" .. proxy.port, nil, nil, pdir .. "/proxy-ca.crt")
+      proxy_log()
+      local krc, kout = kubectl(path, get)
+      assert.are_not.equal(0, krc)
+      assert.matches("tls: failed to verify certificate: x509", kout)
+      assert.not_matches("proxyconnect", kout)
+      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
+      local code, out, stderr = support.run("HTTPS_PROXY= NO_PROXY=", ("status --kubeconfig %s"):format(q(path)))
+      assert.equal(1, code, out .. stderr)
+      assert.matches(" ERROR GET /api/v1/.*: TLSVerification: SSL certificate problem", stderr)
+      assert.not_matches("https proxy", stderr)
+      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
     end)
 
     it("insecure-skip-tls-verify turns the proxy's check off too, for both", function()
