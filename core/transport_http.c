@@ -253,24 +253,23 @@ static void set_client_cert(struct cozy_transport *t, struct cozy_exchange *x) {
     CHECK_SETOPT(x, CURLOPT_PROXY_SSLKEY_BLOB, NULL);
     return;
   }
-  blob.data = t->kc.cert.data;
-  blob.len = t->kc.cert.len;
-  blob.flags = CURL_BLOB_COPY;
-  CHECK_SETOPT(x, CURLOPT_SSLCERT_BLOB, &blob);
+  /* the API server's connection, then an https proxy's: one that asks for a
+  ** client certificate gets the same one, as Go's transport shakes hands
+  ** with it using the cluster's tls.Config */
+  for (int proxy = 0; proxy <= 1; proxy++) {
+    blob.data = t->kc.cert.data;
+    blob.len = t->kc.cert.len;
+    blob.flags = CURL_BLOB_COPY;
+    if (proxy) CHECK_SETOPT(x, CURLOPT_PROXY_SSLCERT_BLOB, &blob);
+    else CHECK_SETOPT(x, CURLOPT_SSLCERT_BLOB, &blob);
+    blob.data = t->kc.key.data;
+    blob.len = t->kc.key.len;
+    if (proxy) CHECK_SETOPT(x, CURLOPT_PROXY_SSLKEY_BLOB, &blob);
+    else CHECK_SETOPT(x, CURLOPT_SSLKEY_BLOB, &blob);
+  }
   CHECK_SETOPT(x, CURLOPT_SSLCERTTYPE, "PEM");
-  blob.data = t->kc.key.data;
-  blob.len = t->kc.key.len;
-  CHECK_SETOPT(x, CURLOPT_SSLKEY_BLOB, &blob);
   CHECK_SETOPT(x, CURLOPT_SSLKEYTYPE, "PEM");
-  /* an https proxy that asks for a client certificate gets the same one:
-  ** Go's transport shakes hands with it using the cluster's tls.Config */
-  blob.data = t->kc.cert.data;
-  blob.len = t->kc.cert.len;
-  CHECK_SETOPT(x, CURLOPT_PROXY_SSLCERT_BLOB, &blob);
   CHECK_SETOPT(x, CURLOPT_PROXY_SSLCERTTYPE, "PEM");
-  blob.data = t->kc.key.data;
-  blob.len = t->kc.key.len;
-  CHECK_SETOPT(x, CURLOPT_PROXY_SSLKEY_BLOB, &blob);
   CHECK_SETOPT(x, CURLOPT_PROXY_SSLKEYTYPE, "PEM");
 }
 
