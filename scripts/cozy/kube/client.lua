@@ -101,7 +101,8 @@ function client.connect(opts)
     _names = {}, -- cozy.kube.names: resources by kubectl name, resolved
   }, Client)
   if info.insecure then
-    warn(self, "insecure-skip-tls-verify is set in the kubeconfig: the API server's certificate is NOT verified",
+    warn(self, "insecure-skip-tls-verify is set in the kubeconfig: the certificates of the API server and of "
+      .. "an https proxy are NOT verified",
       { cluster = info.cluster, kubeconfig = info.source })
   end
   debug(self, "connected", { server = info.server, source = info.source, context = info.context,
