@@ -122,6 +122,10 @@ end
 -- Regular expressions: parsed to a tree, compiled to a program of
 -- { op = "byte", set = } / "split" (x, y) / "jmp" (x) / "bol" / "eol" / "match".
 
+-- One function of 130-odd lines, on purpose: its rules (alternation,
+-- concatenation, repetition, atoms, bracket sets) are closures over one
+-- cursor (pos) into `re`, as a recursive-descent parser's rules are; apart,
+-- each would take and return the cursor and re-check the end of input.
 local function parse_regex(re)
   local pos, n = 1, #re
   local function peek() return re:sub(pos, pos) end

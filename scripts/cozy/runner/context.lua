@@ -304,38 +304,16 @@ end
 
 local severities = { info = true, warn = true, block = true }
 
--- opts: view (the step's client view), log (the engine's logger for the
--- step), namespace, from, to, mode ("run"|"plan"|"check"), findings (the
--- engine's own array that ctx.finding appends plain copies to).
--- Returns the ctx a migration receives.
-function context.new(opts)
-  local logger = opts.log
-  local findings = opts.findings or {}
-  local seen = {} -- the migration's own copy, readable as ctx.findings
-  -- a warning line of the engine's, kept in the outcome as the migration's are
-  local function warned(line)
-    note_warning(opts.outcome, line)
-    logger:write("warn", line)
-  end
-  local ctx = {
-    kube = kube_facade(opts.view, logger, warned),
-    log = log_facade(logger, opts.outcome, opts.mode or "run"),
-    namespace = opts.namespace,
-    from = opts.from,
-    to = opts.to,
-    mode = opts.mode or "run",
-    findings = seen,
-  }
-  -- What the step did, in a few counts (or short strings) for the history
-  -- record: ctx.outcome{ updated = 3, volumes = 5 }. Later calls add to and
-  -- overwrite earlier keys; at most OUTCOME_LIMITS.counts keys are kept.
-  -- A call is checked whole before anything is kept (all or nothing): keys
-  -- are short texts, values numbers, strings or booleans; a number that is
-  -- not finite is left out (with a warning), so what a step reports can
-  -- always be encoded and never stops its stamp. Returns fields, so that the
-  -- step's summary line can carry what it recorded.
-  local outcome = opts.outcome
-  function ctx.outcome(fields)
+-- What the step did, in a few counts (or short strings) for the history
+-- record: ctx.outcome{ updated = 3, volumes = 5 }. Later calls add to and
+-- overwrite earlier keys; at most OUTCOME_LIMITS.counts keys are kept.
+-- A call is checked whole before anything is kept (all or nothing): keys
+-- are short texts, values numbers, strings or booleans; a number that is
+-- not finite is left out (with a warning), so what a step reports can
+-- always be encoded and never stops its stamp. Returns fields, so that the
+-- step's summary line can carry what it recorded.
+local function outcome_recorder(outcome, logger)
+  return function(fields)
     if type(fields) ~= "table" then error("ctx.outcome(fields): fields must be a table", 2) end
     for k, v in next, fields do
       if type(k) ~= "string" or k == "" or #k > context.OUTCOME_LIMITS.key or k:find("%c") or not utf8.len(k) then
@@ -364,6 +342,33 @@ function context.new(opts)
     end
     return fields
   end
+end
+
+
+-- opts: view (the step's client view), log (the engine's logger for the
+-- step), namespace, from, to, mode ("run"|"plan"|"check"), findings (the
+-- engine's own array that ctx.finding appends plain copies to).
+-- Returns the ctx a migration receives.
+function context.new(opts)
+  local logger = opts.log
+  local findings = opts.findings or {}
+  local seen = {} -- the migration's own copy, readable as ctx.findings
+  -- a warning line of the engine's, kept in the outcome as the migration's are
+  local function warned(line)
+    note_warning(opts.outcome, line)
+    logger:write("warn", line)
+  end
+  local ctx = {
+    kube = kube_facade(opts.view, logger, warned),
+    log = log_facade(logger, opts.outcome, opts.mode or "run"),
+    namespace = opts.namespace,
+    from = opts.from,
+    to = opts.to,
+    mode = opts.mode or "run",
+    findings = seen,
+  }
+  local outcome = opts.outcome
+  ctx.outcome = outcome_recorder(outcome, logger)
   -- "Some items failed: leave the version for the next upgrade", as the
   -- platform's best-effort scripts exit 0 without stamping. The step still
   -- returns normally (`return ctx.leave_version("3 namespaces failed")`);
