@@ -125,8 +125,10 @@ describe("hostile legacy scripts", function()
     local r = support.run(support.args(srv, dir, "run"))
     assert.equal(0, r.code, r.stderr:sub(1, 2000))
     local total, pieces, longest = 0, 0, 0
+    -- the flood's pieces only: an "x" or two in a temporary path on the same
+    -- lines is not the script's output
     for run in r.stderr:gmatch("x+") do
-      total, pieces, longest = total + #run, pieces + 1, math.max(longest, #run)
+      if #run >= 100 then total, pieces, longest = total + #run, pieces + 1, math.max(longest, #run) end
     end
     assert.equal(3000000, total)
     assert.equal(65536, longest)
