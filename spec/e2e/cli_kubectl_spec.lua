@@ -38,20 +38,8 @@ local function our_trace(stderr)
   return out
 end
 
--- kubectl's -v=6 lines, in either of its formats: before 1.30 "GET
--- https://host:port/path?query 200 OK in 3 milliseconds"; since (structured
--- logging) '"Response" verb="GET" url="https://host:port/path?query"
--- status="200 OK" milliseconds=3'.
-local function kubectl_trace(stderr)
-  local out = {}
-  for method, path, status in stderr:gmatch("%] (%u+) https?://[^/%s]+(/%S*) (%d+) %u") do
-    out[#out + 1] = { method, path, status }
-  end
-  for method, path, status in stderr:gmatch('"Response" verb="(%u+)" url="https?://[^/"]+(/[^"]*)" status="(%d+)') do
-    out[#out + 1] = { method, path, status }
-  end
-  return out
-end
+-- kubectl's -v=6 lines (both of its formats): spec/support/fake.lua.
+local kubectl_trace = fake.kubectl_requests
 
 -- What the server saw: { method, path with query, status }.
 local function served(srv)

@@ -42,9 +42,15 @@ describe("the gate reads a path as the API server routes it", function()
     assert.equal(1, r.code, r.stderr)
     assert.matches(why, r.stderr, 1, true)
     assert.equal(1, support.version(srv))
+    -- the one write to the stamp ConfigMap is the engine's own failure record
+    -- (after the refusal); the migration's patch (version 999) never leaves
     for _, w in ipairs(support.writes(srv)) do
-      assert.not_matches("configmaps", w.path, 1, true)
+      assert.not_matches('"999"', w.body or "", 1, true)
     end
+    local _, cm = support.version(srv)
+    local failed = 0
+    for _, rec in ipairs(support.history(cm)) do failed = failed + (rec.result == "failed" and 1 or 0) end
+    assert.equal(1, failed, "the failure record")
   end
 
   it("%2F is a separator there: a namespace patch that routes to the stamp ConfigMap is denied", function()

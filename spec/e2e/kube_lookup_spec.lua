@@ -49,7 +49,11 @@ describe("resources by kubectl name", function()
   local function kubectl_pick(name)
     local r = srv:kubectl("get", name, "-A", "-v=6")
     assert(r.ok, r.stderr)
-    local path = assert(r.stderr:match("GET https?://[^/]+/(apis?/[^?%s]+)%?limit="), r.stderr)
+    local path
+    for _, req in ipairs(fake.kubectl_requests(r.stderr)) do
+      path = path or (req[1] == "GET" and req[2]:match("^/(apis?/[^?]+)%?limit="))
+    end
+    assert(path, r.stderr)
     local gv, plural = path:match("^apis?/(.+)/([^/]+)$")
     return gv, plural
   end

@@ -49,6 +49,22 @@ fake.kubectl_path = os.getenv("KUBECTL") or (function()
   return "kubectl"
 end)()
 
+-- The requests a kubectl -v=6 log names: { method, path (with its query),
+-- status } each, in either of its formats: before 1.30 "GET
+-- https://host:port/path?query 200 OK in 3 milliseconds"; since (structured
+-- logging) '"Response" verb="GET" url="https://host:port/path?query"
+-- status="200 OK" milliseconds=3'.
+function fake.kubectl_requests(stderr)
+  local out = {}
+  for method, path, status in stderr:gmatch("%] (%u+) https?://[^/%s]+(/%S*) (%d+) %u") do
+    out[#out + 1] = { method, path, status }
+  end
+  for method, path, status in stderr:gmatch('"Response" verb="(%u+)" url="https?://[^/"]+(/[^"]*)" status="(%d+)') do
+    out[#out + 1] = { method, path, status }
+  end
+  return out
+end
+
 local files = require "spec.helpers.files"
 local q, read_file, write_file, sh, capture = files.quote, files.read, files.write, files.sh, files.capture
 
