@@ -6,31 +6,9 @@
 -- an error of the migration's own code still stops the batch. ctx.kube.is_error
 -- tells an API error apart for a migration's own best-effort loop.
 local harness = require "spec.helpers"
-local cli = require "spec.helpers.cli"
 local files = require "spec.helpers.files"
 
-local PERMISSIONS = [[
-  permissions = {
-    { verb = "list", group = "", resource = "configmaps" },
-    { verb = "get", group = "", resource = "configmaps" },
-    { verb = "patch", group = "", resource = "configmaps" },
-  },
-]]
-
--- A migration file whose run is `body`.
-local function migration(body)
-  local dir = cli.migration_dir { ["1-probe.lua"] =
-    ("return { description = 'probe',\n%s  run = function(ctx)\n%s\n  end }\n"):format(PERMISSIONS, body) }
-  local m = harness.load(dir .. "/1-probe.lua")
-  files.rm_rf(dir)
-  return m
-end
-
-local function fixture(n)
-  local extra = {}
-  for i = 1, n do extra[i] = cli.configmap(("cm-%d"):format(i), { keep = "me" }) end
-  return cli.fixture(1, extra)
-end
+local migration, fixture = harness.configmap_probe, harness.configmaps_fixture
 
 -- Marks every cm-N done; the batch's counts and its first failure in the outcome.
 local EACH = [[

@@ -5,31 +5,10 @@
 -- never without the backoff or a server's Retry-After between attempts. Each
 -- case counts the requests the fake logged, never the clock.
 local harness = require "spec.helpers"
-local cli = require "spec.helpers.cli"
 local files = require "spec.helpers.files"
 local kube = require "cozy.kube"
 
-local PERMISSIONS = [[
-  permissions = {
-    { verb = "list", group = "", resource = "configmaps" },
-    { verb = "get", group = "", resource = "configmaps" },
-    { verb = "patch", group = "", resource = "configmaps" },
-  },
-]]
-
-local function migration(body)
-  local dir = cli.migration_dir { ["1-probe.lua"] =
-    ("return { description = 'probe',\n%s  run = function(ctx)\n%s\n  end }\n"):format(PERMISSIONS, body) }
-  local m = harness.load(dir .. "/1-probe.lua")
-  files.rm_rf(dir)
-  return m
-end
-
-local function fixture(n)
-  local extra = {}
-  for i = 1, n do extra[i] = cli.configmap(("cm-%d"):format(i), { keep = "me" }) end
-  return cli.fixture(1, extra)
-end
+local migration, fixture = harness.configmap_probe, harness.configmaps_fixture
 
 -- The engine's bound is 10 attempts (the production default), its backoff
 -- shortened so that ten attempts cost about a second.

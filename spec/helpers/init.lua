@@ -59,6 +59,33 @@ function harness.load(n)
   return require("cozy.runner").load_file(harness.migration_file(n))
 end
 
+-- A validated migration that may list, get and patch ConfigMaps and whose
+-- run is `body` (Lua source): a probe of what the engine does for a call or
+-- a batch (the update_each policy and retry budget specs).
+function harness.configmap_probe(body)
+  local dir = cli.migration_dir { ["1-probe.lua"] = ([[
+return { description = 'probe',
+  permissions = {
+    { verb = "list", group = "", resource = "configmaps" },
+    { verb = "get", group = "", resource = "configmaps" },
+    { verb = "patch", group = "", resource = "configmaps" },
+  },
+  run = function(ctx)
+%s
+  end }
+]]):format(body) }
+  local m = harness.load(dir .. "/1-probe.lua")
+  files.rm_rf(dir)
+  return m
+end
+
+-- The version ConfigMap at 1 and n ConfigMaps cm-1..cm-n ({ keep = "me" }).
+function harness.configmaps_fixture(n)
+  local extra = {}
+  for i = 1, n do extra[i] = cli.configmap(("cm-%d"):format(i), { keep = "me" }) end
+  return cli.fixture(1, extra)
+end
+
 -- The specs' one logger: the production cozy.log logger, keeping what it
 -- writes. log = the logger (give it to runner.run_migration, kube.connect...);
 -- lines = { {level=, message=, fields=}... }; text() = the text lines as
