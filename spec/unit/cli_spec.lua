@@ -172,6 +172,25 @@ describe("the binary", function()
     assert.equal(help, block:sub(1, -4))
   end)
 
+  it("README.md names exactly the built-ins list shows, and docs/migrations has a page for each", function()
+    local code, out, err = run("list")
+    assert.equal(0, code, err)
+    local listed = {}
+    for name in out:gmatch("%d+%s+(%d+%-[%w%-]+)%s+lua%s") do listed[#listed + 1] = name end
+    assert.is_true(#listed >= 2, "list shows the built-ins: " .. out)
+    local readme = assert(io.open("README.md")):read("a")
+    local sentence = assert(readme:match("%(`cozy%-migrate list` names them%): today (.-), each documented"),
+      "README.md lists the built-ins")
+    local named = {}
+    for number, name in sentence:gmatch("(%d+)%s+%(([%w%-]+)%)") do named[#named + 1] = number .. "-" .. name end
+    assert.same(listed, named)
+    for _, n in ipairs(listed) do
+      local page = io.open("docs/migrations/" .. n .. ".md")
+      assert.is_truthy(page, "docs/migrations/" .. n .. ".md")
+      page:close()
+    end
+  end)
+
   it("takes options before the command: --kubeconfig X status reads X", function()
     local code, _, err = run("--kubeconfig /nonexistent/kubeconfig status")
     assert.equal(2, code)
