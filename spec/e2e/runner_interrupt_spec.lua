@@ -102,12 +102,15 @@ describe("a write retried while the lock expires", function()
     local p = support.start(support.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = tostring(LEASE) })
     finally(function() p:cleanup() end)
     assert.truthy(support.poll(10, function() return p:stderr():find("step started", 1, true) end), p:stderr())
-    -- renewals fail from now on, and the migration's next write meets 429s
-    -- for longer than the lease lasts
-    srv:faults {
-      { method = "PATCH", path = "/leases/cozystack-migrations$", times = -1, status = 500 },
-      { method = "PATCH", path = "/configmaps/runner-test$", times = 8, status = { code = 429, retry_after = 1 } },
-    }
+    -- the migration's next write meets 429s for longer than the lease lasts;
+    -- once one has, renewals fail. In that order: with a 3 s lease a write
+    -- goes out only in the half second after a renewal (its attempt must end
+    -- inside the lease), so renewals failing first could leave no write to
+    -- throttle
+    srv:faults { { method = "PATCH", path = "/configmaps/runner-test$", times = 8, status = { code = 429, retry_after = 1 } } }
+    assert.truthy(support.poll(10, function() return #srv:fired { path = "/configmaps/runner%-test$" } > 0 end),
+      "the 429 fault fired")
+    srv:faults { { method = "PATCH", path = "/leases/cozystack-migrations$", times = -1, status = 500 } }
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("lock lost", r.stderr, 1, true)
