@@ -146,6 +146,20 @@ local function take_lock(client, opts, namespace, identity, log, event)
 end
 runner.take_lock = take_lock
 
+-- The Kubernetes Events of a command that takes the lock (runner/events.lua):
+-- none when `off` (a plan, a dry run); each on a quick connection of its
+-- own, so that a slow or refusing server costs seconds at most, and the
+-- command's counters (the summary's writes) stay the migration's and the
+-- stamp's.
+function runner.recorder(opts, log, namespace, identity, off)
+  return events.recorder { off = off, namespace = namespace, configmap = stamp.CONFIGMAP,
+    identity = identity, log = log, pod = os.getenv("POD_NAME"), pod_namespace = os.getenv("POD_NAMESPACE"),
+    connect = function()
+      return runner.connect(opts, log, { request_timeout = events.REQUEST_TIMEOUT,
+        retry = { max_attempts = events.RETRY.attempts, max_time = events.RETRY.time } })
+    end }
+end
+
 -- Best effort and quick: an unreleased lease only expires, while a release
 -- retried for minutes would hold a failed run (and its exit). A signal
 -- that stopped the run has done its work (the run fails): the flag is
@@ -293,17 +307,9 @@ function Run:decide()
   return nil
 end
 
--- The run's Kubernetes Events (runner/events.lua): none in a plan or a
--- dry run; each on a quick connection of their own, so that a slow or
--- refusing server costs the run seconds at most, and the run's counters
--- (the summary's writes) stay the migration's and the stamp's.
+-- The run's Kubernetes Events: none in a plan or a dry run.
 function Run:recorder()
-  self.events = events.recorder { off = self.planning, namespace = self.namespace, configmap = stamp.CONFIGMAP,
-    identity = self.identity, log = self.log, pod = os.getenv("POD_NAME"), pod_namespace = os.getenv("POD_NAMESPACE"),
-    connect = function()
-      return runner.connect(self.opts, self.log, { request_timeout = events.REQUEST_TIMEOUT,
-        retry = { max_attempts = events.RETRY.attempts, max_time = events.RETRY.time } })
-    end }
+  self.events = runner.recorder(self.opts, self.log, self.namespace, self.identity, self.planning)
 end
 
 -- Phase lock (a real run only): taken, then the decision made again under

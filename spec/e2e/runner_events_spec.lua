@@ -140,6 +140,27 @@ describe("a run's Events and termination message", function()
     assert.matches("from dead-runner", taken[1].note, 1, true)
   end)
 
+  it("records the lock's Events for a stamp by hand too", function()
+    srv:reset(support.fixture(1, { lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    local r = support.run(support.args(srv, "two", "stamp", "3", "--reason", "repaired by hand", "--lock-timeout", "1"))
+    assert.equal(3, r.code, r.stderr)
+    local waited = events_of(srv, "ConfigMap")
+    assert.same({ "LockWaiting" }, reasons(waited))
+    assert.matches("held by other-runner", waited[1].note, 1, true)
+
+    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 30) }))
+    r = support.run(support.args(srv, "two", "stamp", "3", "--reason", "repaired by hand", "--lock-timeout", "5"),
+      { POD_NAME = "stamp-job-abc" })
+    assert.equal(0, r.code, r.stderr)
+    assert.equal(3, support.version(srv))
+    for _, kind in ipairs({ "ConfigMap", "Pod" }) do
+      local taken = events_of(srv, kind)
+      assert.same({ "LockTakenOver" }, reasons(taken), kind)
+      assert.equal("Warning", taken[1].type)
+      assert.matches("from dead-runner", taken[1].note, 1, true)
+    end
+  end)
+
   it("goes on when the server refuses Events (403), trying no further Event after it #fakeonly", function()
     srv:reset(support.fixture(1))
     srv:faults{ { method = "POST", path = "events\\.k8s\\.io", times = -1, status = 403 } }

@@ -6,7 +6,8 @@
 --
 --   who      the kube user, from a SelfSubjectReview (authentication.k8s.io/v1),
 --            asked first: nobody stamps anonymously
---   lock     taken as a run takes it (a run cannot be under way meanwhile)
+--   lock     taken as a run takes it (a run cannot be under way meanwhile),
+--            with the same LockWaiting and LockTakenOver Events
 --   down     N below the current version is refused without --force
 --   record   one history record of kind "manual" (stamp.manual_record), in
 --            the same guarded write as the version
@@ -62,7 +63,10 @@ local function stamp_under_lock(client, opts, namespace, to, reason, user, log)
   local identity = lease.identity()
   local lock = {}
   client.gate = gate.new { lock = lock }
-  lock.holder = runner.take_lock(client, opts, namespace, identity, log)
+  -- the lock's Events as a run records them: waiting for a live holder, taking over an expired one
+  local events = runner.recorder(opts, log, namespace, identity, false)
+  lock.holder = runner.take_lock(client, opts, namespace, identity, log,
+    function(why, note) events:emit(why, "Lock", note) end)
   local cms = client:resource("v1", "configmaps", { kind = "ConfigMap" })
   local started = sys.time()
   local ok, res = pcall(function()
