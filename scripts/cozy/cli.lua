@@ -285,7 +285,7 @@ Environment:
   KUBECONFIG                  kubeconfig files, as kubectl reads them
   POD_NAME                    the runner's identity: lock, history, Events (else host-pid); its pod gets the Events too
   POD_NAMESPACE               that pod's namespace, for its Events (else --namespace's)
-  COZY_MIGRATE_TERMINATION_LOG  the run's last line goes there if it exists (default /dev/termination-log)
+  COZY_MIGRATE_TERMINATION_LOG  a run's or check's last line goes there if it exists (default /dev/termination-log)
   COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
   COZY_MIGRATE_PAGE_LIMIT     objects per list page (default 500)
   COZY_MIGRATE_MIGRATIONS     default for --migrations (empty: no directory, not even /migrations)

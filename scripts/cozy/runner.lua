@@ -575,10 +575,7 @@ function runner.execute(opts, mode, observe)
   return runner.protect(opts, function(log)
     run = Run.new(opts, mode, observe, log)
     return run:execute()
-  end, function(status, err)
-    termination.write(err and ("failed (exit %d): %s"):format(status, errors.text(err))
-      or (run and run.line) or ("exit " .. status))
-  end)
+  end, function(status, err) termination.finish(status, err, run and run.line) end)
 end
 
 return runner

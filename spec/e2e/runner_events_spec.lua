@@ -227,6 +227,22 @@ describe("a run's Events and termination message", function()
     assert.matches("2 finding(s): 0 block, 1 warn, 1 info", r.stdout, 1, true)
   end)
 
+  it("leaves check's verdict as the termination message: passed, or blocked with the first blocking finding", function()
+    srv:reset(support.fixture(1, { support.configmap("runner-test", { warn = "1" }) }))
+    local path = termination_log()
+    local r = support.run(support.args(srv, "checks", "check"), { COZY_MIGRATE_TERMINATION_LOG = path })
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.equal("check passed; 2 finding(s): 0 block, 1 warn, 1 info", files.read(path))
+
+    srv:reset(support.fixture(1, { support.configmap("runner-test", { block = "yes" }) }))
+    path = termination_log()
+    r = support.run(support.args(srv, "checks", "check"), { COZY_MIGRATE_TERMINATION_LOG = path })
+    assert.equal(1, r.code, r.stdout .. r.stderr)
+    assert.equal("check blocked: 1-inspect: runner-test asks to block; 2 finding(s): 1 block, 0 warn, 1 info",
+      files.read(path))
+    assert.same({}, event_posts(srv))
+  end)
+
   it("writes no Event in a plan, a dry run or check, and no termination message where the file is absent", function()
     srv:reset(support.fixture(1))
     local absent = dir .. "/no-termination-log"

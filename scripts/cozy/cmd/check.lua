@@ -13,6 +13,7 @@ local rbac = require "cozy.rbac"
 local runner = require "cozy.runner"
 local stamp = require "cozy.runner.stamp"
 local step = require "cozy.runner.step"
+local termination = require "cozy.runner.termination"
 
 local as_array = json.array or function(t) return t end
 
@@ -145,6 +146,13 @@ function M.collect(opts, log)
   return report
 end
 
+-- "N finding(s): B block, W warn, I info"
+local function counted(findings)
+  local n = { info = 0, warn = 0, block = 0 }
+  for _, f in ipairs(findings) do n[f.severity] = n[f.severity] + 1 end
+  return ("%d finding(s): %d block, %d warn, %d info"):format(#findings, n.block, n.warn, n.info)
+end
+
 local function text(r)
   local out = {}
   local function add(fmt, ...) out[#out + 1] = fmt:format(...) end
@@ -155,9 +163,7 @@ local function text(r)
     add("  %-7s %s %s%s%s", p.allowed and "allowed" or "DENIED", p.verb, p.resource,
       p.group ~= "" and ("." .. p.group) or "", p.namespace and (" in " .. p.namespace) or " (all namespaces)")
   end
-  local counts = { info = 0, warn = 0, block = 0 }
   for _, f in ipairs(r.findings) do
-    counts[f.severity] = counts[f.severity] + 1
     local fields = ""
     if f.fields then
       local parts = {}
@@ -167,17 +173,31 @@ local function text(r)
     end
     add("[%s] %s: %s%s", f.severity:upper(), f.migration, f.message, fields)
   end
-  add("%d finding(s): %d block, %d warn, %d info", #r.findings, counts.block, counts.warn, counts.info)
+  out[#out + 1] = counted(r.findings)
   return table.concat(out, "\n") .. "\n"
 end
 
+local function first_block(findings)
+  for _, f in ipairs(findings) do
+    if f.severity == "block" then return f end
+  end
+  return nil
+end
+
+-- The pod's termination message of a check (the preflight Job): passed or
+-- blocked, with the first blocking finding, and the counts.
+function M.line(r)
+  local first = first_block(r.findings)
+  return ("check %s; %s"):format(first and ("blocked: " .. first.migration .. ": " .. first.message) or "passed",
+    counted(r.findings))
+end
+
 function M.run(opts)
+  local line
   return runner.protect(opts, function(log)
     local r = M.collect(opts, log)
-    r.blocked = false
-    for _, f in ipairs(r.findings) do
-      if f.severity == "block" then r.blocked = true end
-    end
+    r.blocked = first_block(r.findings) ~= nil
+    line = M.line(r)
     r.findings = as_array(r.findings)
     r.permissions = as_array(r.permissions)
     if opts.output == "json" then
@@ -186,7 +206,7 @@ function M.run(opts)
       io.stdout:write(text(r))
     end
     return r.blocked and 1 or 0
-  end)
+  end, function(status, err) termination.finish(status, err, line) end)
 end
 
 return M

@@ -1,5 +1,5 @@
--- The pod's termination message: at the end of a run, one line (its
--- summary, or the error that failed it) written to the file the kubelet
+-- The pod's termination message: at the end of a run or a check, one line
+-- (its summary, or the error that failed it) written to the file the kubelet
 -- reads when the container ends, /dev/termination-log, so that
 -- `kubectl describe pod` and `kubectl get pod -o jsonpath=...` show it.
 --
@@ -7,6 +7,7 @@
 -- workstation there is none), and cut to the kubelet's 4096 bytes.
 -- COZY_MIGRATE_TERMINATION_LOG names another path (tests; a pod whose
 -- terminationMessagePath is not the default).
+local errors = require "cozy.errors"
 local text = require "cozy.text"
 
 local termination = {}
@@ -36,6 +37,13 @@ function termination.write(line)
   local ok = f:write(text.prefix(one, termination.LIMIT))
   f:close()
   return ok ~= nil
+end
+
+-- A command's end (runner.protect's finished): the error that failed it, else
+-- its own line (nil: its exit status).
+function termination.finish(status, err, line)
+  return termination.write(err and ("failed (exit %d): %s"):format(status, errors.text(err))
+    or line or ("exit " .. status))
 end
 
 return termination
