@@ -64,7 +64,7 @@ local function stamp_under_lock(client, opts, namespace, to, reason, user, log)
   local lock = {}
   client.gate = gate.new { lock = lock }
   -- the lock's Events as a run records them: waiting for a live holder, taking over an expired one
-  local events = runner.recorder(opts, log, namespace, identity, false)
+  local events <close> = runner.recorder(opts, log, namespace, identity, false)
   lock.holder = runner.take_lock(client, opts, namespace, identity, log,
     function(why, note) events:emit(why, "Lock", note) end)
   local cms = client:resource("v1", "configmaps", { kind = "ConfigMap" })

@@ -128,5 +128,7 @@ function Recorder:close()
   if self.client then self.client:close() end
   self.client, self.events = nil, nil
 end
+-- `local rec <close> = ...`: its connection is closed on every path out
+Recorder.__close = Recorder.close
 
 return events
