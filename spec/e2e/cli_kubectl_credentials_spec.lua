@@ -196,27 +196,36 @@ describe("credentials beside kubectl", function()
     local read = [[local c = require("cozy.kube").connect{ kubeconfig = %q, retry = { max_attempts = 1 } }
       print(c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)]]
 
-    it("both reach the server by its in-cluster name through it when the cluster's CA signed the proxy's", function()
-      local port = srv.url:match(":(%d+)$")
-      local path = kubeconfig("https://kubernetes.default.svc:" .. port,
-        "    proxy-url: https://127.0.0.1:" .. proxy.port, nil, nil, pdir .. "/both-ca.crt")
-      proxy_log()
+    -- the server by its in-cluster name: what the proxy's log names as the tunnel's target
+    local function target() return "kubernetes.default.svc:" .. srv.url:match(":(%d+)$") end
+
+    -- a kubeconfig for the server by that name through proxy p; the proxy's log emptied
+    local function through(p, ca, user, cluster_extra)
+      proxy_log(p)
+      return kubeconfig("https://" .. target(), (cluster_extra or "") .. "    proxy-url: https://127.0.0.1:" .. p.port,
+        user, nil, ca)
+    end
+
+    -- kubectl, then ours, read the ConfigMap through p, each in one tunnel to the server that p
+    -- logged with no refused handshake; returns our output
+    local function both_read(path, p)
       local krc, kout = kubectl(path, get)
       assert.equal(0, krc, kout)
       assert.matches('"mode":"prod"', kout)
-      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
+      assert.same({ { target() }, 0 }, { proxy_log(p) })
       local orc, oout = ours(path, read)
       assert.equal(0, orc, oout)
-      assert.equal("prod\n", oout)
-      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
+      assert.same({ { target() }, 0 }, { proxy_log(p) })
+      return oout
+    end
+
+    it("both reach the server by its in-cluster name through it when the cluster's CA signed the proxy's", function()
+      assert.equal("prod\n", both_read(through(proxy, pdir .. "/both-ca.crt"), proxy))
     end)
 
     it("both refuse a proxy whose certificate the cluster's CA did not sign, before any CONNECT", function()
-      local port = srv.url:match(":(%d+)$")
       -- the cluster's CA alone: the server would be trusted, the proxy is not
-      local path = kubeconfig("https://kubernetes.default.svc:" .. port,
-        "    proxy-url: https://127.0.0.1:" .. proxy.port)
-      proxy_log()
+      local path = through(proxy)
       local krc, kout = kubectl(path, get)
       assert.are_not.equal(0, krc)
       assert.matches("proxyconnect tcp: tls: failed to verify certificate: x509", kout)
@@ -236,55 +245,31 @@ describe("credentials beside kubectl", function()
     end)
 
     it("a trusted proxy before an untrusted server: both blame the server, not the proxy", function()
-      local port = srv.url:match(":(%d+)$")
       -- the proxy's CA alone: the proxy is trusted, the server is not
-      local path = kubeconfig("https://kubernetes.default.svc:" .. port,
-        "    proxy-url: https://127.0.0.1:" .. proxy.port, nil, nil, pdir .. "/proxy-ca.crt")
-      proxy_log()
+      local path = through(proxy, pdir .. "/proxy-ca.crt")
       local krc, kout = kubectl(path, get)
       assert.are_not.equal(0, krc)
       assert.matches("tls: failed to verify certificate: x509", kout)
       assert.not_matches("proxyconnect", kout)
-      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
+      assert.same({ { target() }, 0 }, { proxy_log() })
       local code, out, stderr = support.run("HTTPS_PROXY= NO_PROXY=", ("status --kubeconfig %s"):format(q(path)))
       assert.equal(1, code, out .. stderr)
       assert.matches(" ERROR GET /api/v1/.*: TLSVerification: SSL certificate problem", stderr)
       assert.not_matches("https proxy", stderr)
-      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
+      assert.same({ { target() }, 0 }, { proxy_log() })
     end)
 
     it("insecure-skip-tls-verify turns the proxy's check off too, for both", function()
-      local port = srv.url:match(":(%d+)$")
-      local path = kubeconfig("https://kubernetes.default.svc:" .. port,
-        "    insecure-skip-tls-verify: true\n    proxy-url: https://127.0.0.1:" .. proxy.port, nil, nil, false)
-      proxy_log()
-      local krc, kout = kubectl(path, get)
-      assert.equal(0, krc, kout)
-      assert.matches('"mode":"prod"', kout)
-      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
-      local orc, oout = ours(path, read)
-      assert.equal(0, orc, oout)
+      local oout = both_read(through(proxy, false, nil, "    insecure-skip-tls-verify: true\n"), proxy)
       assert.matches("warning: insecure%-skip%-tls%-verify is set in the kubeconfig: the certificates of the API "
         .. "server and of an https proxy are NOT verified", oout)
       assert.matches("\nprod\n$", oout)
-      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log() })
     end)
 
     it("a proxy that asks for a client certificate gets the kubeconfig user's from both", function()
-      local port = srv.url:match(":(%d+)$")
       local user = table.concat({ "    token: " .. support.TOKEN, "    client-certificate: " .. pdir .. "/client.crt",
         "    client-key: " .. pdir .. "/client.key" }, "\n")
-      local path = kubeconfig("https://kubernetes.default.svc:" .. port,
-        "    proxy-url: https://127.0.0.1:" .. mtls.port, user, nil, pdir .. "/both-ca.crt")
-      proxy_log(mtls)
-      local krc, kout = kubectl(path, get)
-      assert.equal(0, krc, kout)
-      assert.matches('"mode":"prod"', kout)
-      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log(mtls) })
-      local orc, oout = ours(path, read)
-      assert.equal(0, orc, oout)
-      assert.equal("prod\n", oout)
-      assert.same({ { "kubernetes.default.svc:" .. port }, 0 }, { proxy_log(mtls) })
+      assert.equal("prod\n", both_read(through(mtls, pdir .. "/both-ca.crt", user), mtls))
     end)
   end)
 end)
