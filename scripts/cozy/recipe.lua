@@ -74,12 +74,11 @@ function recipe.delete(spec)
   local ns = spec.namespace
   if ns ~= nil and (type(ns) ~= "string" or ns == "") then refuse(2, "delete{...}: namespace must be a non-empty string") end
   local where = ns and (ns .. "/" .. name) or name
-  local function perm(verb) return { verb = verb, group = group, resource = plural, namespace = ns } end
 
   return {
     description = spec.description,
     timeout = spec.timeout,
-    permissions = { perm("get"), perm("delete") },
+    permissions = recipe.permissions(spec[1], { "get", "delete" }, { namespace = ns }),
     walk = function(ctx)
       local res, about = ctx.kube:lookup(spec[1])
       if res == nil then return ctx.log:info(("%s: %s: nothing to delete"):format(spec[1], about)) end

@@ -344,7 +344,6 @@ local function outcome_recorder(outcome, logger)
   end
 end
 
-
 -- opts: view (the step's client view), log (the engine's logger for the
 -- step), namespace, from, to, mode ("run"|"plan"|"check"), findings (the
 -- engine's own array that ctx.finding appends plain copies to).
