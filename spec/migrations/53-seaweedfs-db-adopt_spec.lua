@@ -127,6 +127,7 @@ describe("migration 53-seaweedfs-db-adopt", function()
       local d = differential.run(h, 53, CLUSTER,
         { faults = { { method = "GET", path = "/clusters(\\?|$)", times = 1, status = 500 } } })
       assert.same({ "status" }, d.shell.fired)
+      assert.same({ "status" }, d.port.fired)
       assert.equal(1, d.shell.code)
       assert.same({ "Cluster tenant-foo/seaweedfs-db", "Cluster tenant-fresh/seaweedfs-db", "Cluster tenant-root/seaweedfs-db" },
         differential.differences(d))
@@ -137,6 +138,7 @@ describe("migration 53-seaweedfs-db-adopt", function()
       local d = differential.run(h, 53, CLUSTER,
         { faults = { { method = "PATCH", path = "namespaces/tenant-foo/clusters/seaweedfs-db(\\?|$)", delete = true } } })
       assert.same({ "delete" }, d.shell.fired)
+      assert.same({ "delete" }, d.port.fired)
       assert.equal(1, d.shell.code)
       assert.same({ "Cluster tenant-fresh/seaweedfs-db", "Cluster tenant-root/seaweedfs-db" }, differential.differences(d))
     end)
