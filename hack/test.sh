@@ -11,6 +11,16 @@ hack/install-deps.sh
 # /usr/local/go; a login shell may not have it on PATH.
 command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
 
+# The platform's own migrations folder (test data beside the repository, at a
+# pinned commit; never copied into it): with it the ports' #platform cases run
+# beside the platform's scripts (spec/support/platform-spec); without it they
+# are listed as skipped, never as passed. An explicit setting wins.
+platform_dir="$PWD/../shared/cozystack-migrations/migrations"
+if [ -z "${COZY_PLATFORM_MIGRATIONS:-}" ] && [ -d "$platform_dir" ]; then
+  export COZY_PLATFORM_MIGRATIONS="$platform_dir"
+fi
+echo "platform migrations: ${COZY_PLATFORM_MIGRATIONS:-none (the #platform cases skip)}"
+
 jobs=$(nproc 2>/dev/null || echo 2)
 status=0
 echo "=== lint ==="
