@@ -493,7 +493,7 @@ function cli.main(argv)
   if not ok then
     local err = command
     if errors.is(err, "usage") then
-      io.stderr:write("cozy-migrate: ", text.safe(err.message), "\n", "Try 'cozy-migrate --help'.\n")
+      io.stderr:write("cozy-migrate: ", text.line(err.message), "\n", "Try 'cozy-migrate --help'.\n")
       return cli.EXIT_USAGE
     end
     error(err, 0)

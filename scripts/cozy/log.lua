@@ -31,8 +31,10 @@ local function sorted_keys(t)
   return keys
 end
 
--- Text values: bare when they are simple words, quoted otherwise, so that a
--- line stays one line and splits unambiguously on spaces.
+-- Text values: bare when they are simple words, quoted otherwise (a quote
+-- and a backslash escaped), and every control character escaped
+-- (text.line), so that a line stays one line and splits unambiguously on
+-- spaces.
 local function text_value(v)
   if type(v) == "table" then
     local ok, s = pcall(json.encode, v)
@@ -40,26 +42,17 @@ local function text_value(v)
   else
     v = tostring(v)
   end
-  if v ~= "" and not v:find("[%s\"=]") then return v end
-  return ("%q"):format(v):gsub("\\\n", "\\n")
+  if v ~= "" and not v:find("[%s%c\"=]") then return v end
+  return '"' .. text.line((v:gsub('[\\"]', "\\%0"))) .. '"'
 end
 
--- A value as it may be printed: strings made valid UTF-8 with credentials
--- blanked (text.safe), tables copied the same way (to a bounded depth:
--- deeper levels are shown as text), anything else as it is. Every message
--- and field goes through it, whoever wrote it: a legacy script's Latin-1
--- line, an error body cut by a server, curl quoting a proxy URL.
-local function printable(v, depth)
-  local t = type(v)
-  if t == "string" then return text.safe(v) end
-  if t ~= "table" then return v end
-  if (depth or 0) >= 8 then return text.safe(tostring(v)) end
-  local c = {}
-  for k, x in next, v do
-    c[type(k) == "string" and text.safe(k) or k] = printable(x, (depth or 0) + 1)
-  end
-  local mt = getmetatable(v)
-  return setmetatable(c, (mt == json.array_mt or mt == json.object_mt) and mt or nil)
+-- A value as it may be printed (text.printable: strings made valid UTF-8
+-- with credentials blanked, tables copied the same way to a bounded depth,
+-- deeper levels shown as text). Every message and field goes through it,
+-- whoever wrote it: a legacy script's Latin-1 line, an error body cut by a
+-- server, curl quoting a proxy URL.
+local function printable(v)
+  return text.printable(v, 8)
 end
 
 local function merged(tags, fields)
@@ -88,6 +81,7 @@ end
 function Logger:write(level, message, fields)
   if not self:enabled(level) then return end
   local all = merged(self.tags, fields)
+  -- JSON escapes every control character itself; a text line escapes them below
   message = text.safe(message)
   local line
   if self.format == "json" then
@@ -98,9 +92,10 @@ function Logger:write(level, message, fields)
     local ok, s = pcall(json.encode, obj)
     line = ok and s or json.encode({ ts = obj.ts, level = level, msg = message })
   else
-    local parts = { iso8601(sys.time()), ("%-5s"):format(level:upper()), message }
+    -- one line: no byte of the message or a field can start another
+    local parts = { iso8601(sys.time()), ("%-5s"):format(level:upper()), text.line(message) }
     for _, k in ipairs(sorted_keys(all)) do
-      parts[#parts + 1] = tostring(k) .. "=" .. text_value(all[k])
+      parts[#parts + 1] = text.line(tostring(k)) .. "=" .. text_value(all[k])
     end
     line = table.concat(parts, " ")
   end
@@ -162,7 +157,7 @@ end
 function Progress:draw(now)
   local rate, eta = self:pace(now)
   local root = self.logger.root
-  emit(root, table.concat { "\r\27[K", bar(self.done_count, self.total, 30), self.label, " ",
+  emit(root, table.concat { "\r\27[K", bar(self.done_count, self.total, 30), text.line(self.label), " ",
     tostring(self.done_count), self.total and ("/" .. self.total) or "",
     rate and (" %.1f/s"):format(rate) or "", eta and (" ETA " .. seconds_text(math.ceil(eta))) or "" })
   root.bar_active = true

@@ -57,6 +57,13 @@ function runner.target(...) return steps.target(...) end
 -- is one line (its traceback, when it has one, only with -v); anything
 -- else is a bug in the engine, logged with its traceback.
 -- finished(status, err), when given, is told how it ended (err: nil on success).
+-- A traceback is laid out in lines by Lua: one log line for each (each
+-- escaped as every log line is), so it stays readable and no line of it can
+-- pass for another kind of line.
+local function log_traceback(log, level, trace)
+  for line in tostring(trace):gmatch("[^\n]+") do log:write(level, line) end
+end
+
 function runner.protect(opts, fn, finished)
   local log = runner.logger(opts)
   local trace
@@ -73,11 +80,11 @@ function runner.protect(opts, fn, finished)
     log:error(errors.text(res), errors.fields(res))
     local cause = errors.is(res.cause) and res.cause or res
     if cause.traceback then
-      if errors.is(cause, "bug") then log:error(cause.traceback) else log:debug(cause.traceback) end
+      log_traceback(log, errors.is(cause, "bug") and "error" or "debug", cause.traceback)
     end
   else
     log:error("internal error: " .. errors.safe_text(res))
-    if trace then log:error(trace) end
+    if trace then log_traceback(log, "error", trace) end
   end
   finished(errors.exit_status_of(res), res)
   return errors.exit_status_of(res)

@@ -20,22 +20,90 @@ local function copy(t)
   return c
 end
 
--- A read-only stand-in for an engine table: reads see it, a write raises.
-local function frozen(t, name)
-  return setmetatable({}, {
-    __index = t,
-    __newindex = function() error(("cozy sandbox: %s is read-only"):format(name), 2) end,
-    __pairs = function() return next, t, nil end,
+-- What a migration holds of the engine is a proxy: an empty table whose
+-- metatable (never readable: __metatable, and the sandbox's getmetatable
+-- refuses it) reaches the real state only through closures. pairs hands
+-- out an iterator closure and the proxy itself, never the table behind it,
+-- and the sandbox's next, rawget and rawlen see what pairs, indexing and #
+-- see, while rawset refuses it: no means a migration has leads past a
+-- proxy to a table the engine uses. The registry of proxies (weak keys, so
+-- a dropped proxy goes) is never exposed either.
+local proxies = setmetatable({}, { __mode = "k" })
+
+-- Turns `proxy` into the read-only proxy of `state` (a table held from
+-- here on only by these closures), named `name` in the error a write
+-- raises. opts.index(k): what a key `state` lacks reads as (computed
+-- fields); opts.call: the proxy's __call.
+local function make_proxy(proxy, state, name, opts)
+  opts = opts or {}
+  local fallback = opts.index
+  local function index(_, k)
+    local v = rawget(state, k)
+    if v == nil and fallback then return fallback(k) end
+    return v
+  end
+  local function iterate(_, k) return next(state, k) end
+  local function len() return rawlen(state) end
+  proxies[proxy] = { index = index, iterate = iterate, len = len }
+  return setmetatable(proxy, {
+    __index = index,
+    __newindex = function() error(("%s is read-only"):format(name), 2) end,
+    __pairs = function() return iterate, proxy, nil end,
+    __len = len,
+    __call = opts.call,
     __metatable = false,
   })
+end
+
+-- A read-only live view of an engine table `t` (counters, a marker): reads
+-- see its current state, nothing reaches t itself.
+function sandbox.view(t, name, opts)
+  return make_proxy({}, t, name, opts)
+end
+
+-- Seals table t in place (its identity kept: facade methods compare their
+-- first argument with it): its fields move into a table only the proxy's
+-- closures hold, and t becomes their read-only proxy.
+function sandbox.seal(t, name, opts)
+  local fields = {}
+  for k, v in next, t do fields[k] = v end
+  for k in next, fields do t[k] = nil end
+  return make_proxy(t, fields, name, opts)
+end
+
+-- Whether v is one of the engine's proxies.
+function sandbox.is_proxy(v)
+  return proxies[v] ~= nil
+end
+
+-- The raw functions a migration gets: on a proxy they see what pairs,
+-- indexing and # see, and rawset raises; on anything else they are Lua's.
+local function guarded_next(t, k)
+  local p = proxies[t]
+  if p then return p.iterate(t, k) end
+  return next(t, k)
+end
+local function guarded_rawget(t, k)
+  local p = proxies[t]
+  if p then return p.index(t, k) end
+  return rawget(t, k)
+end
+local function guarded_rawlen(t)
+  local p = proxies[t]
+  if p then return p.len() end
+  return rawlen(t)
+end
+local function guarded_rawset(t, k, v)
+  if proxies[t] then error("cozy sandbox: rawset of an engine object is not available to migrations", 2) end
+  return rawset(t, k, v)
 end
 
 -- The JSON markers: a migration sees read-only stand-ins (as json.array_mt
 -- and from getmetatable on a decoded value); setmetatable with a stand-in
 -- marks the table for real.
 local markers = {
-  [json.array_mt] = frozen(json.array_mt, "json.array_mt"),
-  [json.object_mt] = frozen(json.object_mt, "json.object_mt"),
+  [json.array_mt] = sandbox.view(json.array_mt, "json.array_mt"),
+  [json.object_mt] = sandbox.view(json.object_mt, "json.object_mt"),
 }
 local marker_of = {}
 for real, standin in pairs(markers) do marker_of[standin] = real end
@@ -103,6 +171,7 @@ function sandbox.env()
   local env = {}
   for _, name in ipairs(base_names) do env[name] = _G[name] end
   env.pcall, env.xpcall = watched_pcall, watched_xpcall
+  env.next, env.rawget, env.rawlen, env.rawset = guarded_next, guarded_rawget, guarded_rawlen, guarded_rawset
 
   -- string.dump is left out: it is the way to produce binary chunks
   env.string = copy(string)
@@ -149,12 +218,16 @@ function sandbox.env()
     return setmetatable(t, mt)
   end
 
-  -- Text chunks only, in this environment unless another is given.
+  -- Text chunks only, in this environment unless another is given. load
+  -- calls a reader function in protected mode and returns what it raised:
+  -- a stop raised in the reader is raised again, as pcall does.
   env.load = function(chunk, name, mode, chunk_env)
     if mode ~= nil and mode ~= "t" then
       return nil, "cozy sandbox: only text chunks can be loaded"
     end
-    return load(chunk, name, "t", chunk_env or env)
+    local loaded, err = load(chunk, name, "t", chunk_env or env)
+    if loaded == nil and pending_stop() then error(err, 0) end
+    return loaded, err
   end
 
   env.require = function(name)

@@ -1,7 +1,13 @@
 -- cozy.text: bytes from outside (API answers, a legacy script's output,
--- curl's messages, a migration's strings) made safe to print. Every log
--- line goes through text.safe, so no path can print an invalid UTF-8
--- sequence (which a JSON log cannot encode) or a credential.
+-- curl's messages, a migration's strings, the kubeconfig, the user's
+-- arguments) made safe to print. This is the output edge: every log line,
+-- every line of status/check/list/plan/stamp and the termination message
+-- goes through text.line (text.lines), every -o json document through
+-- text.json, so no path can print an invalid UTF-8 sequence (which JSON
+-- cannot encode), a credential, or a raw control character (a newline that
+-- forges a line of its own, an ESC that rewrites the terminal).
+local json = require "cozy.json"
+
 local text = {}
 
 -- s with every byte that does not start a valid UTF-8 sequence replaced by
@@ -39,6 +45,54 @@ end
 function text.safe(s)
   if type(s) ~= "string" then s = tostring(s) end
   return text.redact(text.utf8(s))
+end
+
+-- The escape of each control character (C0 and DEL) in a line.
+local escapes = { ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+local function escape(c) return escapes[c] or ("\\x%02x"):format(c:byte()) end
+
+-- Any value as one printable line: text.safe, then every control character
+-- (newline, CR, ESC, the rest of C0, DEL) written as an escape (\n, \r, \t,
+-- \xHH). A backslash is left as it is, so applying it twice changes
+-- nothing: a line passed on through several outputs is escaped once.
+function text.line(s)
+  s = text.safe(s)
+  if not s:find("%c") then return s end
+  return (s:gsub("%c", escape))
+end
+
+-- Lines laid out by the engine (a report: status, check) as one text:
+-- each line through text.line, each ended by a newline. What a value from
+-- outside holds can never start a line of its own.
+function text.lines(list)
+  local out = {}
+  for i, l in ipairs(list) do out[i] = text.line(l) end
+  out[#out + 1] = ""
+  return table.concat(out, "\n")
+end
+
+-- A copy of v that JSON can encode and a terminal can show: every string
+-- (keys too) through text.safe, the JSON markers kept; at `max_depth`
+-- (default: none) a deeper table is shown as its text.
+function text.printable(v, max_depth, depth)
+  local t = type(v)
+  if t == "string" then return text.safe(v) end
+  if t ~= "table" then return v end
+  depth = depth or 0
+  if max_depth and depth >= max_depth then return text.safe(tostring(v)) end
+  local c = {}
+  for k, x in next, v do
+    c[type(k) == "string" and text.safe(k) or k] = text.printable(x, max_depth, depth + 1)
+  end
+  local mt = getmetatable(v)
+  return setmetatable(c, (mt == json.array_mt or mt == json.object_mt) and mt or nil)
+end
+
+-- v as a JSON document for output (-o json, plan events): its strings made
+-- printable first, so a string from outside cut inside a UTF-8 sequence is
+-- shown with U+FFFD rather than failing the command.
+function text.json(v)
+  return json.encode(text.printable(v))
 end
 
 -- At most `limit` bytes of s, cut before a UTF-8 sequence rather than

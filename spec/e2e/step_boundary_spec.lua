@@ -461,7 +461,8 @@ return {
     local r = run_failing([[error("the cluster is not ready for this", 0)]], "-v")
     assert.equal(1, r.code)
     assert.equal(1, #error_lines(r.stderr), r.stderr)
-    assert.matches("DEBUG the cluster is not ready for this\nstack traceback:", r.stderr, 1, true)
+    -- one log line per line of the traceback, each with its timestamp and level
+    assert.matches("DEBUG the cluster is not ready for this\n[%d%-T:.]+Z DEBUG stack traceback:", r.stderr)
   end)
 
   it("an error value that is not a string is a bug: shown safely, with its traceback", function()

@@ -78,6 +78,36 @@ describe("the migration sandbox", function()
       assert.is_nil(rawget(_G, "leaked"))
     end)
 
+    it("a proxy leads nowhere past itself: pairs, next, rawget, rawlen, rawset", function()
+      local state = { a = 1, 10, 20 }
+      local proxy = sandbox.view(state, "the state")
+      local env = sandbox.env()
+      local probe = assert(env.load([[
+        local proxy = ...
+        local iter, s = pairs(proxy)
+        local seen = {}
+        for k, v in pairs(proxy) do seen[#seen + 1] = tostring(k) .. "=" .. tostring(v) end
+        table.sort(seen)
+        local ok, err = pcall(rawset, proxy, "a", 2)
+        return rawequal(s, proxy), table.concat(seen, ","), next(proxy) ~= nil, rawget(proxy, "a"), rawlen(proxy), #proxy,
+          ok, err, (pcall(function() proxy.a = 3 end))
+      ]]))
+      local ok, same, seen, nonempty, a, rawn, n, set_ok, set_err, assign_ok = pcall(probe, proxy)
+      assert.is_true(ok)
+      assert.is_true(same)
+      assert.equal("1=10,2=20,a=1", seen)
+      assert.is_true(nonempty)
+      assert.equal(1, a)
+      assert.equal(2, rawn)
+      assert.equal(2, n)
+      assert.is_false(set_ok)
+      assert.matches("rawset of an engine object is not available to migrations", set_err, 1, true)
+      assert.is_false(assign_ok)
+      assert.same({ a = 1, 10, 20 }, state)
+      assert.has_error(function() env.getmetatable(proxy) end,
+        "cozy sandbox: the metatable of an engine object is not available to migrations")
+    end)
+
     it("each load gets a fresh environment", function()
       eval([[shared = 1; return true]])
       assert.is_nil(eval([[return shared]]))

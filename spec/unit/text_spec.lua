@@ -30,4 +30,21 @@ describe("cozy.text", function()
     assert.equal("http://***@h \u{FFFD}", text.safe("http://a:b@h \255"))
     assert.equal("42", text.safe(42))
   end)
+
+  it("line() escapes every control character from outside, once however often it is applied", function()
+    assert.equal("a\\nb\\r\\tc\\x1b[2J\\x07\\x00\\x7f d\\e", text.line("a\nb\r\tc\27[2J\7\0\127 d\\e"))
+    assert.equal(text.line("x\ny\27"), text.line(text.line("x\ny\27")))
+    assert.equal("caf\u{FFFD} http://***@h", text.line("caf\233 http://u:p@h"))
+  end)
+
+  it("lines() lays out lines whose values cannot start a line of their own", function()
+    assert.equal("a: x\\ny\nb\n", text.lines({ "a: x\ny", "b" }))
+    assert.equal("", text.lines({}))
+  end)
+
+  it("json() encodes what json.encode refuses: a string cut inside a UTF-8 sequence, in keys too", function()
+    local json = require "cozy.json"
+    assert.equal('{"caf\u{FFFD}":["x\u{FFFD}\u{FFFD}"],"e":{}}',
+      text.json({ ["caf\195"] = json.array { "x\226\130" }, e = json.object {} }))
+  end)
 end)

@@ -6,6 +6,7 @@
 -- Exit 0 when nothing blocks, 1 when a finding blocks, 2 for usage or an
 -- invalid set. check(ctx) runs through the step executor in mode "check":
 -- a write raises (the check fails with a blocking finding) and is never sent.
+local cozy_text = require "cozy.text"
 local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
 local json = require "cozy.json"
@@ -167,14 +168,14 @@ local function text(r)
     local fields = ""
     if f.fields then
       local parts = {}
-      for k, v in pairs(f.fields) do parts[#parts + 1] = tostring(k) .. "=" .. (type(v) == "table" and json.encode(v) or tostring(v)) end
+      for k, v in pairs(f.fields) do parts[#parts + 1] = tostring(k) .. "=" .. (type(v) == "table" and cozy_text.json(v) or tostring(v)) end
       table.sort(parts)
       fields = "  " .. table.concat(parts, " ")
     end
     add("[%s] %s: %s%s", f.severity:upper(), f.migration, f.message, fields)
   end
   out[#out + 1] = counted(r.findings)
-  return table.concat(out, "\n") .. "\n"
+  return out
 end
 
 local function first_block(findings)
@@ -201,9 +202,9 @@ function M.run(opts)
     r.findings = as_array(r.findings)
     r.permissions = as_array(r.permissions)
     if opts.output == "json" then
-      io.stdout:write(json.encode(r), "\n")
+      io.stdout:write(cozy_text.json(r), "\n")
     else
-      io.stdout:write(text(r))
+      io.stdout:write(cozy_text.lines(text(r)))
     end
     return r.blocked and 1 or 0
   end, function(status, err) termination.finish(status, err, line) end)

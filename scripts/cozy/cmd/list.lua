@@ -1,4 +1,5 @@
 -- `cozy-migrate list`: the migrations this build (or --migrations DIR) knows.
+local cozy_text = require "cozy.text"
 local json = require "cozy.json"
 
 -- marks a table as a JSON array (cozy.json); the identity before it exists
@@ -16,14 +17,14 @@ function M.run(opts)
         items[#items + 1] = { number = m.number, name = m.name, kind = m.kind,
           description = m.description, sha256 = m.sha256, file = m.file }
       end
-      io.stdout:write(json.encode({ origin = set.origin, migrations = as_array(items) }), "\n")
+      io.stdout:write(cozy_text.json({ origin = set.origin, migrations = as_array(items) }), "\n")
     else
-      if #set.migrations == 0 then
-        io.stdout:write("no migrations (", set.origin, ")\n")
-      end
+      local out = {}
+      if #set.migrations == 0 then out[1] = ("no migrations (%s)"):format(set.origin) end
       for _, m in ipairs(set.migrations) do
-        io.stdout:write(("%-4d %-32s %-6s %s  %s\n"):format(m.number, m.name, m.kind, m.sha256, m.description))
+        out[#out + 1] = ("%-4d %-32s %-6s %s  %s"):format(m.number, m.name, m.kind, m.sha256, m.description)
       end
+      io.stdout:write(cozy_text.lines(out))
     end
     log:debug("listed migrations", { count = #set.migrations, origin = set.origin })
     return 0

@@ -7,7 +7,6 @@
 -- object per line: {"type": "plan" | "bootstrap" | "step" | "write" |
 -- "legacy" | "failure" | "summary", ...}.
 local cozy_text = require "cozy.text"
-local json = require "cozy.json"
 local runner = require "cozy.runner"
 
 local M = {}
@@ -36,7 +35,7 @@ local text = {
     local q = query_text(e.query)
     local line = ("  %s %s%s%s"):format(e.method, e.path, q ~= "" and ("?" .. q) or "",
       e.content_type and ("  (" .. e.content_type .. ")") or "")
-    if e.body ~= nil then line = line .. "\n    " .. json.encode(e.body) end
+    if e.body ~= nil then return { line, "    " .. cozy_text.json(e.body) } end
     return line
   end,
   legacy = function(e)
@@ -56,9 +55,10 @@ function M.printer(opts)
   local as_json = opts.log_format == "json"
   return function(e)
     if as_json then
-      io.stdout:write(json.encode(e), "\n")
+      io.stdout:write(cozy_text.json(e), "\n")
     else
-      io.stdout:write(cozy_text.safe(text[e.type](e)), "\n")
+      local shown = text[e.type](e)
+      io.stdout:write(cozy_text.lines(type(shown) == "table" and shown or { shown }))
     end
     io.stdout:flush()
   end

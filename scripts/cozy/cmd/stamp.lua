@@ -13,7 +13,6 @@
 --            the same guarded write as the version
 --   dry run  what it would do, nothing written, no lock (plan takes no N)
 local errors = require "cozy.errors"
-local json = require "cozy.json"
 local lease = require "cozy.runner.lease"
 local runner = require "cozy.runner"
 local stamp = require "cozy.runner.stamp"
@@ -105,13 +104,13 @@ function M.run(opts, args)
       local d = M.decide(stamp.read(client:resource("v1", "configmaps", { kind = "ConfigMap" }), namespace), to,
         opts.force)
       local rec = stamp.manual_record(d.from, to, sys.time(), lease.identity(), user, reason, d.down)
-      io.stdout:write(cozy_text.safe(("stamp (dry run, nothing written): would %s\n  record: %s\n")
-        :format(describe(d, namespace), json.encode(rec))))
+      io.stdout:write(cozy_text.lines({ ("stamp (dry run, nothing written): would %s"):format(describe(d, namespace)),
+        "  record: " .. cozy_text.json(rec) }))
       return 0
     end
     local d = stamp_under_lock(client, opts, namespace, to, reason, user, log)
     log:info("stamped by hand", { version = to, from = d.from, user = user, reason = reason, forced = d.down or nil })
-    io.stdout:write(cozy_text.safe(("stamped: %s; recorded as manual, by %s\n"):format(describe(d, namespace), user)))
+    io.stdout:write(cozy_text.lines({ ("stamped: %s; recorded as manual, by %s"):format(describe(d, namespace), user) }))
     return 0
   end)
 end

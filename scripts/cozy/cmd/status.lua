@@ -164,16 +164,16 @@ local function text(st)
     end
   end
   for _, w in ipairs(st.warnings) do add("warning: %s", w) end
-  return table.concat(out, "\n") .. "\n"
+  return out
 end
 
 function M.run(opts)
   return runner.protect(opts, function(log)
     local st = M.collect(opts, log)
     if opts.output == "json" then
-      io.stdout:write(json.encode(st), "\n")
+      io.stdout:write(cozy_text.json(st), "\n")
     else
-      io.stdout:write(cozy_text.safe(text(st)))
+      io.stdout:write(cozy_text.lines(text(st)))
     end
     return 0
   end)

@@ -12,11 +12,13 @@ local batch = {}
 -- value, nil: no more) and the projection tree of opts.project.
 local function each_args(items, edit, opts)
   local pull = items
-  if type(items) == "table" and (items[1] ~= nil or next(items) == nil) then
+  -- a list's pager before the empty array: the one a migration holds is a
+  -- sealed proxy (cozy.sandbox), raw-empty, its methods behind __index
+  if type(items) == "table" and items[1] == nil and type(items.next) == "function" then
+    pull = function() return items:next() end -- a list's pager, read as the batch goes
+  elseif type(items) == "table" and (items[1] ~= nil or next(items) == nil) then
     local i = 0
     pull = function() i = i + 1 return items[i] end
-  elseif type(items) == "table" and type(items.next) == "function" then
-    pull = function() return items:next() end -- a list's pager, read as the batch goes
   elseif type(items) ~= "function" then
     error("update_each(items, edit, opts): items must be an array, a list or a function returning the next item", 3)
   end

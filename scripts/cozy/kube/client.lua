@@ -12,6 +12,7 @@ local errors = require "cozy.kube.errors"
 local request = require "cozy.kube.request"
 local resource = require "cozy.kube.resource"
 local trace = require "cozy.kube.trace"
+local text = require "cozy.text"
 
 local client = {}
 
@@ -48,8 +49,8 @@ local function warn(self, message, fields)
   if self.log then
     self.log:warn(message, fields)
   else
-    local parts = { "cozy-migrate: warning: ", message }
-    for k, v in pairs(fields or {}) do parts[#parts + 1] = (" %s=%s"):format(k, tostring(v)) end
+    local parts = { "cozy-migrate: warning: ", text.line(message) }
+    for k, v in pairs(fields or {}) do parts[#parts + 1] = (" %s=%s"):format(text.line(k), text.line(tostring(v))) end
     parts[#parts + 1] = "\n"
     io.stderr:write(table.concat(parts)) -- one write: other threads log too
   end
@@ -247,10 +248,10 @@ function Client:finish(req, status, body, attempts, warnings, decode_error)
   if status == 0 then error(errors.from_transport(req.method, req.shown, attempts)) end
   if warnings then
     -- the API server's Warning headers (deprecated APIs, ignored fields): once each per client
-    for text in warnings:gmatch("[^\n]+") do
-      if not self._warned[text] then
-        self._warned[text] = true
-        warn(self, "API server warning", { warning = text, method = req.method, path = req.path })
+    for warning in warnings:gmatch("[^\n]+") do
+      if not self._warned[warning] then
+        self._warned[warning] = true
+        warn(self, "API server warning", { warning = warning, method = req.method, path = req.path })
       end
     end
   end

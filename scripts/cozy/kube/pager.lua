@@ -20,6 +20,7 @@
 -- the request, never a loop.
 local errors = require "cozy.kube.errors"
 local json = require "cozy.json"
+local text = require "cozy.text"
 local encode_query = require("cozy.kube.request").encode_query
 local compare = require("cozy.sys").compare
 
@@ -174,7 +175,7 @@ function Pager:_restart(e)
     c.log:warn("list continue token expired (410): restarting the list, skipping objects already yielded", fields)
   else
     io.stderr:write("cozy-migrate: warning: list continue token expired (410): restarting the list after ",
-      tostring(self._last_key), "\n")
+      text.line(tostring(self._last_key)), "\n")
   end
   self._continue = nil
   self._skip_to = self._last_key

@@ -6,29 +6,24 @@
 -- those objects, so no field or metatable of what a migration holds leads to
 -- the transport, an unguarded client, an engine class or a table the engine
 -- itself uses (the closures' upvalues are out of reach without `debug`,
--- which the sandbox does not offer). Every request still goes through the
--- step's client view, whose gate (Client:call) decides what may be sent.
+-- which the sandbox does not offer). ctx and each of those tables are the
+-- sandbox's proxies (sandbox.seal, sandbox.view): pairs, next, rawget and
+-- rawset lead no further than indexing does. Every request still goes
+-- through the step's client view, whose gate (Client:call) decides what
+-- may be sent.
 local errors = require "cozy.errors"
 local kerrors = require "cozy.kube.errors"
 local join = require "cozy.kube.join"
 local text = require "cozy.text"
 local json = require "cozy.json"
+local sandbox = require "cozy.sandbox"
 
 local context = {}
 
 -- What a migration holds of the engine is sealed: its metatable is not
--- theirs to read or replace, and its fields are not theirs to change.
-local function seal(t, name)
-  local fields = {}
-  for k, v in next, t do fields[k] = v end
-  for k in next, fields do t[k] = nil end
-  return setmetatable(t, {
-    __index = fields,
-    __newindex = function() error(("%s is read-only"):format(name), 2) end,
-    __pairs = function() return next, fields, nil end,
-    __metatable = false,
-  })
-end
+-- theirs to read or replace, its fields not theirs to change, and nothing
+-- (pairs, next, raw access) reaches the table that holds them.
+local seal = sandbox.seal
 
 -- Facade methods work when called with `:` or with `.`: the facade itself as
 -- the first argument is dropped.
@@ -72,28 +67,15 @@ local function located(fields)
   return out
 end
 
--- A read-only live view of an engine table (counters): reading works,
--- writing raises.
-local function readonly(t, name)
-  return setmetatable({}, {
-    __index = t,
-    __newindex = function() error(("%s is read-only"):format(name), 2) end,
-    __pairs = function() return next, t, nil end,
-    __len = function() return #t end,
-    __metatable = false,
-  })
-end
-
 local pager_fields = { pages = true, count = true, restarts = true, skipped = true, resource_version = true }
 
 local function pager_facade(p)
   local f = {}
   f.next = method(f, function() return p:next() end)
   f.collect = method(f, function() return p:collect() end)
-  return setmetatable(f, {
-    __call = function() return p:next() end,
-    __index = function(_, k) if pager_fields[k] then return p[k] end end,
-    __metatable = false,
+  return seal(f, "a pager", {
+    call = function() return p:next() end,
+    index = function(k) if pager_fields[k] then return p[k] end end,
   })
 end
 
@@ -179,7 +161,9 @@ end
 
 local function kube_facade(view, logger, warned)
   local k = { namespace = view.namespace, server = view.server }
-  k.stats = readonly(view.stats, "ctx.kube.stats")
+  -- the client's live counters, seen through a view: the table the client
+  -- counts in stays the client's
+  k.stats = sandbox.view(view.stats, "ctx.kube.stats")
   k.resource = method(k, function(api_version, plural, opts)
     if opts ~= nil and type(opts) ~= "table" then error("resource(api_version, plural, opts): opts must be a table", 2) end
     return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced, kind = opts.kind }),
@@ -239,11 +223,7 @@ local function join_facade(j)
     local it = j:unmatched()
     return function() return it() end
   end)
-  return setmetatable(f, {
-    __call = function() return j:next() end,
-    __newindex = function() error("a join is read-only", 2) end,
-    __metatable = false,
-  })
+  return seal(f, "a join", { call = function() return j:next() end })
 end
 
 local function progress_facade(p)
@@ -351,7 +331,7 @@ end
 function context.new(opts)
   local logger = opts.log
   local findings = opts.findings or {}
-  local seen = {} -- the migration's own copy, readable as ctx.findings
+  local seen = {} -- plain copies of the findings, readable (not writable) as ctx.findings
   -- a warning line of the engine's, kept in the outcome as the migration's are
   local function warned(line)
     note_warning(opts.outcome, line)
@@ -364,7 +344,7 @@ function context.new(opts)
     from = opts.from,
     to = opts.to,
     mode = opts.mode or "run",
-    findings = seen,
+    findings = sandbox.view(seen, "ctx.findings"),
   }
   local outcome = opts.outcome
   ctx.outcome = outcome_recorder(outcome, logger)
@@ -407,7 +387,9 @@ function context.new(opts)
     local level = severity == "info" and "info" or (severity == "warn" and "warn" or "error")
     logger:write(level, "finding: " .. f.message, f.fields)
   end
-  return ctx
+  -- sealed: the engine reads ctx.finding back (a walk's kept-back writes
+  -- in check), so no field of it may be the migration's
+  return seal(ctx, "ctx")
 end
 
 -- Errors that stop a run wherever they happen (a plan does not go on past them).

@@ -136,8 +136,10 @@ function step.execute(m, opts)
     from = m.number, to = m.number + 1, mode = mode, findings = findings, outcome = outcome,
   }
   if reporting then
+    -- the engine's own ctx.finding, taken before the migration runs
+    local finding = ctx.finding
     view.dry_run = "client"
-    view.record = function(w) would(ctx.finding, w) end
+    view.record = function(w) would(finding, w) end
   end
   local limit = step.timeout(m, opts.timeout)
   -- the step's deadline and SIGTERM/SIGINT stop it wherever it is: in Lua

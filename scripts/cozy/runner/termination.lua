@@ -22,7 +22,7 @@ function termination.path()
   return termination.DEFAULT_PATH
 end
 
--- Writes `line` (made printable, one line, cut at a character boundary)
+-- Writes `line` (made one printable line by text.line, cut at a character boundary)
 -- when the file exists. Returns whether it wrote; never raises: the run's
 -- exit status is what it is, message or not.
 function termination.write(line)
@@ -33,8 +33,7 @@ function termination.write(line)
   probe:close()
   local f = io.open(path, "w")
   if not f then return false end
-  local one = text.safe(line):gsub("[\r\n]+", " ")
-  local ok = f:write(text.prefix(one, termination.LIMIT))
+  local ok = f:write(text.prefix(text.line(line), termination.LIMIT))
   f:close()
   return ok ~= nil
 end
