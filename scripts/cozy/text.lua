@@ -51,14 +51,19 @@ end
 local escapes = { ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
 local function escape(c) return escapes[c] or ("\\x%02x"):format(c:byte()) end
 
+-- The C1 controls (U+0080-U+009F, UTF-8 C2 80-C2 9F): a terminal may act
+-- on them as on ESC sequences (U+009B is CSI), so they are escaped too.
+local function escape_c1(c) return ("\\u%04x"):format(c:byte(2)) end
+
 -- Any value as one printable line: text.safe, then every control character
--- (newline, CR, ESC, the rest of C0, DEL) written as an escape (\n, \r, \t,
--- \xHH). A backslash is left as it is, so applying it twice changes
--- nothing: a line passed on through several outputs is escaped once.
+-- (newline, CR, ESC, the rest of C0, DEL, and C1) written as an escape (\n,
+-- \r, \t, \xHH, \u00HH). A backslash is left as it is, so applying it twice
+-- changes nothing: a line passed on through several outputs is escaped once.
 function text.line(s)
   s = text.safe(s)
-  if not s:find("%c") then return s end
-  return (s:gsub("%c", escape))
+  if s:find("%c") then s = s:gsub("%c", escape) end
+  if s:find("\194[\128-\159]") then s = s:gsub("\194[\128-\159]", escape_c1) end
+  return s
 end
 
 -- Lines laid out by the engine (a report: status, check) as one text:

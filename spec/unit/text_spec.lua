@@ -35,6 +35,8 @@ describe("cozy.text", function()
     assert.equal("a\\nb\\r\\tc\\x1b[2J\\x07\\x00\\x7f d\\e", text.line("a\nb\r\tc\27[2J\7\0\127 d\\e"))
     assert.equal(text.line("x\ny\27"), text.line(text.line("x\ny\27")))
     assert.equal("caf\u{FFFD} http://***@h", text.line("caf\233 http://u:p@h"))
+    -- C1 controls (U+009B is CSI to a terminal): escaped as well
+    assert.equal("a\\u009b2Jb\\u0085c \u{A0}", text.line("a\u{9B}2Jb\u{85}c \u{A0}"))
   end)
 
   it("lines() lays out lines whose values cannot start a line of their own", function()
