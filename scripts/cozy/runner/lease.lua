@@ -429,6 +429,22 @@ function Holder:held_until()
   return (self.worker:last_ok() or self.started) + self.opts.duration - 1
 end
 
+-- When a child process working under the lock (a legacy script,
+-- runner/legacy.lua) must be stopped, as two sys.monotime() values: SIGTERM
+-- once the lock would be counted lost (Holder:check: two thirds of the
+-- lease without a renewal), and dead (SIGKILL) by held_until, before any
+-- other runner can take the Lease over: another runner counts our lease from
+-- when it saw our last renewal, which is after we sent it (lease.acquire), so
+-- a copy of the script it starts cannot overlap ours. A lost lock: now.
+function Holder:child_bounds()
+  if self.worker:lost() then
+    local now = sys.monotime()
+    return now, now
+  end
+  local last = self.worker:last_ok() or self.started
+  return last + self.opts.duration * UNRENEWED_LIMIT, self:held_until()
+end
+
 -- The transport's before_attempt for a write under the lock: an attempt is
 -- sent only when the lock is held until after the attempt's deadline; while
 -- renewals may still come, wait for one; a lost lock raises "lost".
