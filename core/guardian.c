@@ -85,8 +85,8 @@ static void guard(int fd, pid_t pgid, double kill_by, const char *remove_file, c
       n = read(fd, msgs, sizeof msgs);
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n > 0 && n < (ssize_t)sizeof msgs[0]) continue; /* cannot happen: each write is whole */
-      if (n > 0) {
-        double last = msgs[n / (ssize_t)sizeof msgs[0] - 1];
+      if (n >= (ssize_t)sizeof msgs[0]) {
+        double last = msgs[(size_t)n / sizeof msgs[0] - 1];
         if (last <= STAND_DOWN) _exit(0); /* the group is over: the runner reaps it */
         kill_by = last;
         continue;
