@@ -31,9 +31,11 @@
 
 #include "clock.h"
 #include "exec_credential.h"
+#include "guardian.h"
 #include "kubeconfig.h"
 #include "proc.h"
 #include "signals.h"
+#include "watch.h"
 
 extern char **environ;
 
@@ -232,23 +234,41 @@ static void child(const struct cozy_exec *ex, char **envp, int interactive, int 
   _exit(127);
 }
 
+/* Reaps the plugin, its guardian first (which must not outlive the group's id). */
+static void reap(pid_t pid, struct cozy_guardian *g, int *status) {
+  cozy_guardian_finish(g);
+  while (waitpid(pid, status, 0) < 0 && errno == EINTR) {}
+}
+
 /* Ends the plugin (its group, unless it shares ours) and reaps it. */
-static void stop_child(pid_t pid, int interactive) {
+static void stop_child(pid_t pid, int interactive, struct cozy_guardian *g) {
   int st;
   if (interactive) kill(pid, SIGKILL);
   else kill(-pid, SIGKILL);
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  reap(pid, g, &st);
 }
 
 /* Reads the plugin's stdout until EOF, then waits for it to exit, both by
-** `deadline`. Returns 0 with *status, or -1 with err (the child is gone). */
+** `deadline`; a stop the caller's watches (or, without one, a signal this
+** thread trapped) say ends it at once, the plugin's group killed: a plugin
+** that ignores SIGTERM cannot hold a stopping runner for its whole time
+** limit. Returns 0 with *status, or -1 with err (the child is gone). */
 static int collect(const struct cozy_exec *ex, pid_t pid, int interactive, int out_r, double deadline,
-                   struct cozy_blob *out, int *status, char *err, size_t errlen) {
+                   const struct cozy_watches *ws, struct cozy_guardian *g, struct cozy_blob *out, int *status,
+                   char *err, size_t errlen) {
   size_t cap = 0;
   int eof = 0;
   for (;;) {
-    double left = deadline - cozy_monotime();
-    int r;
+    double now = cozy_monotime(), left = deadline - now, detail = 0;
+    int r, stop = cozy_watch_poll(ws, now, &detail);
+    if (stop == COZY_STOP_SIGNAL) {
+      stop_child(pid, interactive, g);
+      return fail(err, errlen, ex, "stopped by signal %d (killed)", (int)detail);
+    }
+    if (stop != COZY_GO) {
+      stop_child(pid, interactive, g);
+      return fail(err, errlen, ex, "stopped: the step's time limit has passed (killed)");
+    }
     if (eof) {
       /* its exit is seen without reaping it, so that its group id cannot be
       ** reused while what it left behind in the group is killed */
@@ -257,16 +277,16 @@ static int collect(const struct cozy_exec *ex, pid_t pid, int interactive, int o
       r = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT);
       if (r == 0 && si.si_pid == pid) {
         if (!interactive) kill(-pid, SIGKILL);
-        while (waitpid(pid, status, 0) < 0 && errno == EINTR) {}
+        reap(pid, g, status);
         return 0;
       }
       if (r < 0 && errno != EINTR) {
-        stop_child(pid, interactive);
+        stop_child(pid, interactive, g);
         return fail(err, errlen, ex, "waitid: %s", strerror(errno));
       }
     }
     if (left <= 0) {
-      stop_child(pid, interactive);
+      stop_child(pid, interactive, g);
       return fail(err, errlen, ex, "did not finish within %g s (killed)", ex->timeout);
     }
     if (eof) { /* stdout closed, the process still runs: check again shortly */
@@ -275,10 +295,10 @@ static int collect(const struct cozy_exec *ex, pid_t pid, int interactive, int o
     }
     {
       struct pollfd p = {out_r, POLLIN, 0};
-      int ms = left > 1 ? 1000 : (int)(left * 1000) + 1, pr = poll(&p, 1, ms);
+      int ms = left > 0.1 ? 100 : (int)(left * 1000) + 1, pr = poll(&p, 1, ms);
       ssize_t n;
       if (pr < 0 && errno != EINTR) {
-        stop_child(pid, interactive);
+        stop_child(pid, interactive, g);
         return fail(err, errlen, ex, "poll: %s", strerror(errno));
       }
       if (pr <= 0) continue;
@@ -286,7 +306,7 @@ static int collect(const struct cozy_exec *ex, pid_t pid, int interactive, int o
         size_t ncap = cap ? cap * 2 : 8192;
         char *nbuf = malloc(ncap + 1);
         if (nbuf == NULL) {
-          stop_child(pid, interactive);
+          stop_child(pid, interactive, g);
           return fail(err, errlen, ex, "out of memory");
         }
         if (out->data) {
@@ -300,14 +320,14 @@ static int collect(const struct cozy_exec *ex, pid_t pid, int interactive, int o
       n = read(out_r, out->data + out->len, cap - out->len);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
-        stop_child(pid, interactive);
+        stop_child(pid, interactive, g);
         return fail(err, errlen, ex, "reading its output: %s", strerror(errno));
       }
       if (n == 0) eof = 1;
       out->len += (size_t)n;
       out->data[out->len] = '\0';
       if (out->len > COZY_MAX_EXEC_OUTPUT) {
-        stop_child(pid, interactive);
+        stop_child(pid, interactive, g);
         return fail(err, errlen, ex, "printed more than %u bytes, the limit for an ExecCredential (killed)",
                     COZY_MAX_EXEC_OUTPUT);
       }
@@ -315,12 +335,16 @@ static int collect(const struct cozy_exec *ex, pid_t pid, int interactive, int o
   }
 }
 
-/* Runs the plugin; its stdout into out. */
-static int run(const struct cozy_exec *ex, char **envp, int interactive, struct cozy_blob *out, char *err,
-               size_t errlen) {
+/* Runs the plugin; its stdout into out. A plugin in a group of its own has
+** a guardian (core/guardian.c): killed with its group when the runner dies,
+** or at its time limit should the runner be frozen. */
+static int run(const struct cozy_exec *ex, char **envp, int interactive, const struct cozy_watches *ws,
+               struct cozy_blob *out, char *err, size_t errlen) {
   int outp[2], rep[2], status = 0, e = 0;
   ssize_t n;
   pid_t pid;
+  double deadline;
+  struct cozy_guardian g = {0, -1, 0};
   if (pipe2(outp, O_CLOEXEC) != 0) return fail(err, errlen, ex, "pipe: %s", strerror(errno));
   if (pipe2(rep, O_CLOEXEC) != 0) {
     e = errno;
@@ -338,17 +362,27 @@ static int run(const struct cozy_exec *ex, char **envp, int interactive, struct 
     close(rep[0]);
     return fail(err, errlen, ex, "fork: %s", strerror(e));
   }
-  if (!interactive) setpgid(pid, pid); /* as the child does: whichever runs first */
+  deadline = cozy_monotime() + ex->timeout;
+  if (!interactive) {
+    setpgid(pid, pid); /* as the child does: whichever runs first */
+    if (cozy_guardian_start(&g, pid, deadline, NULL, NULL) != 0) {
+      e = errno;
+      close(outp[0]);
+      close(rep[0]);
+      stop_child(pid, interactive, &g);
+      return fail(err, errlen, ex, "cannot start its guardian: %s", strerror(e));
+    }
+  }
   do n = read(rep[0], &e, sizeof e);
   while (n < 0 && errno == EINTR);
   close(rep[0]);
   if (n == (ssize_t)sizeof e) { /* exec failed */
     close(outp[0]);
-    stop_child(pid, interactive);
+    stop_child(pid, interactive, &g);
     return fail(err, errlen, ex, "cannot run %s: %s%s%s", ex->path, strerror(e), ex->install_hint ? "; " : "",
                 ex->install_hint ? ex->install_hint : "");
   }
-  e = collect(ex, pid, interactive, outp[0], cozy_monotime() + ex->timeout, out, &status, err, errlen);
+  e = collect(ex, pid, interactive, outp[0], deadline, ws, &g, out, &status, err, errlen);
   close(outp[0]);
   if (e != 0) return -1;
   if (WIFSIGNALED(status))
@@ -591,7 +625,8 @@ drop:
   cozy_blob_free(&fresh.pkey);
 }
 
-int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, int renew, char *err, size_t errlen) {
+int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, int renew, const struct cozy_watches *ws,
+                  char *err, size_t errlen) {
   struct cozy_blob out = {NULL, 0}, token = {NULL, 0}, cert = {NULL, 0}, key = {NULL, 0};
   int tty = isatty(0), interactive, rc = -1;
   double expires = 0;
@@ -613,7 +648,7 @@ int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, int renew, c
   } else {
     envp = info ? plugin_env(ex, info) : NULL;
     if (envp == NULL) fail(err, errlen, ex, "out of memory");
-    else if (run(ex, envp, interactive, &out, err, errlen) == 0 &&
+    else if (run(ex, envp, interactive, ws, &out, err, errlen) == 0 &&
              parse(ex, &out, &token, &cert, &key, &expires, err, errlen) == 0)
       rc = 0;
     if (rc == 0 && !ckey.oom) cache_put(&ckey, &token, &cert, &key, expires);

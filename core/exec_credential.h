@@ -14,6 +14,7 @@
 
 struct cozy_kubeconfig;
 struct cozy_blob;
+struct cozy_watches;
 
 /* What a plugin may print: a token, a certificate chain and its key are a
 ** few KiB; 1 MiB stops a plugin that prints without end at once. */
@@ -43,8 +44,12 @@ struct cozy_exec {
 ** `renew` (after a 401), a credential this process already has from the
 ** same plugin, run the same way, and that has not expired is taken instead
 ** (client-go's cache). Returns 0, or -1 with a one-line message in err (no
-** secret in it); kc keeps its old credential then. Thread-safe. */
-int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, int renew, char *err, size_t errlen);
+** secret in it); kc keeps its old credential then. Thread-safe. A stop
+** that `ws` (the calling state's watches, or NULL) says, or a signal the
+** calling thread trapped, ends the run at once: the plugin's group is
+** killed and -1 returned. */
+int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, int renew, const struct cozy_watches *ws,
+                  char *err, size_t errlen);
 /* 1 when the credential has expired (its expirationTimestamp has passed). */
 int cozy_exec_expired(const struct cozy_exec *ex);
 void cozy_exec_free(struct cozy_exec *ex);

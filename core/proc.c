@@ -4,8 +4,11 @@
 **   given environment and hands each line it writes (stdout and stderr) to
 **   a Lua callback, so its output becomes log lines as it happens. The
 **   group is stopped (SIGTERM, then SIGKILL after a grace) on the step's
-**   deadline, on the runner's SIGTERM/SIGINT, and once the script exits:
-**   a background child it left cannot hold the runner (and the lock).
+**   deadline, on the runner's SIGTERM/SIGINT/SIGHUP, before the lock may
+**   stop being ours, and once the script exits: a background child it left
+**   cannot hold the runner (and the lock). A guardian process
+**   (core/guardian.c) kills the group and removes the script's kubeconfig
+**   when the runner dies, SIGKILL included, or is frozen past those times.
 ** - trap/signalled: the stop flag of core/signals.c, for the runner's safe
 **   points (between steps, before each write).
 ** - watch/pending_stop (core/watch.c): under an armed watch the flag, or a
@@ -31,6 +34,7 @@
 #include "lauxlib.h"
 
 #include "clock.h"
+#include "guardian.h"
 #include "host.h"
 #include "proc.h"
 #include "signals.h"
@@ -102,11 +106,18 @@ static char **string_array(lua_State *L, int idx, const char *what) {
 ** so a relative path still names the same file and $0 is a full path).
 ** opts.deadline: a sys.monotime() value; opts.grace: seconds between the
 ** SIGTERM and the SIGKILL of the group (default STOP_GRACE).
+** opts.lock: a function returning two sys.monotime() values, asked at least
+** every SUPERVISE_SLICE: when the group gets SIGTERM and by when it must be
+** dead (SIGKILL) because the lock the script runs under may stop being
+** ours (stopped = "lock"); an error it raises stops the group at once.
+** opts.remove: { file, dir }, what the guardian removes when it acts.
 ** The child runs in its own process group, with fds 0-2 only and default
 ** signal dispositions. The group gets SIGTERM, then SIGKILL after the grace:
-** on the deadline (stopped = "deadline"), on the runner's SIGTERM/SIGINT
-** (that signal; stopped = "signal"), and once the script has exited, for
-** whatever it left running; output is read until the group is gone.
+** on the deadline (stopped = "deadline"), on the runner's SIGTERM/SIGINT/
+** SIGHUP (that signal; stopped = "signal"), and once the script has exited,
+** for whatever it left running; output is read until the group is gone.
+** A guardian (core/guardian.c) holds the same times: should the runner die
+** or freeze, it kills the group by the earliest of them.
 */
 #define LINE_CAP 65536 /* bytes held per stream: the longest line delivered whole */
 #define STOP_GRACE 5.0 /* seconds from SIGTERM to SIGKILL of the group */
@@ -131,6 +142,10 @@ struct spawn {
   int stop; /* COZY_GO, or why the runner stopped the group */
   int exited, status; /* the script has exited (left a zombie, so the group id stays ours) */
   double term_at, kill_at; /* when the group got SIGTERM, SIGKILL; 0: not yet */
+  int lock; /* stack index of opts.lock, or 0 */
+  double lock_term, lock_kill; /* what it said last; 0: no bound */
+  const char *remove_file, *remove_dir; /* opts.remove, kept alive by opts */
+  struct cozy_guardian guard;
 };
 
 /* The absolute form of path, kept alive as a string on the stack. */
@@ -179,7 +194,19 @@ static void spawn_arguments(lua_State *L, struct spawn *sp) {
     }
     sp->deadline = opt_seconds(L, 4, "deadline", 0);
     sp->grace = opt_seconds(L, 4, "grace", STOP_GRACE);
+    if (lua_getfield(L, 4, "lock") != LUA_TNIL) {
+      luaL_checktype(L, -1, LUA_TFUNCTION);
+      sp->lock = lua_gettop(L); /* stays on the stack */
+    } else lua_pop(L, 1);
+    if (lua_getfield(L, 4, "remove") != LUA_TNIL) {
+      luaL_checktype(L, -1, LUA_TTABLE);
+      if (lua_geti(L, -1, 1) != LUA_TNIL) sp->remove_file = luaL_checkstring(L, -1);
+      if (lua_geti(L, -2, 2) != LUA_TNIL) sp->remove_dir = luaL_checkstring(L, -1);
+      lua_pop(L, 2); /* the strings stay referenced by opts.remove */
+    }
+    lua_pop(L, 1);
   }
+  sp->guard.fd = -1;
   for (i = 0; i < 2; i++) {
     sp->st[i].fd = -1;
     sp->st[i].name = i == 0 ? "stdout" : "stderr";
@@ -383,6 +410,9 @@ static int supervise(struct spawn *sp, double now) {
     if (sp->stop == COZY_GO && (sig != 0 || (sp->deadline > 0 && now >= sp->deadline))) {
       sp->stop = sig != 0 ? COZY_STOP_SIGNAL : COZY_STOP_DEADLINE;
       signal_group(sp, sig != 0 ? sig : SIGTERM, now);
+    } else if (sp->stop == COZY_GO && sp->lock_term > 0 && now >= sp->lock_term) {
+      sp->stop = COZY_STOP_LOCK;
+      signal_group(sp, SIGTERM, now);
     }
     memset(&info, 0, sizeof info);
     if (waitid(P_PID, (id_t)sp->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == sp->pid) {
@@ -390,9 +420,51 @@ static int supervise(struct spawn *sp, double now) {
       signal_group(sp, SIGTERM, now); /* what it left running (once: a stop already sent it) */
     }
   }
-  if (sp->term_at > 0 && sp->kill_at == 0 && now >= sp->term_at + sp->grace) signal_group(sp, SIGKILL, now);
+  if (sp->kill_at == 0 &&
+      ((sp->term_at > 0 && now >= sp->term_at + sp->grace) || (sp->lock_kill > 0 && now >= sp->lock_kill))) {
+    if (sp->stop == COZY_GO && !sp->exited) sp->stop = COZY_STOP_LOCK;
+    signal_group(sp, SIGKILL, now);
+  }
   if (!sp->exited || sp->st[0].fd >= 0 || sp->st[1].fd >= 0) return 0;
   return sp->kill_at > 0 || !group_has_others(sp->pid);
+}
+
+/* Runs protected: opts.lock() -> term_at, kill_by. */
+static int call_lock(lua_State *L) {
+  lua_pushvalue(L, 1);
+  lua_call(L, 0, 2);
+  lua_pushnumber(L, luaL_checknumber(L, -2));
+  lua_pushnumber(L, luaL_checknumber(L, -2));
+  return 2;
+}
+
+/* What the lock says now: a failure (kept at errslot) stops the group at
+** once, as a lost lock does. */
+static void ask_lock(lua_State *L, struct spawn *sp, double now) {
+  if (sp->lock == 0 || !lua_checkstack(L, 4)) return;
+  lua_pushcfunction(L, call_lock);
+  lua_pushvalue(L, sp->lock);
+  if (lua_pcall(L, 1, 2, 0) != LUA_OK) {
+    if (lua_isnil(L, sp->errslot)) lua_replace(L, sp->errslot);
+    else lua_pop(L, 1);
+    sp->lock_term = sp->lock_kill = now;
+    sp->lock = 0; /* asked no more: the bound stays */
+    return;
+  }
+  sp->lock_term = lua_tonumber(L, -2);
+  sp->lock_kill = lua_tonumber(L, -1);
+  lua_pop(L, 2);
+}
+
+/* The time by which the group must be dead, for the guardian: the
+** earliest of the deadline's SIGKILL, the lock's, and that of a stop
+** under way; 0: none. */
+static double kill_by(const struct spawn *sp) {
+  double t = 0;
+  if (sp->deadline > 0) t = sp->deadline + sp->grace;
+  if (sp->lock_kill > 0 && (t == 0 || sp->lock_kill < t)) t = sp->lock_kill;
+  if (sp->term_at > 0 && (t == 0 || sp->term_at + sp->grace < t)) t = sp->term_at + sp->grace;
+  return t;
 }
 
 /* Until supervise says it is over: output delivered as it comes. After the
@@ -403,7 +475,9 @@ static void supervise_loop(lua_State *L, struct spawn *sp) {
     struct pollfd pfd[2];
     double now = cozy_monotime(), wait = SUPERVISE_SLICE;
     int i, n = 0;
+    ask_lock(L, sp, now);
     if (supervise(sp, now)) return;
+    cozy_guardian_extend(&sp->guard, kill_by(sp));
     for (i = 0; i < 2; i++) {
       if (sp->st[i].fd >= 0 && sp->kill_at > 0 && now >= sp->kill_at + DRAIN_AFTER_KILL)
         stream_close(L, sp, &sp->st[i]);
@@ -446,10 +520,22 @@ static int proc_spawn(lua_State *L) {
   close(out[1]);
   close(err[1]);
   close(report[1]);
+  ask_lock(L, &sp, cozy_monotime());
+  if (cozy_guardian_start(&sp.guard, sp.pid, kill_by(&sp), sp.remove_file, sp.remove_dir) != 0) {
+    /* no script runs unguarded */
+    int e = errno;
+    kill(-sp.pid, SIGKILL);
+    while (waitpid(sp.pid, &status, 0) < 0 && errno == EINTR) {}
+    close(out[0]);
+    close(err[0]);
+    close(report[0]);
+    return luaL_error(L, "cannot start the guardian of %s: %s", sp.argv[0], strerror(e));
+  }
   sp.st[0].fd = out[0];
   sp.st[1].fd = err[0];
   read_exec_report(L, &sp, report[0]);
   supervise_loop(L, &sp);
+  cozy_guardian_finish(&sp.guard); /* before the reaping that frees the group's id */
   while (waitpid(sp.pid, &status, 0) < 0 && errno == EINTR) {}
   if (!lua_isnil(L, sp.errslot)) return lua_error(L); /* the callback's error */
   lua_pushstring(L, WIFSIGNALED(status) ? "signal" : "exit");

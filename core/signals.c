@@ -2,7 +2,8 @@
 ** Signals: the stop flag and its handlers, and the descriptors a process
 ** must have before it opens anything.
 **
-** SIGTERM (a deleted Job's pod) and SIGINT, once trapped, only set a flag:
+** SIGTERM (a deleted Job's pod), SIGINT and SIGHUP (a closed terminal or
+** session), once trapped, only set a flag:
 ** the runner polls it at safe points (between steps, before each write), so
 ** a step is never left half stamped. The flag is the one process-wide
 ** mutable value a handler may touch; the handler also asks the watches
@@ -65,7 +66,9 @@ int cozy_signals_trap(void) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0) return errno;
+  if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0 ||
+      sigaction(SIGHUP, &sa, NULL) != 0)
+    return errno;
   trap_thread = pthread_self();
   atomic_store(&trapped, 1);
   return 0;
@@ -85,7 +88,7 @@ int cozy_signals_stop_pending(void) {
 }
 
 void cozy_signals_child_defaults(void) {
-  static const int changed[] = {SIGTERM, SIGINT, SIGPIPE, SIGALRM};
+  static const int changed[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGALRM};
   sigset_t none;
   size_t i;
   for (i = 0; i < sizeof changed / sizeof changed[0]; i++) signal(changed[i], SIG_DFL);

@@ -1,5 +1,5 @@
 /* Signals and the standard descriptors (core/signals.c): the one owner of
-** the stop flag and its handlers. SIGTERM and SIGINT, once trapped, only
+** the stop flag and its handlers. SIGTERM, SIGINT and SIGHUP, once trapped, only
 ** record the signal; the runner, the watches (core/watch.c) and the child
 ** processes (core/proc.c) read it from here. */
 #ifndef COZY_SIGNALS_H
@@ -12,7 +12,7 @@
 ** holding the lock (exec gives our children the default back). */
 void cozy_signals_startup(void);
 
-/* From now on SIGTERM and SIGINT set the stop flag instead of killing the
+/* From now on SIGTERM, SIGINT and SIGHUP set the stop flag instead of killing the
 ** process; the calling thread becomes the one whose own waits a pending
 ** stop ends (cozy_signals_stop_pending). 0, or an errno. */
 int cozy_signals_trap(void);

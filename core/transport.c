@@ -296,7 +296,7 @@ static int t_new(lua_State *L) {
       /* the plugin runs now: a credential it cannot give is a configuration
       ** error, reported as one, before any request */
       t->kc.exec->timeout = exec_timeout;
-      if (cozy_exec_run(t->kc.exec, &t->kc, 0, err.message, sizeof err.message) != 0) {
+      if (cozy_exec_run(t->kc.exec, &t->kc, 0, cozy_watches(L), err.message, sizeof err.message) != 0) {
         snprintf(err.file, sizeof err.file, "%s", t->kc.exec->file);
         snprintf(err.field, sizeof err.field, "%s", t->kc.exec->field);
         cozy_kubeconfig_free(&t->kc);

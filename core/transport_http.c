@@ -55,7 +55,8 @@ int cozy_http_reload_token(struct cozy_transport *t) {
     ** a 401 said it is not, so the plugin runs again */
     int renew = !cozy_exec_expired(t->kc.exec);
     t->token_read_at = cozy_monotime();
-    if (cozy_exec_run(t->kc.exec, &t->kc, renew, t->cred_error, sizeof t->cred_error) != 0) return -1;
+    if (cozy_exec_run(t->kc.exec, &t->kc, renew, t->watch, t->cred_error, sizeof t->cred_error) != 0)
+      return -1;
     t->cred_error[0] = '\0';
     t->cred_gen++;
     return 0;

@@ -97,7 +97,7 @@ struct cozy_watches *cozy_watches(lua_State *L) {
 }
 
 const char *cozy_stop_name(int reason) {
-  return reason == COZY_STOP_SIGNAL ? "signal" : "deadline";
+  return reason == COZY_STOP_SIGNAL ? "signal" : reason == COZY_STOP_LOCK ? "lock" : "deadline";
 }
 
 /* What the armed watches say: the hook's and proc.pending_stop's view. */

@@ -408,7 +408,7 @@ function Run:each_step(m, cm)
     local ok, after, legacy_stamped = pcall(legacy.step, m, self.cms, { namespace = self.namespace, from = from,
       target = self.target, at = self.at, strict = self.opts.strict_stamp,
       kubeconfig = self.opts.kubeconfig, context = self.opts.context, log = step_log,
-      timeout = self.opts.step_timeout })
+      timeout = self.opts.step_timeout, lock = self.lock.holder })
     if not ok then error(self:step_failure(m, after), 0) end
     stamped = legacy_stamped
     -- its history record: even when a signal came meanwhile, the stamp is done

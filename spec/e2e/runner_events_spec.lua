@@ -131,13 +131,14 @@ describe("a run's Events and termination message", function()
     assert.equal("Lock", waited[1].action)
     assert.matches("held by other-runner", waited[1].note, 1, true)
 
-    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 30) }))
+    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
     r = support.run(support.args(srv, "two", "run", "--lock-timeout", "5"))
     assert.equal(0, r.code, r.stderr)
+    -- a dead holder's Lease is taken once it stayed unchanged for its duration: a wait first
     local taken = events_of(srv, "ConfigMap")
-    assert.equal("LockTakenOver", taken[1].reason)
-    assert.equal("Warning", taken[1].type)
-    assert.matches("from dead-runner", taken[1].note, 1, true)
+    assert.same({ "LockWaiting", "LockTakenOver" }, { taken[1].reason, taken[2].reason })
+    assert.equal("Warning", taken[2].type)
+    assert.matches("from dead-runner, whose lease did not change for ", taken[2].note, 1, true)
   end)
 
   it("records the lock's Events for a stamp by hand too", function()
@@ -148,16 +149,16 @@ describe("a run's Events and termination message", function()
     assert.same({ "LockWaiting" }, reasons(waited))
     assert.matches("held by other-runner", waited[1].note, 1, true)
 
-    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 30) }))
+    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
     r = support.run(support.args(srv, "two", "stamp", "3", "--reason", "repaired by hand", "--lock-timeout", "5"),
       { POD_NAME = "stamp-job-abc" })
     assert.equal(0, r.code, r.stderr)
     assert.equal(3, support.version(srv))
     for _, kind in ipairs({ "ConfigMap", "Pod" }) do
       local taken = events_of(srv, kind)
-      assert.same({ "LockTakenOver" }, reasons(taken), kind)
-      assert.equal("Warning", taken[1].type)
-      assert.matches("from dead-runner", taken[1].note, 1, true)
+      assert.same({ "LockWaiting", "LockTakenOver" }, reasons(taken), kind)
+      assert.equal("Warning", taken[2].type)
+      assert.matches("from dead-runner", taken[2].note, 1, true)
     end
   end)
 

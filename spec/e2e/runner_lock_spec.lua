@@ -99,7 +99,7 @@ describe("runner lock", function()
   end)
 
   it("takes over an expired lease and logs it", function()
-    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 30) }))
+    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
     local r = support.run(support.args(srv, "two", "run", "--lock-timeout", "5"), { POD_NAME = "migrate-job-abc" })
     assert.equal(0, r.code, r.stderr)
     assert.matches("lock taken over from an expired holder", r.stderr)

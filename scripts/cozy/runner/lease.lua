@@ -6,10 +6,15 @@
 -- resourceVersion (two runners racing: one wins, the other sees a conflict
 -- and looks again: the takeover is the update engine's, cozy.kube.update,
 -- with the lock timeout as its deadline). A live Lease of another holder: wait up to the lock
--- timeout, then exit 3. Expired means renewTime + leaseDurationSeconds is
--- more than CLOCK_SKEW seconds in the past by our clock, or we watched the
--- Lease not change for a whole duration (the second rule protects against a skewed clock, as client-go
--- leader election does). Every timing decision counts from the earliest time
+-- timeout, then exit 3. Expired means we watched the Lease not change for a
+-- whole leaseDurationSeconds of our own monotonic clock, as client-go's
+-- leader election judges it: another holder's renewTime comes from its
+-- clock, which may run behind ours by any amount (a holder renewing every
+-- second with its clock a minute behind is alive), so its timestamps decide
+-- nothing; any write to the record (a renewal, a new holder) changes its
+-- resourceVersion and restarts the count. A runner that finds a dead
+-- holder's Lease therefore waits one duration before it takes it over.
+-- Every timing decision of our own lease counts from the earliest time
 -- the server could have stamped: the monotonic time taken before the request
 -- that took or renewed the Lease was sent, never its answer. A conflict
 -- backs off within the lock timeout; any other refusal fails at once.
@@ -29,10 +34,6 @@ local lease = {}
 
 lease.NAME = "cozystack-migrations"
 lease.DEFAULT_DURATION = 30
--- How far our clock may be ahead of the holder's before its lease looks
--- expired to us by wall-clock time alone.
-lease.CLOCK_SKEW = 5
-
 -- The lease duration; COZY_MIGRATE_LEASE_SECONDS shortens it (tests, and
 -- clusters that want a quicker takeover after a killed runner).
 function lease.duration()
@@ -90,7 +91,8 @@ local function holder_of(obj)
 end
 lease.holder_of = holder_of
 
--- Seconds the lease is still valid for by its own times (negative: expired).
+-- Seconds the lease is still valid for by its own times (negative: expired),
+-- as `status` shows it: the holder's clock, never a takeover's reason.
 function lease.remaining(obj, now)
   local spec = obj.spec or {}
   local renewed = lease.parse_time(spec.renewTime) or lease.parse_time(spec.acquireTime)
@@ -186,19 +188,32 @@ end
 -- "locked" with why the last take failed (take.failed).
 local function taking(opts, deadline, timeout)
   local take = {}
+  -- the record as we last saw it (its resourceVersion: any write changes
+  -- it) and when, by our monotonic clock, we first saw it so
   local observed_rv, observed_at
+  function take.unchanged(obj)
+    local rv = obj.metadata.resourceVersion
+    if rv ~= observed_rv or observed_at == nil then observed_rv, observed_at = rv, sys.monotime() end
+    return sys.monotime() - observed_at
+  end
+  -- the duration the holder declared (ours when it declared none)
+  function take.duration(obj)
+    local d = tonumber(obj.spec and obj.spec.leaseDurationSeconds)
+    return d and d > 0 and d or opts.duration
+  end
+  -- seconds until the record, unchanged, counts as expired
+  function take.expires_in(obj)
+    return take.duration(obj) - take.unchanged(obj)
+  end
   function take.give_up()
     errors.raise("locked", ("could not take the lock %s/%s within %ss: %s")
       :format(opts.namespace, lease.NAME, tostring(timeout), take.failed))
   end
   function take.decide(obj)
     if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
-    local holder, rv = holder_of(obj), obj.metadata.resourceVersion
-    if rv ~= observed_rv then observed_rv, observed_at = rv, sys.monotime() end
-    local remaining = lease.remaining(obj, sys.time())
-    -- we watched it not change for a whole duration: expired, whatever the clocks say
-    local stale = sys.monotime() - observed_at > (tonumber(obj.spec and obj.spec.leaseDurationSeconds) or opts.duration)
-    if not (holder == nil or holder == opts.identity or remaining < -lease.CLOCK_SKEW or stale) then
+    local holder = holder_of(obj)
+    local unchanged = take.unchanged(obj)
+    if not (holder == nil or holder == opts.identity or unchanged >= take.duration(obj)) then
       return nil, { obj = obj }
     end
     if take.failed and sys.monotime() >= deadline then take.give_up() end
@@ -207,7 +222,8 @@ local function taking(opts, deadline, timeout)
     if holder ~= nil and holder ~= opts.identity then
       -- the expired holder we take it from (logged once it is ours, even
       -- when a take answered too late made us its holder meanwhile)
-      take.previous = { holder = holder, renewed = obj.spec.renewTime, expired_for = -remaining }
+      take.previous = { holder = holder, renewed = obj.spec.renewTime, unchanged_for = unchanged,
+        duration = take.duration(obj) }
     end
     -- the server stamps renewTime = `now`, so another runner counts our
     -- lease from then, however long the answer takes (or the transport's
@@ -253,10 +269,11 @@ function lease.acquire(client, opts)
       if age <= opts.duration * TAKE_ANSWER_LIMIT then
         if take.previous then
           log:warn("lock taken over from an expired holder", { lease = lease.NAME, previous = take.previous.holder,
-            renewed = take.previous.renewed, expired_for_s = ("%.1f"):format(take.previous.expired_for) })
-          event(opts, "LockTakenOver", ("lock %s/%s taken over by %s from %s, whose lease expired %.1fs ago (renewed %s)")
-            :format(opts.namespace, lease.NAME, opts.identity, take.previous.holder, take.previous.expired_for,
-              tostring(take.previous.renewed)))
+            renewed = take.previous.renewed, unchanged_for_s = ("%.1f"):format(take.previous.unchanged_for) })
+          event(opts, "LockTakenOver", ("lock %s/%s taken over by %s from %s, whose lease did not change for %.1fs "
+            .. "(its duration %ss; renewed %s by its own clock)")
+            :format(opts.namespace, lease.NAME, opts.identity, take.previous.holder, take.previous.unchanged_for,
+              tostring(take.previous.duration), tostring(take.previous.renewed)))
         else
           log:info("lock acquired", { lease = lease.NAME, holder = opts.identity })
         end
@@ -270,7 +287,7 @@ function lease.acquire(client, opts)
       log:warn("lock answer came too late to count on: taking it again", { lease = lease.NAME,
         answered_after_s = ("%.1f"):format(age), lease_s = opts.duration })
     elseif what == "held" then
-      local holder, remaining = holder_of(obj), lease.remaining(obj, sys.time())
+      local holder, remaining = holder_of(obj), take.expires_in(obj)
       local left = deadline - sys.monotime()
       if left <= 0 then
         errors.raise("locked", ("lock %s/%s is held by %s (renewed %s); gave up after %ss")
@@ -427,6 +444,22 @@ end
 -- one second of that is kept as margin.
 function Holder:held_until()
   return (self.worker:last_ok() or self.started) + self.opts.duration - 1
+end
+
+-- When a child process working under the lock (a legacy script,
+-- runner/legacy.lua) must be stopped, as two sys.monotime() values: SIGTERM
+-- once the lock would be counted lost (Holder:check: two thirds of the
+-- lease without a renewal), and dead (SIGKILL) by held_until, before any
+-- other runner can take the Lease over: another runner counts our lease from
+-- when it saw our last renewal, which is after we sent it (lease.acquire), so
+-- a copy of the script it starts cannot overlap ours. A lost lock: now.
+function Holder:child_bounds()
+  if self.worker:lost() then
+    local now = sys.monotime()
+    return now, now
+  end
+  local last = self.worker:last_ok() or self.started
+  return last + self.opts.duration * UNRENEWED_LIMIT, self:held_until()
 end
 
 -- The transport's before_attempt for a write under the lock: an attempt is

@@ -7,9 +7,15 @@
 --
 -- Each runs in its own process group, under the step's time limit
 -- (--step-timeout, else the 1,800 s default): on that limit, on the
--- runner's SIGTERM/SIGINT, and once the script itself exits, the whole
+-- runner's SIGTERM/SIGINT/SIGHUP, and once the script itself exits, the whole
 -- group gets SIGTERM, then SIGKILL after a grace (core/proc.c), so a
--- background child (`kubectl port-forward &`) cannot hold the run.
+-- background child (`kubectl port-forward &`) cannot hold the run. It runs
+-- under the lock, and only while the lock is certainly ours: SIGTERM once
+-- renewals fall behind, SIGKILL before another runner could take the Lease
+-- over (lease.Holder:child_bounds), so no second copy of a script starts
+-- while this one may still run. A guardian process (core/guardian.c) keeps
+-- the same times and kills the group, and removes the script's kubeconfig,
+-- should the runner die (SIGKILL) or freeze.
 local errors = require "cozy.errors"
 local proc = require "cozy.proc"
 local stamp = require "cozy.runner.stamp"
@@ -117,7 +123,10 @@ local function failure(m, how, code, stopped, limit, last_stderr)
     if #line > legacy.QUOTE_BYTES then line = text.prefix(line, legacy.QUOTE_BYTES - 3) .. "..." end
     ended = ("%s, its last stderr line: %q"):format(ended, text.utf8(line))
   end
-  if stopped == "deadline" then
+  if stopped == "lock" then
+    errors.raise("lost", ("legacy script %s stopped: the lock may no longer be ours (not renewed in time): its "
+      .. "process group was stopped (it %s)"):format(m.file, ended), { exit = code })
+  elseif stopped == "deadline" then
     errors.raise("timeout", ("legacy script %s ran past its time limit of %ss: its process group was stopped "
       .. "(it %s)"):format(m.file, tostring(limit), ended), { exit = code })
   elseif stopped == "signal" then
@@ -130,7 +139,8 @@ end
 -- Runs migration m (kind "legacy"). opts: namespace, from, target,
 -- kubeconfig and context (the engine's --kubeconfig and --context, or nil:
 -- found as the engine finds them), log, timeout (--step-timeout, or nil:
--- the default). Raises unless the script exits 0 in time.
+-- the default), lock (the lease.Holder it runs under, or nil). Raises
+-- unless the script exits 0 in time.
 function legacy.run(m, opts)
   local vars = {
     NAMESPACE = opts.namespace,
@@ -157,7 +167,8 @@ function legacy.run(m, opts)
     else
       log:info(line, { stream = stream })
     end
-  end, { cwd = dir, deadline = sys.monotime() + limit })
+  end, { cwd = dir, deadline = sys.monotime() + limit, remove = { kubeconfig.path, kubeconfig.dir },
+    lock = opts.lock and function() return opts.lock:child_bounds() end })
   if how ~= "exit" or code ~= 0 or stopped then failure(m, how, code, stopped, limit, last_stderr) end
 end
 
