@@ -14,6 +14,7 @@ local runner = require "cozy.runner"
 local stamp = require "cozy.runner.stamp"
 local step = require "cozy.runner.step"
 local termination = require "cozy.runner.termination"
+local cozy_text = require "cozy.text"
 
 local as_array = json.array or function(t) return t end
 
@@ -201,9 +202,9 @@ function M.run(opts)
     r.findings = as_array(r.findings)
     r.permissions = as_array(r.permissions)
     if opts.output == "json" then
-      io.stdout:write(json.encode(r), "\n")
+      io.stdout:write(json.encode(cozy_text.safe_value(r)), "\n")
     else
-      io.stdout:write(text(r))
+      io.stdout:write(cozy_text.safe(text(r)))
     end
     return r.blocked and 1 or 0
   end, function(status, err) termination.finish(status, err, line) end)

@@ -56,7 +56,7 @@ function M.printer(opts)
   local as_json = opts.log_format == "json"
   return function(e)
     if as_json then
-      io.stdout:write(json.encode(e), "\n")
+      io.stdout:write(json.encode(cozy_text.safe_value(e)), "\n")
     else
       io.stdout:write(cozy_text.safe(text[e.type](e)), "\n")
     end

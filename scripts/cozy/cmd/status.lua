@@ -171,7 +171,7 @@ function M.run(opts)
   return runner.protect(opts, function(log)
     local st = M.collect(opts, log)
     if opts.output == "json" then
-      io.stdout:write(json.encode(st), "\n")
+      io.stdout:write(json.encode(cozy_text.safe_value(st)), "\n")
     else
       io.stdout:write(cozy_text.safe(text(st)))
     end
