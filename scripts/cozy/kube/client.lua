@@ -106,7 +106,7 @@ function client.connect(opts)
       { cluster = info.cluster, kubeconfig = info.source })
   end
   debug(self, "connected", { server = info.server, source = info.source, context = info.context,
-    auth = info.auth, qps = info.qps, burst = info.burst })
+    auth = info.auth, impersonate = info.impersonate, qps = info.qps, burst = info.burst })
   return self
 end
 
