@@ -719,8 +719,8 @@ static int push(char ***v, size_t *n, const char *s) {
 
 /* A YAML sequence of strings, each appended to *v (key, then the value,
 ** when key is not NULL: as-user-extra's pairs); field names it in errors. */
-static int header_values(struct loader *ld, struct kfile *f, yaml_node_t *seq, const char *field, const char *key,
-                         char ***v, size_t *n) {
+static int header_values(struct loader *ld, struct kfile *f, yaml_node_t *seq, const char *field,
+                         const char *key, char ***v, size_t *n) {
   yaml_node_item_t *it;
   if (is_null(seq)) return 0;
   if (seq->type != YAML_SEQUENCE_NODE)
@@ -752,16 +752,19 @@ static int user_impersonation(struct loader *ld, struct kfile *f, yaml_node_t *u
   int r;
   join(field, sizeof field, where, "as");
   if ((r = get_str(ld, f, us, "as", where, &v)) < 0) return -1;
-  if (r == 1 && *v && (header_value(ld, f, field, v, scalar_len(f, us, "as")) < 0 ||
-                       dup_to(err, f->path, &kc->as_user, v) < 0))
+  if (r == 1 && *v &&
+      (header_value(ld, f, field, v, scalar_len(f, us, "as")) < 0 ||
+       dup_to(err, f->path, &kc->as_user, v) < 0))
     return -1;
   join(field, sizeof field, where, "as-uid");
   if ((r = get_str(ld, f, us, "as-uid", where, &v)) < 0) return -1;
-  if (r == 1 && *v && (header_value(ld, f, field, v, scalar_len(f, us, "as-uid")) < 0 ||
-                       dup_to(err, f->path, &kc->as_uid, v) < 0))
+  if (r == 1 && *v &&
+      (header_value(ld, f, field, v, scalar_len(f, us, "as-uid")) < 0 ||
+       dup_to(err, f->path, &kc->as_uid, v) < 0))
     return -1;
   join(field, sizeof field, where, "as-groups");
-  if (header_values(ld, f, cozy_yaml_get(&f->doc, us, "as-groups"), field, NULL, &kc->as_groups, &ngroups) < 0)
+  if (header_values(ld, f, cozy_yaml_get(&f->doc, us, "as-groups"), field, NULL, &kc->as_groups, &ngroups) <
+      0)
     return -1;
   join(field, sizeof field, where, "as-user-extra");
   if (!is_null(extra) && extra->type != YAML_MAPPING_NODE)
@@ -772,8 +775,10 @@ static int user_impersonation(struct loader *ld, struct kfile *f, yaml_node_t *u
     char kfield[512];
     if (k == NULL || k->type != YAML_SCALAR_NODE || k->data.scalar.length == 0 ||
         strlen((const char *)k->data.scalar.value) != k->data.scalar.length)
-      return fail(err, f->path, field, "%s: %s must be a mapping of keys to lists of strings", f->path, field);
-    if (snprintf(kfield, sizeof kfield, "%s.%s", field, (const char *)k->data.scalar.value) >= (int)sizeof kfield)
+      return fail(err, f->path, field, "%s: %s must be a mapping of keys to lists of strings", f->path,
+                  field);
+    if (snprintf(kfield, sizeof kfield, "%s.%s", field, (const char *)k->data.scalar.value) >=
+        (int)sizeof kfield)
       kfield[sizeof kfield - 1] = '\0';
     if (header_values(ld, f, yaml_document_get_node(&f->doc, pair->value), kfield,
                       (const char *)k->data.scalar.value, &kc->as_extra, &nextra) < 0)
