@@ -189,23 +189,39 @@ static char **plugin_env(const struct cozy_exec *ex, char *info) {
 
 /* ---- running it ---- */
 
-/* The command as client-go finds it: a name with no slash is looked up in
-** $PATH, anything else is a path (kubeconfig.c resolved a relative one). */
-static char *find_command(const char *command) {
+/* The command as client-go finds it (Go's exec.LookPath): a name with no
+** slash is looked up in $PATH, anything else is a path (kubeconfig.c
+** resolved a relative one). An empty PATH element means the current
+** directory, and a relative one a directory under it: since Go 1.19 a
+** command found there is refused (exec.ErrDot), never run, for it may be
+** anything the directory holds. Returns the path, or NULL with errno
+** (ENOENT: not found; EPERM: found first through such an element, whose
+** path *dot then holds, for the message). */
+static char *find_command(const char *command, char *dot, size_t dotlen) {
   const char *path = getenv("PATH");
   if (strchr(command, '/')) return strdup(command);
   if (path == NULL || *path == '\0') path = "/usr/local/bin:/usr/bin:/bin";
-  while (*path) {
+  for (;;) {
     size_t dlen = strcspn(path, ":");
-    size_t n = dlen + strlen(command) + 2;
+    /* Go: an empty element is "." */
+    const char *dir = dlen ? path : ".";
+    int dirlen = dlen ? (int)dlen : 1;
+    size_t n = (size_t)dirlen + strlen(command) + 2;
     char *p = malloc(n);
     struct stat st;
     if (p == NULL) return NULL;
-    snprintf(p, n, "%.*s%s%s", (int)dlen, path, dlen ? "/" : "", command);
-    if (stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, X_OK) == 0) return p;
+    snprintf(p, n, "%.*s/%s", dirlen, dir, command);
+    if (stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, X_OK) == 0) {
+      if (p[0] == '/') return p;
+      snprintf(dot, dotlen, "%s", p);
+      free(p);
+      errno = EPERM;
+      return NULL;
+    }
     free(p);
     path += dlen;
-    if (*path == ':') path++;
+    if (*path != ':') break;
+    path++; /* a trailing ':' is one more, empty, element */
   }
   errno = ENOENT;
   return NULL;
@@ -630,7 +646,7 @@ int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, int renew, c
   struct cozy_blob out = {NULL, 0}, token = {NULL, 0}, cert = {NULL, 0}, key = {NULL, 0};
   int tty = isatty(0), interactive, rc = -1;
   double expires = 0;
-  char *info = NULL, **envp = NULL;
+  char *info = NULL, **envp = NULL, dot[512];
   struct text ckey = {NULL, 0, 0, 0};
   /* client-go: Never never prompts; IfAvailable prompts when stdin is a
   ** terminal; Always needs one */
@@ -638,9 +654,17 @@ int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, int renew, c
     return fail(err, errlen, ex,
                 "needs an interactive terminal (interactiveMode: Always) and standard input is not one");
   interactive = ex->interactive_mode != COZY_EXEC_NEVER && tty;
-  if (ex->path == NULL && (ex->path = find_command(ex->command)) == NULL)
+  if (ex->path == NULL && (ex->path = find_command(ex->command, dot, sizeof dot)) == NULL) {
+    if (errno == EPERM)
+      return fail(err, errlen, ex,
+                  "found in PATH as %s, relative to the current directory (an empty or relative PATH "
+                  "element): not run, as client-go refuses it (exec.ErrDot); put the plugin's directory in "
+                  "PATH as an absolute path, or give exec.command as a path",
+                  dot);
+    if (errno != ENOENT) return fail(err, errlen, ex, "out of memory");
     return fail(err, errlen, ex, "not found in PATH%s%s", ex->install_hint ? "; " : "",
                 ex->install_hint ? ex->install_hint : "");
+  }
   info = exec_info(ex, kc, interactive);
   if (info) cache_key(ex, info, &ckey);
   if (info && !ckey.oom && !renew && cache_get(&ckey, &token, &cert, &key, &expires) == 0) {

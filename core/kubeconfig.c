@@ -380,6 +380,12 @@ static void loader_free(struct loader *ld) {
   ld->nfiles = 0;
 }
 
+static void free_strv(char **v) {
+  char **p;
+  for (p = v; p && *p; p++) free(*p);
+  free(v);
+}
+
 void cozy_kubeconfig_free(struct cozy_kubeconfig *kc) {
   free(kc->source);
   free(kc->context);
@@ -390,6 +396,10 @@ void cozy_kubeconfig_free(struct cozy_kubeconfig *kc) {
   free(kc->token_file);
   free(kc->tls_server_name);
   free(kc->proxy_url);
+  free(kc->as_user);
+  free(kc->as_uid);
+  free_strv(kc->as_groups);
+  free_strv(kc->as_extra);
   cozy_exec_free(kc->exec);
   cozy_blob_free(&kc->ca);
   cozy_blob_free(&kc->cert);
@@ -677,6 +687,113 @@ static int user_token(struct loader *ld, struct kfile *f, yaml_node_t *us, const
   return load_token_file(kc, err, f->path, field);
 }
 
+/* A value that goes into an Impersonate-* header: control characters (CR
+** and LF would end the header and start another) are refused. */
+static int header_value(struct loader *ld, struct kfile *f, const char *field, const char *v, size_t len) {
+  size_t i;
+  for (i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)v[i];
+    if (c < 0x20 || c == 0x7f)
+      return fail(ld->err, f->path, field,
+                  "%s: %s contains a control character; it cannot be sent in an impersonation header",
+                  f->path, field);
+  }
+  return 0;
+}
+
+/* The length of scalar `key` of mapping `map`, its own: a "\0" escape
+** must not cut a value short (get_str returned it as present). */
+static size_t scalar_len(struct kfile *f, yaml_node_t *map, const char *key) {
+  return cozy_yaml_get(&f->doc, map, key)->data.scalar.length;
+}
+
+/* Appends s (copied) to the NULL-terminated *v of *n entries. */
+static int push(char ***v, size_t *n, const char *s) {
+  char **grown = realloc(*v, (*n + 2) * sizeof **v);
+  if (grown == NULL) return -1;
+  *v = grown;
+  if ((grown[*n] = strdup(s)) == NULL) return -1;
+  grown[++*n] = NULL;
+  return 0;
+}
+
+/* A YAML sequence of strings, each appended to *v (key, then the value,
+** when key is not NULL: as-user-extra's pairs); field names it in errors. */
+static int header_values(struct loader *ld, struct kfile *f, yaml_node_t *seq, const char *field,
+                         const char *key, char ***v, size_t *n) {
+  yaml_node_item_t *it;
+  if (is_null(seq)) return 0;
+  if (seq->type != YAML_SEQUENCE_NODE)
+    return fail(ld->err, f->path, field, "%s: %s must be a list of strings", f->path, field);
+  for (it = seq->data.sequence.items.start; it < seq->data.sequence.items.top; it++) {
+    yaml_node_t *e = yaml_document_get_node(&f->doc, *it);
+    const char *s;
+    if (e == NULL || e->type != YAML_SCALAR_NODE)
+      return fail(ld->err, f->path, field, "%s: %s must be a list of strings", f->path, field);
+    s = (const char *)e->data.scalar.value;
+    if (header_value(ld, f, field, s, e->data.scalar.length) < 0) return -1;
+    if ((key != NULL && push(v, n, key) < 0) || push(v, n, s) < 0)
+      return fail(ld->err, f->path, field, "out of memory");
+  }
+  return 0;
+}
+
+/* The user's impersonation (as, as-uid, as-groups, as-user-extra) into kc,
+** as client-go reads it (clientcmd's AuthInfo) and validates it: uid,
+** groups or extra without a user is an error, never ignored. */
+static int user_impersonation(struct loader *ld, struct kfile *f, yaml_node_t *us, const char *where,
+                              struct cozy_kubeconfig *kc) {
+  struct cozy_config_error *err = ld->err;
+  yaml_node_t *extra = cozy_yaml_get(&f->doc, us, "as-user-extra");
+  yaml_node_pair_t *pair;
+  char field[256];
+  const char *v;
+  size_t ngroups = 0, nextra = 0;
+  int r;
+  join(field, sizeof field, where, "as");
+  if ((r = get_str(ld, f, us, "as", where, &v)) < 0) return -1;
+  if (r == 1 && *v &&
+      (header_value(ld, f, field, v, scalar_len(f, us, "as")) < 0 ||
+       dup_to(err, f->path, &kc->as_user, v) < 0))
+    return -1;
+  join(field, sizeof field, where, "as-uid");
+  if ((r = get_str(ld, f, us, "as-uid", where, &v)) < 0) return -1;
+  if (r == 1 && *v &&
+      (header_value(ld, f, field, v, scalar_len(f, us, "as-uid")) < 0 ||
+       dup_to(err, f->path, &kc->as_uid, v) < 0))
+    return -1;
+  join(field, sizeof field, where, "as-groups");
+  if (header_values(ld, f, cozy_yaml_get(&f->doc, us, "as-groups"), field, NULL, &kc->as_groups, &ngroups) <
+      0)
+    return -1;
+  join(field, sizeof field, where, "as-user-extra");
+  if (!is_null(extra) && extra->type != YAML_MAPPING_NODE)
+    return fail(err, f->path, field, "%s: %s must be a mapping of keys to lists of strings", f->path, field);
+  for (pair = is_null(extra) ? NULL : extra->data.mapping.pairs.start;
+       pair != NULL && pair < extra->data.mapping.pairs.top; pair++) {
+    yaml_node_t *k = yaml_document_get_node(&f->doc, pair->key);
+    char kfield[512];
+    if (k == NULL || k->type != YAML_SCALAR_NODE || k->data.scalar.length == 0 ||
+        strlen((const char *)k->data.scalar.value) != k->data.scalar.length)
+      return fail(err, f->path, field, "%s: %s must be a mapping of keys to lists of strings", f->path,
+                  field);
+    if (snprintf(kfield, sizeof kfield, "%s.%s", field, (const char *)k->data.scalar.value) >=
+        (int)sizeof kfield)
+      kfield[sizeof kfield - 1] = '\0';
+    if (header_values(ld, f, yaml_document_get_node(&f->doc, pair->value), kfield,
+                      (const char *)k->data.scalar.value, &kc->as_extra, &nextra) < 0)
+      return -1;
+  }
+  if (kc->as_user == NULL && (kc->as_uid != NULL || ngroups > 0 || nextra > 0)) {
+    join(field, sizeof field, where, kc->as_uid ? "as-uid" : ngroups ? "as-groups" : "as-user-extra");
+    return fail(err, f->path, field,
+                "%s: %s: requesting uid, groups or user-extra for user \"%s\" without impersonating a user "
+                "(set %s.as)",
+                f->path, field, kc->user, where);
+  }
+  return 0;
+}
+
 /* The context's user (none: anonymous): its client certificate and token. */
 static int from_user(struct loader *ld, struct cozy_kubeconfig *kc) {
   struct cozy_config_error *err = ld->err;
@@ -693,7 +810,7 @@ static int from_user(struct loader *ld, struct cozy_kubeconfig *kc) {
   if (us == NULL || is_null(us)) return 0;
   if (us->type != YAML_MAPPING_NODE)
     return fail(err, f->path, where, "%s: %s must be a mapping", f->path, where);
-  if (refuse_plugins(ld, f, us, where) < 0) return -1;
+  if (refuse_plugins(ld, f, us, where) < 0 || user_impersonation(ld, f, us, where, kc) < 0) return -1;
   if (get_blob(ld, f, us, "client-certificate", where, &kc->cert) < 0) return -1;
   if (get_blob(ld, f, us, "client-key", where, &kc->key) < 0) return -1;
   if ((kc->cert.data == NULL) != (kc->key.data == NULL)) {

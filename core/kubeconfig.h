@@ -53,6 +53,13 @@ struct cozy_kubeconfig {
   struct cozy_exec *exec; /* users[].user.exec: run again on expiry and after a 401 */
   char *tls_server_name, *proxy_url; /* the cluster's; may be NULL */
   int insecure; /* insecure-skip-tls-verify: true in the kubeconfig */
+  /* The user's impersonation, sent on every request as client-go sends it
+  ** (Impersonate-User, -Uid, one Impersonate-Group per group, one
+  ** Impersonate-Extra-<key> per value). as_user NULL: none (then the others
+  ** are NULL too: client-go refuses them without a user). */
+  char *as_user, *as_uid; /* as, as-uid */
+  char **as_groups; /* as-groups, NULL-terminated */
+  char **as_extra; /* as-user-extra: key, value, key, value, ... NULL; a key once per value, in order */
 };
 
 /* Loads the configuration; returns 0, or -1 with err filled. path and

@@ -165,6 +165,41 @@ static void exec_stanza(struct out *o, const struct cozy_exec *e, int first) {
   put(o, "}", 1);
 }
 
+/* The user's impersonation, as kubectl reads it (as, as-uid, as-groups,
+** as-user-extra), so that a script's kubectl acts as the engine does.
+** as_extra holds a key once per value, each key's values in a row. */
+static void impersonation(struct out *o, const struct cozy_kubeconfig *kc, int first) {
+  char **p;
+  if (kc->as_user == NULL) return;
+  if (!first) put(o, ",", 1);
+  key_str(o, "as", kc->as_user);
+  if (kc->as_uid) {
+    put(o, ",", 1);
+    key_str(o, "as-uid", kc->as_uid);
+  }
+  if (kc->as_groups) {
+    put_str(o, ",\"as-groups\":[");
+    for (p = kc->as_groups; *p; p++) {
+      if (p != kc->as_groups) put(o, ",", 1);
+      str(o, *p, strlen(*p));
+    }
+    put(o, "]", 1);
+  }
+  if (kc->as_extra && kc->as_extra[0]) {
+    put_str(o, ",\"as-user-extra\":{");
+    for (p = kc->as_extra; p[0] && p[1]; p += 2) {
+      int same = p != kc->as_extra && strcmp(p[-2], p[0]) == 0;
+      if (!same) {
+        if (p != kc->as_extra) put_str(o, "],");
+        str(o, p[0], strlen(p[0]));
+        put_str(o, ":[");
+      } else put(o, ",", 1);
+      str(o, p[1], strlen(p[1]));
+    }
+    put_str(o, "]}");
+  }
+}
+
 /* The document, into o. */
 static void document(struct out *o, const struct cozy_kubeconfig *kc, const char *name, const char *ns) {
   put_str(o, "{\"apiVersion\":\"v1\",\"kind\":\"Config\",\"preferences\":{},\"clusters\":[{");
@@ -207,7 +242,11 @@ static void document(struct out *o, const struct cozy_kubeconfig *kc, const char
       str(o, kc->token.data, kc->token.len);
       first = 0;
     }
-    if (kc->exec) exec_stanza(o, kc->exec, first);
+    if (kc->exec) {
+      exec_stanza(o, kc->exec, first);
+      first = 0;
+    }
+    impersonation(o, kc, first);
   }
   put_str(o, "}}],\"contexts\":[{");
   key_str(o, "name", name);

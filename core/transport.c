@@ -338,6 +338,7 @@ static int t_info(lua_State *L) {
   set_str(L, "cluster", t->kc.cluster);
   set_str(L, "user", t->kc.user);
   set_str(L, "token_file", t->kc.token_file);
+  set_str(L, "impersonate", t->kc.as_user); /* the kubeconfig's `as`: whom every request acts as */
   lua_pushboolean(L, t->kc.insecure);
   lua_setfield(L, -2, "insecure");
   set_str(L, "auth",

@@ -423,6 +423,64 @@ static int add_header(struct cozy_exchange *t, const char *line) {
   return 0;
 }
 
+/* "name: value" as one header line; an empty value as "name;", libcurl's
+** way to send it (a "name:" line would remove the header instead). */
+static int add_named(struct cozy_exchange *x, const char *name, const char *value) {
+  size_t n = strlen(name) + strlen(value) + 3;
+  char *line = malloc(n);
+  int bad;
+  if (line == NULL) return -1;
+  if (*value) snprintf(line, n, "%s: %s", name, value);
+  else snprintf(line, n, "%s;", name);
+  bad = add_header(x, line);
+  free(line);
+  return bad;
+}
+
+/* An as-user-extra key in a header name, as client-go escapes it
+** (transport/round_trippers.go, headerKeyEscape): a byte that is not an
+** HTTP token character, and '%', as %XX; the API server lowercases and
+** unescapes it. */
+static void extra_header_name(char *dst, const char *key) {
+  static const char token[] = "!#$&'*+-.^_`|~";
+  static const char hex[] = "0123456789ABCDEF";
+  const unsigned char *k;
+  dst += sprintf(dst, "Impersonate-Extra-");
+  for (k = (const unsigned char *)key; *k; k++) {
+    if ((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') || (*k >= '0' && *k <= '9') ||
+        strchr(token, *k) != NULL) {
+      *dst++ = (char)*k;
+    } else {
+      *dst++ = '%';
+      *dst++ = hex[*k >> 4];
+      *dst++ = hex[*k & 15];
+    }
+  }
+  *dst = '\0';
+}
+
+/* The kubeconfig user's impersonation, as client-go's impersonating round
+** tripper sends it: Impersonate-User, Impersonate-Uid when set, one
+** Impersonate-Group per group and one Impersonate-Extra-<key> per value. */
+static int add_impersonation(struct cozy_exchange *x, const struct cozy_kubeconfig *kc) {
+  char **p;
+  if (kc->as_user == NULL) return 0;
+  if (add_named(x, "Impersonate-User", kc->as_user) != 0) return -1;
+  if (kc->as_uid && add_named(x, "Impersonate-Uid", kc->as_uid) != 0) return -1;
+  for (p = kc->as_groups; p && *p; p++)
+    if (add_named(x, "Impersonate-Group", *p) != 0) return -1;
+  for (p = kc->as_extra; p && p[0] && p[1]; p += 2) {
+    char *name = malloc(sizeof "Impersonate-Extra-" + 3 * strlen(p[0]));
+    int bad;
+    if (name == NULL) return -1;
+    extra_header_name(name, p[0]);
+    bad = add_named(x, name, p[1]);
+    free(name);
+    if (bad) return -1;
+  }
+  return 0;
+}
+
 CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x, const char *method,
                                const char *url, const char *body, size_t body_len, const char *content_type,
                                double timeout, int reuse) {
@@ -453,6 +511,7 @@ CURLcode cozy_exchange_prepare(struct cozy_transport *t, struct cozy_exchange *x
     free(auth);
     if (bad) return CURLE_OUT_OF_MEMORY;
   }
+  if (add_impersonation(x, &t->kc) != 0) return CURLE_OUT_OF_MEMORY;
   CHECK_SETOPT(x, CURLOPT_WRITEDATA, x->resp);
   CHECK_SETOPT(x, CURLOPT_HEADERDATA, x->resp);
   CHECK_SETOPT(x, CURLOPT_URL, url);

@@ -28,14 +28,52 @@ function text.utf8(s)
   return table.concat(out)
 end
 
+-- s with every URL's user-info blanked: from "://" to the LAST '@' that a
+-- host follows (a letter, digit or '[') before the line ends or the next
+-- "://" begins. A password is any bytes, raw or percent-encoded: a raw '/',
+-- space, quote or '@' in it ("http://u:pa/s s@proxy:3128", which a proxy
+-- variable or a kubeconfig's proxy-url may hold and curl quotes) cannot be
+-- told from the URL's own path or the text after it, so everything up to
+-- that '@' goes (a '@' later on the line, "https://host/path@v1", blanks
+-- the host too: more hidden, never a password shown). Linear in #s: each
+-- search below starts where the last one stopped.
+local function blank_userinfo(s)
+  local out, copied = {}, 1
+  local next_at, next_eol = 0, 0
+  local scheme = s:find("://", 1, true)
+  while scheme do
+    local from = scheme + 3
+    local following = s:find("://", from, true)
+    if next_eol ~= nil and next_eol < from then next_eol = s:find("[\r\n]", from) end
+    local stop = math.min(following or #s + 1, next_eol or #s + 1)
+    local last
+    while true do
+      if next_at ~= nil and next_at < from then next_at = s:find("@", from, true) end
+      if next_at == nil or next_at >= stop then break end
+      if s:find("^[%w%[]", next_at + 1) then last = next_at end
+      from = next_at + 1
+    end
+    if last then
+      out[#out + 1] = s:sub(copied, scheme + 2)
+      out[#out + 1] = "***"
+      copied = last
+    end
+    scheme = following
+  end
+  if copied == 1 then return s end
+  out[#out + 1] = s:sub(copied)
+  return table.concat(out)
+end
+
 -- s with credentials blanked: the user-info of a URL (a proxy's
--- "http://user:password@host", which curl quotes in its messages) and the
--- token of an Authorization header or a "Bearer ..." text.
--- Every pattern starts with a literal, so a match is tried in constant time
--- at each position: linear in #s, whatever the text (a pattern led by a
--- repeated class would rescan a long run of letters at every position).
+-- "http://user:password@host", which curl quotes in its messages; see
+-- blank_userinfo) and the token of an Authorization header or a
+-- "Bearer ..." text. Every pattern starts with a literal, so a match is
+-- tried in constant time at each position: linear in #s, whatever the text
+-- (a pattern led by a repeated class would rescan a long run of letters at
+-- every position).
 function text.redact(s)
-  if s:find("://", 1, true) then s = s:gsub("://[^/@%s'\"]+@", "://***@") end
+  if s:find("://", 1, true) then s = blank_userinfo(s) end
   if s:find("earer", 1, true) then s = s:gsub("([Bb]earer%s+)[%w%-._~+/]+=*", "%1***") end
   if s:find("uthorization", 1, true) then s = s:gsub("([Aa]uthorization:%s*)[^\r\n]+", "%1***") end
   return s
@@ -98,6 +136,17 @@ end
 -- shown with U+FFFD rather than failing the command.
 function text.json(v)
   return json.encode(text.printable(v))
+end
+
+-- s through text.safe, then cut to at most `limit` bytes (with `ellipsis`
+-- after a cut): blanking before cutting, so that a cut inside a URL's
+-- user-info or a token (before the '@' or the end that marks it) leaves
+-- none of it.
+function text.safe_prefix(s, limit, ellipsis)
+  s = text.safe(s)
+  if #s <= limit then return s end
+  ellipsis = ellipsis or ""
+  return text.prefix(s, limit - #ellipsis) .. ellipsis
 end
 
 -- At most `limit` bytes of s, cut before a UTF-8 sequence rather than

@@ -255,6 +255,54 @@ describe("exec credential plugins", function()
     c:close()
   end)
 
+  -- Where a plugin comes from (issue 35): Go's exec.LookPath, which
+  -- client-go runs a bare command through, refuses since Go 1.19 a command
+  -- found through an empty PATH element (the current directory) or a
+  -- relative one (exec.ErrDot). The runner runs from the directory it was
+  -- started in, which may hold anything.
+  describe("a bare command looked up in PATH", function()
+    local cwd
+    before_each(function()
+      cwd = support.tmpdir()
+      os.execute(("mkdir -p '%s/bin' '%s/abs'"):format(cwd, cwd))
+      for _, d in ipairs { cwd, cwd .. "/bin", cwd .. "/abs" } do
+        support.write_file(d .. "/cozy-dot-plugin", ('#!/bin/sh\nexec %s "$@"\n'):format(PLUGIN))
+        os.execute(("chmod +x '%s/cozy-dot-plugin'"):format(d))
+      end
+    end)
+    after_each(function() os.execute("rm -rf '" .. cwd .. "'") end)
+
+    -- cozy-migrate status from cwd with PATH, its plugin the bare cozy-dot-plugin
+    local function status_with(path_env)
+      local runs = cwd .. "/runs"
+      os.remove(runs)
+      local kc = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN), RUNS = runs })
+      support.write_file(kc, support.read_file(kc):gsub("command: [^\n]+", "command: cozy-dot-plugin"))
+      local r = require("spec.helpers.cli").shell(("cd '%s' && exec env PATH='%s' %s --kubeconfig '%s' --no-builtin "
+        .. "--target 2 status"):format(cwd, path_env, require("spec.helpers.cli").bin, kc))
+      return r, lines_in(runs)
+    end
+
+    it("refuses one found through an empty or relative element (exec.ErrDot), and never runs it", function()
+      for _, path_env in ipairs { ":/usr/bin:/bin", "/usr/bin::/bin", "/usr/bin:/bin:", ".:/usr/bin:/bin",
+          "bin:/usr/bin:/bin" } do
+        local r, runs = status_with(path_env)
+        assert.equal(2, r.code, path_env .. ": " .. r.stderr)
+        local found = path_env:sub(1, 3) == "bin" and "bin/cozy-dot-plugin" or "./cozy-dot-plugin"
+        assert.matches("exec plugin cozy-dot-plugin: found in PATH as " .. found .. ", relative to the current "
+          .. "directory (an empty or relative PATH element): not run, as client-go refuses it (exec.ErrDot)",
+          r.stderr, 1, true)
+        assert.equal(0, runs, path_env .. ": the plugin ran")
+      end
+    end)
+
+    it("runs the one an absolute element finds first, an empty element after it", function()
+      local r, runs = status_with(cwd .. "/abs::/usr/bin:/bin")
+      assert.equal(0, r.code, r.stderr)
+      assert.equal(1, runs)
+    end)
+  end)
+
   it("a command that is not installed: the installHint", function()
     local path = kubeconfig(srv, {}, "      apiVersion: " .. V1 .. "\n      interactiveMode: Never\n" ..
       "      installHint: 'install it with: apt install nothing'")

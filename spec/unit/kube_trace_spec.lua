@@ -14,6 +14,14 @@ local function req(method, path, body)
   return { method = method, path = path, shown = path, options = { body = body and json.encode(body) } }
 end
 
+local LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+-- The annotation `kubectl apply` leaves: the object it applied, with a newline.
+local function applied(data, string_data)
+  return json.encode { apiVersion = "v1", kind = "Secret", metadata = { name = "x" }, data = data,
+    stringData = string_data } .. "\n"
+end
+
 describe("cozy.kube.trace", function()
   it("logs nothing below -v=6", function()
     local log, lines = logger(5)
@@ -54,6 +62,22 @@ describe("cozy.kube.trace", function()
         message = "patch: Invalid value: \"{\\\"data\\\":{\\\"p\\\":\\\"GGGG\\\"}}\"",
         details = { causes = { { field = "patch", message = "Invalid value: GGGG" } } } }), "GGGG" },
     { "a secrets answer that is not JSON", req("GET", "/api/v1/namespaces/a/secrets/x"), "FFFF not json", "FFFF" },
+    -- issue 35: the annotations that carry a copy of a Secret's data
+    { "a Secret's last-applied-configuration", req("GET", "/api/v1/namespaces/a/secrets/x"),
+      { kind = "Secret", metadata = { annotations = { [LAST_APPLIED] = applied { p = "HHHH" } } } }, "HHHH" },
+    { "the last-applied-configuration of a secrets list's item", req("GET", "/api/v1/namespaces/a/secrets"),
+      { kind = "SecretList", items = { { metadata = { annotations = { [LAST_APPLIED] = applied(nil, { p = "IIII" }) } } } } },
+      "IIII" },
+    { "a merge patch setting the annotation", req("PATCH", "/api/v1/namespaces/a/secrets/x",
+      { metadata = { annotations = { [LAST_APPLIED] = applied { p = "JJJJ" } } } }), nil, "JJJJ" },
+    { "kapp's original of a Secret in another list", req("GET", "/api/v1/namespaces/a/pods"),
+      { kind = "List", items = { { kind = "Secret", metadata = { annotations = {
+        ["kapp.k14s.io/original"] = json.encode { kind = "Secret", data = { p = "KKKK" } } } } } } }, "KKKK" },
+    { "a watch event's Secret", req("GET", "/api/v1/namespaces/a/secrets"),
+      { type = "ADDED", object = { kind = "Secret", metadata = { annotations = { [LAST_APPLIED] = applied { p = "LLLL" } } } } },
+      "LLLL" },
+    { "an annotation that looks like JSON and does not decode", req("GET", "/api/v1/namespaces/a/secrets/x"),
+      { kind = "Secret", metadata = { annotations = { [LAST_APPLIED] = '{"data":{"p":"MMMM"' } } }, "MMMM" },
   }) do
     it("redacts " .. case[1] .. " at -v=9, and leaves the caller's body as it was", function()
       local log, lines = logger(9)
@@ -65,6 +89,28 @@ describe("cozy.kube.trace", function()
       for i = 4, #case do assert.not_matches(case[i], shown, 1, true) end
     end)
   end
+
+  it("keeps a Secret's other annotations, and the rest of its last-applied-configuration", function()
+    local log, lines = logger(8)
+    trace.request(log, req("GET", "/api/v1/namespaces/a/secrets/x"), { kind = "Secret", metadata = { annotations = {
+      owner = "team-a", [LAST_APPLIED] = applied { p = "NNNN" } } } }, { { code = 200, elapsed_s = 0.01 } })
+    local shown = json.decode(lines[1].fields.response_body)
+    assert.equal("team-a", shown.metadata.annotations.owner)
+    local inner = json.decode(shown.metadata.annotations[LAST_APPLIED])
+    assert.same({ p = "<redacted>" }, inner.data)
+    assert.equal("x", inner.metadata.name)
+  end)
+
+  it("blanks a URL's user-info before it cuts a body at 1 KiB", function()
+    local log, lines = logger(8)
+    -- the cut falls inside the password: before the '@' that marks it
+    local value = ("v"):rep(990) .. " http://user:" .. ("s"):rep(100) .. "@proxy:3128"
+    trace.request(log, req("GET", "/api/v1/namespaces/a/configmaps/x"), { kind = "ConfigMap", data = { k = value } },
+      { { code = 200, elapsed_s = 0.01 } })
+    assert.matches("[truncated", lines[1].fields.response_body, 1, true)
+    assert.not_matches("user:", lines[1].fields.response_body, 1, true)
+    assert.not_matches("sss", lines[1].fields.response_body, 1, true)
+  end)
 
   it("shows other bodies, cut at 1 KiB at -v=8 and whole at -v=9", function()
     local data = {}

@@ -16,7 +16,51 @@ describe("cozy.text", function()
     assert.equal("socks5h://***@proxy:1080/x", text.redact("socks5h://u:p@proxy:1080/x"))
     assert.equal("token Bearer *** here", text.redact("token Bearer eyJ.abc-def_ghi/+= here"))
     assert.equal("-H 'Authorization: ***", text.redact("-H 'Authorization: Basic dXNlcjpwYXNz'"))
-    assert.equal("https://host/path@v1", text.redact("https://host/path@v1"))
+  end)
+
+  -- issue 35: a password is any bytes up to the last '@' a host follows
+  it("blanks a user-info whose password holds a '/', a space, a quote or an '@', raw or percent-encoded", function()
+    for _, case in ipairs {
+      { "proxy http://user:pa/ss@proxy:3128 refused", "proxy http://***@proxy:3128 refused" },
+      { "http://user:pa ss@proxy:3128", "http://***@proxy:3128" },
+      { "Unsupported proxy syntax in 'http://u:pa\"ss'@proxy:3128'", "Unsupported proxy syntax in 'http://***@proxy:3128'" },
+      { "http://u:p@ss@w@rd@[::1]:3128/x", "http://***@[::1]:3128/x" },
+      { "http://u:p%40ss%2Fw%20d@proxy", "http://***@proxy" },
+      { "server=https://admin:pa/ss@10.0.0.1:6443 source=kc", "server=https://***@10.0.0.1:6443 source=kc" },
+      -- two URLs on a line, and a line break: each user-info ends in its own URL
+      { "a http://u:p/1@h1 b https://v:p/2@h2\nc@d", "a http://***@h1 b https://***@h2\nc@d" },
+    } do
+      assert.equal(case[2], text.redact(case[1]))
+    end
+  end)
+
+  it("leaves a URL without user-info as it is; a '@' later on its line hides the text before it", function()
+    assert.equal("http://proxy:3128 refused", text.redact("http://proxy:3128 refused"))
+    assert.equal("https://host/path @ 5", text.redact("https://host/path @ 5")) -- no host after the '@'
+    -- a raw '/' in a password cannot be told from a path: more hidden, no password shown
+    assert.equal("https://***@v1", text.redact("https://host/path@v1"))
+  end)
+
+  it("stays linear on adversarial text", function()
+    for _, s in ipairs { ("://a"):rep(200000), ("://" .. ("@"):rep(10)):rep(50000), "://" .. ("@x"):rep(300000) } do
+      local t0 = os.clock()
+      text.redact(s)
+      assert.is_true(os.clock() - t0 < 1, "text.redact took " .. (os.clock() - t0) .. "s")
+    end
+  end)
+
+  it("safe_prefix blanks before it cuts: no part of a password cut short of its '@'", function()
+    local s = ("x"):rep(50) .. " http://user:" .. ("p"):rep(100) .. "@proxy:3128"
+    local cut = text.safe_prefix(s, 80, "...")
+    assert.equal(("x"):rep(50) .. " http://***@proxy:3128", cut)
+    assert.not_matches("pp", text.safe_prefix(s, 70, "..."))
+  end)
+
+  it("json() blanks every string of a value, keys too, keeping JSON arrays and objects", function()
+    local json = require "cozy.json"
+    local v = json.decode('{"a":["http://u:p/w@h"],"http://k:s@h":{"x":1}}')
+    assert.equal('{"a":["http://***@h"],"http://***@h":{"x":1}}', text.json(v))
+    assert.equal("[]", text.json(json.decode("[]")))
   end)
 
   it("cuts before a UTF-8 sequence, never inside one", function()

@@ -107,7 +107,7 @@ function client.connect(opts)
       { cluster = info.cluster, kubeconfig = info.source })
   end
   debug(self, "connected", { server = info.server, source = info.source, context = info.context,
-    auth = info.auth, qps = info.qps, burst = info.burst })
+    auth = info.auth, impersonate = info.impersonate, qps = info.qps, burst = info.burst })
   return self
 end
 
@@ -158,9 +158,16 @@ local function admit(self, method, path, query, write)
   if self.gate then self.gate:admit(method, path, query, write, (self._internal or 0) > 0) end
 end
 
+-- A write a dry run keeps back (or sends with dryRun=All), for whoever
+-- shows it (plan, run --dry-run, check's findings): its body with a
+-- Secret's data redacted, as the -v=8 trace shows it; the write itself
+-- keeps the body it was given.
 local function record_write(self, method, path, query, ctype, body)
   if self.record then
-    self.record { method = method, path = path, query = query_table(query), content_type = ctype, body = body }
+    local shown = body
+    if type(body) == "table" then shown = trace.redacted(body, request.is_secrets(path))
+    elseif body ~= nil and request.is_secrets(path) then shown = "<redacted>" end
+    self.record { method = method, path = path, query = query_table(query), content_type = ctype, body = shown }
   end
 end
 

@@ -56,7 +56,7 @@ function errors.from_response(method, path, code, status, raw, attempts)
   end
   if e.reason == nil or e.reason == "" then e.reason = reasons[code] or "Unknown" end
   if e.message == nil or e.message == "" then
-    e.message = raw and raw ~= "" and text.prefix(raw, 200) or ("HTTP " .. tostring(code))
+    e.message = raw and raw ~= "" and text.safe_prefix(raw, 200) or ("HTTP " .. tostring(code))
   end
   -- a refused Secret write is answered with a message that quotes the
   -- object it was sent, data included (the real kube-apiserver's 422)

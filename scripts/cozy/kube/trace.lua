@@ -8,9 +8,19 @@
 -- never leave C memory), and a Secret's data: any object of kind Secret,
 -- and the objects, lists and patches of a secrets path, have their `data`
 -- and `stringData` values (and a JSON patch's values) replaced before the
--- body is encoded, as are the messages of a Status a secrets path answers. Every line also goes through cozy.log's text.safe.
+-- body is encoded, as are the messages of a Status a secrets path answers.
+-- A Secret's annotations carry its data too: `kubectl apply` keeps the
+-- whole object it applied in kubectl.kubernetes.io/last-applied-configuration
+-- (kapp in kapp.k14s.io/original, other tools elsewhere), so every
+-- annotation value of a Secret that is JSON is redacted as a Secret's body
+-- (any object, list or patch inside it), and one that looks like JSON but
+-- does not decode is replaced whole. The same redaction is what a client
+-- dry run records of a write (plan, run --dry-run, check's findings).
+-- Every line also goes through cozy.log's text.safe, a body before it is
+-- cut (a cut inside a URL's user-info would hide the '@' that marks it).
 local json = require "cozy.json"
 local request = require "cozy.kube.request"
+local text = require "cozy.text"
 
 local trace = { REQUESTS = 6, BODIES = 8, WHOLE_BODIES = 9, BODY_BYTES = 1024 }
 
@@ -23,9 +33,27 @@ local function redact_values(t)
   return c
 end
 
+local redacted
+
+-- A Secret's annotations, each value that is (or looks like) JSON redacted
+-- as the body of a secrets path: a last-applied-configuration is the
+-- object kubectl applied, data and stringData included.
+local function redact_annotations(annotations, depth)
+  if type(annotations) ~= "table" then return annotations end
+  for k, v in pairs(annotations) do
+    if type(v) == "string" and v:find("^%s*[%[{]") then
+      local ok, decoded = pcall(json.decode, v)
+      local eok, encoded = false, nil
+      if ok and type(decoded) == "table" then eok, encoded = pcall(json.encode, redacted(decoded, true, depth + 1)) end
+      annotations[k] = eok and encoded or REDACTED
+    end
+  end
+  return annotations
+end
+
 -- A copy of v (the caller's body is never changed) with Secret data redacted.
 -- `secret`: v is the body of a secrets path (an object, a list, or a patch).
-local function redacted(v, secret, depth)
+function redacted(v, secret, depth)
   if type(v) ~= "table" then return v end
   depth = depth or 0
   if depth > 64 then return "<too deep>" end
@@ -44,6 +72,7 @@ local function redacted(v, secret, depth)
   if secret or c.kind == "Secret" then
     if c.data ~= nil then c.data = redact_values(c.data) end
     if c.stringData ~= nil then c.stringData = redact_values(c.stringData) end
+    if type(c.metadata) == "table" then redact_annotations(c.metadata.annotations, depth) end
     if secret and c[1] ~= nil then
       -- a list's items, or a JSON patch's operations
       for i, x in ipairs(c) do
@@ -51,6 +80,7 @@ local function redacted(v, secret, depth)
           if x.op ~= nil and x.value ~= nil then x.value = REDACTED end
           if x.data ~= nil then x.data = redact_values(x.data) end
           if x.stringData ~= nil then x.stringData = redact_values(x.stringData) end
+          if type(x.metadata) == "table" then redact_annotations(x.metadata.annotations, depth) end
           c[i] = x
         end
       end
@@ -76,7 +106,7 @@ local function shown_body(body, secret, whole)
     local ok, s = pcall(json.encode, redacted(body, secret))
     body = ok and s or "<not encodable>"
   end
-  body = tostring(body)
+  body = text.safe(tostring(body))
   if not whole and #body > trace.BODY_BYTES then
     body = body:sub(1, trace.BODY_BYTES) .. (" [truncated %d chars]"):format(#body - trace.BODY_BYTES)
   end

@@ -237,10 +237,7 @@ end
 context.OUTCOME_LIMITS = { counts = 20, warnings = 10, text = 200, key = 63 }
 
 local function bounded_text(v)
-  local s = errors.safe_text(v)
-  if #s > context.OUTCOME_LIMITS.text then s = text.prefix(s, context.OUTCOME_LIMITS.text - 3) .. "..." end
-  s = text.utf8(s)
-  return s
+  return text.safe_prefix(errors.safe_text(v), context.OUTCOME_LIMITS.text, "...")
 end
 
 local function note_warning(outcome, message)

@@ -119,9 +119,8 @@ legacy.QUOTE_BYTES = 300
 local function failure(m, how, code, stopped, limit, last_stderr)
   local ended = ("%s %d"):format(how == "exit" and "exited with status" or "was killed by signal", code)
   if last_stderr then
-    local line = last_stderr
-    if #line > legacy.QUOTE_BYTES then line = text.prefix(line, legacy.QUOTE_BYTES - 3) .. "..." end
-    ended = ("%s, its last stderr line: %q"):format(ended, text.utf8(line))
+    local line = text.safe_prefix(last_stderr, legacy.QUOTE_BYTES, "...")
+    ended = ("%s, its last stderr line: %q"):format(ended, line)
   end
   if stopped == "lock" then
     errors.raise("lost", ("legacy script %s stopped: the lock may no longer be ours (not renewed in time): its "

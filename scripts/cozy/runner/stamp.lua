@@ -165,8 +165,7 @@ end
 -- and the error: { kind, message } (message bounded by stamp.ERROR_BYTES).
 function stamp.failure_record(m, from, started, identity, outcome, err)
   local rec = stamp.history_record(m, from, from + 1, started, identity, outcome)
-  local message = text.utf8(errors.text(err))
-  if #message > stamp.ERROR_BYTES then message = text.prefix(message, stamp.ERROR_BYTES - 3) .. "..." end
+  local message = text.safe_prefix(errors.text(err), stamp.ERROR_BYTES, "...")
   rec.result, rec.attempts = "failed", 1
   rec.error = { kind = errors.kind(err) or "bug", message = message }
   return stamp.bounded(rec)
@@ -245,8 +244,7 @@ end
 -- SelfSubjectReview named, and the runner: POD_NAME or host-pid), why,
 -- and whether --force moved it down. `reason` bounded by ERROR_BYTES.
 function stamp.manual_record(from, to, started, identity, user, reason, forced)
-  reason = text.utf8(reason)
-  if #reason > stamp.ERROR_BYTES then reason = text.prefix(reason, stamp.ERROR_BYTES - 3) .. "..." end
+  reason = text.safe_prefix(reason, stamp.ERROR_BYTES, "...")
   return { kind = "manual", from = from, to = to, started = log.iso8601(started), finished = log.iso8601(sys.time()),
     engine = sys.version, runner = identity, user = user, reason = reason, forced = forced or nil }
 end

@@ -19,6 +19,7 @@ local json = require "cozy.json"
 local request = require "cozy.kube.request"
 local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
+local text = require "cozy.text"
 
 local step = {}
 
@@ -72,8 +73,8 @@ local function classify(e, name, trace)
   if type(e) == "string" then
     return errors.new("migration", { message = e, migration = name, traceback = trace })
   end
-  local text = errors.safe_text(e)
-  return errors.new("bug", { message = ("%s raised a %s value: %s"):format(name, type(e), text),
+  local shown = errors.safe_text(e)
+  return errors.new("bug", { message = ("%s raised a %s value: %s"):format(name, type(e), shown),
     migration = name, traceback = trace })
 end
 step.classify = classify
@@ -105,9 +106,8 @@ local function would(finding, w)
       and body[1].path == "/metadata/resourceVersion" then
     body = json.array(table.move(body, 2, #body, 1, {}))
   end
-  local ok, text = pcall(json.encode, body)
-  local change = body ~= nil and ok and text or nil
-  if change and #change > 200 then change = change:sub(1, 197) .. "..." end
+  local ok, encoded = pcall(json.encode, body)
+  local change = body ~= nil and ok and text.safe_prefix(encoded, 200, "...") or nil
   finding("info", ("would %s %s %s"):format(a.verb or w.method, what, target):gsub("%s+$", ""),
     { verb = a.verb, resource = a.resource, namespace = a.namespace, name = a.name, change = change })
 end
