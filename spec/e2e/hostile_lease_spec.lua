@@ -13,35 +13,11 @@ local LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/cozy-system/leases/c
 local LEASE_RULE = "leases/cozystack-migrations$"
 local LEASES_RULE = "namespaces/cozy-system/leases$"
 
-local function lease_object(holder, renewed, duration)
-  return { apiVersion = "coordination.k8s.io/v1", kind = "Lease",
-    metadata = { name = "cozystack-migrations", namespace = NS },
-    spec = { holderIdentity = holder, leaseDurationSeconds = duration, renewTime = renewed,
-      acquireTime = renewed, leaseTransitions = 0 } }
-end
-
-local function get_lease(srv)
-  return srv:object("Lease.coordination.k8s.io", NS, "cozystack-migrations")
-end
-
--- The runner's requests (not the spec's own), optionally one method and a
--- Lua pattern of the path.
-local function ours(srv, method, path)
-  local out = {}
-  for _, e in ipairs(srv:requests()) do
-    if (e.user_agent or ""):match("^cozy%-migrate") and (method == nil or e.method == method)
-        and (path == nil or tostring(e.path):match(path)) then
-      out[#out + 1] = e
-    end
-  end
-  return out
-end
-
 -- The runner's writes of anything but the Lease and its Events (reports,
 -- written without the lock: a wait for a Lease is one).
 local function writes_besides_lease(srv)
   local out = {}
-  for _, e in ipairs(ours(srv)) do
+  for _, e in ipairs(support.runner_requests(srv)) do
     if support.is_write(e) and not tostring(e.path):match("/leases")
         and not tostring(e.path):match("^/apis/events%.k8s%.io/") then
       out[#out + 1] = e
@@ -88,7 +64,7 @@ describe("the Lease, hostile server #fakeonly", function()
       local p = support.start(support.args(srv, "slow", "run", "--lock-timeout", "3"),
         { COZY_MIGRATE_LEASE_SECONDS = tostring(duration) })
       finally(function() p:cleanup() end)
-      local created = support.poll(20, function() return get_lease(srv) end, 0.005)
+      local created = support.poll(20, function() return support.get_lease(srv) end, 0.005)
       assert.truthy(created, "the Lease was never created: " .. p:stderr())
       -- stored already expired by its own renewTime
       assert.is_true(lease.remaining(created, sys.time()) < 0, "not expired: " .. created.spec.renewTime)
@@ -107,7 +83,7 @@ describe("the Lease, hostile server #fakeonly", function()
       assert.same({}, writes_besides_lease(srv))
       assert.is_nil(srv:object("ConfigMap", NS, "runner-test"))
       assert.equal(1, support.version(srv))
-      assert.equal("thief", get_lease(srv).spec.holderIdentity)
+      assert.equal("thief", support.get_lease(srv).spec.holderIdentity)
       assert.same({ "delay", "delay" }, srv:fired { path = "leases" })
     end)
 
@@ -136,7 +112,7 @@ describe("the Lease, hostile server #fakeonly", function()
       assert.equal(1, r.code, r.stderr)
       assert.matches("lock lost: not renewed for", r.stderr)
       assert.equal(1, support.version(srv))
-      local renewals = ours(srv, "PATCH", "/leases/")
+      local renewals = support.runner_requests(srv, "PATCH", "/leases/")
       local late
       for _, e in ipairs(renewals) do
         if e.fault and e.fault.action == "delay" then late = e end
@@ -149,7 +125,7 @@ describe("the Lease, hostile server #fakeonly", function()
       end
       assert.is_number(stamped)
       local after = 0
-      for _, e in ipairs(ours(srv, "PATCH", "runner%-test$")) do
+      for _, e in ipairs(support.runner_requests(srv, "PATCH", "runner%-test$")) do
         if e.at > late.at then
           after = after + 1
           assert.is_true(e.at + duration / 2 <= stamped + duration,
@@ -183,14 +159,14 @@ describe("the Lease, hostile server #fakeonly", function()
       assert.equal(3, support.version(srv))
       local held
       assert.truthy(support.poll(10, function()
-        for _, e in ipairs(ours(srv, "PATCH", "/leases/")) do
+        for _, e in ipairs(support.runner_requests(srv, "PATCH", "/leases/")) do
           if e.fault and e.fault.action == "delay" and type(e.status) == "number" and e.status ~= 0 then held = e end
         end
         return held
       end), "the held renewal was never answered")
       assert.equal(422, held.status)
       local newer = 0
-      for _, e in ipairs(ours(srv, "PATCH", "/leases/")) do
+      for _, e in ipairs(support.runner_requests(srv, "PATCH", "/leases/")) do
         if e.at > held.at and e.at < held.at + 2 and e.status == 200 then newer = newer + 1 end
       end
       assert.is_true(newer >= 1, "no renewal landed while one was held")
@@ -202,14 +178,14 @@ describe("the Lease, hostile server #fakeonly", function()
       -- answered past the first third, it is not acted on; the runner takes
       -- the Lease again (now its own, guarded by its resourceVersion), and
       -- its first write follows that second take
-      srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
+      srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
       srv:faults { { method = "PATCH", path = LEASE_RULE, times = 1, delay_ms = 1200 } }
       local r = run_bounded(srv, "two", 10, { COZY_MIGRATE_LEASE_SECONDS = "3" })
       assert.equal(0, r.code, r.stderr)
       assert.matches("lock taken over from an expired holder", r.stderr)
       assert.matches("lock answer came too late to count on", r.stderr)
       assert.equal(3, support.version(srv))
-      local takes = ours(srv, "PATCH", "/leases/")
+      local takes = support.runner_requests(srv, "PATCH", "/leases/")
       assert.is_true(#takes >= 2, #takes .. " lease writes")
       assert.same({ action = "delay", rule = 0 }, takes[1].fault)
       assert.is_nil(takes[2].fault)
@@ -246,9 +222,9 @@ describe("the Lease, hostile server #fakeonly", function()
       assert.matches("lock released", r.stderr)
       assert.same({}, writes_besides_lease(srv))
       assert.equal(1, support.version(srv))
-      assert.equal("", get_lease(srv).spec.holderIdentity)
+      assert.equal("", support.get_lease(srv).spec.holderIdentity)
       -- the create, the takes again within the 2 s, the release: all held
-      local takes = ours(srv, nil, "/leases")
+      local takes = support.runner_requests(srv, nil, "/leases")
       local writes = 0
       for _, e in ipairs(takes) do
         if e.method ~= "GET" then
@@ -270,7 +246,7 @@ describe("the Lease, hostile server #fakeonly", function()
       assert.equal(1, r.code, r.stderr)
       assert.matches("cannot take the lock cozy%-system/cozystack%-migrations %(not a conflict, so not retried%)", r.stderr)
       assert.matches("ValidatingAdmissionPolicy 'no%-leases'", r.stderr)
-      assert.equal(1, #ours(srv, "POST", "/leases$"))
+      assert.equal(1, #support.runner_requests(srv, "POST", "/leases$"))
       assert.same({ "status" }, srv:fired { method = "POST" })
       assert.same({}, writes_besides_lease(srv))
     end)
@@ -285,7 +261,7 @@ describe("the Lease, hostile server #fakeonly", function()
       assert.matches("lock write refused, backing off", r.stderr)
       -- the update engine's backoff (10 ms x3 per try, capped at 2 s, jitter
       -- 0.5) fits at most 8 tries into 2 s
-      local posts = #ours(srv, "POST", "/leases$")
+      local posts = #support.runner_requests(srv, "POST", "/leases$")
       assert.is_true(posts >= 2 and posts <= 8, posts .. " creates")
       for _, action in ipairs(srv:fired { method = "POST" }) do assert.equal("status", action) end
       assert.same({}, writes_besides_lease(srv))
@@ -294,19 +270,19 @@ describe("the Lease, hostile server #fakeonly", function()
     it("fails at once on a takeover answered 422 while the Lease did not move", function()
       -- issue 22: a 422 on the takeover's JSON patch is a conflict only when
       -- the re-read shows the Lease moved on (our resourceVersion test failed)
-      srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
+      srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
       srv:faults { { method = "PATCH", path = LEASE_RULE, times = -1, status = { code = 422 } } }
       local r = run_bounded(srv, "two", 2)
       assert.equal(1, r.code, r.stderr)
       assert.matches("cannot take the lock cozy%-system/cozystack%-migrations %(not a conflict, so not retried%)", r.stderr)
       assert.matches("Invalid %(422%)", r.stderr)
-      assert.equal(1, #ours(srv, "PATCH", "/leases/"))
+      assert.equal(1, #support.runner_requests(srv, "PATCH", "/leases/"))
       assert.same({ "status" }, srv:fired { method = "PATCH" })
-      assert.equal("dead-runner", get_lease(srv).spec.holderIdentity)
+      assert.equal("dead-runner", support.get_lease(srv).spec.holderIdentity)
     end)
 
     it("fails at once on a takeover refused with a 422 that names a field", function()
-      srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
+      srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
       srv:faults { { method = "PATCH", path = LEASE_RULE, times = -1, respond = { status = 422, body = {
         kind = "Status", apiVersion = "v1", status = "Failure", reason = "Invalid", code = 422,
         message = "Lease.coordination.k8s.io \"cozystack-migrations\" is invalid: spec.holderIdentity: Invalid value",
@@ -315,21 +291,21 @@ describe("the Lease, hostile server #fakeonly", function()
       local r = run_bounded(srv, "two", 2)
       assert.equal(1, r.code, r.stderr)
       assert.matches("not a conflict, so not retried%): [^\n]*spec%.holderIdentity: Invalid value", r.stderr)
-      assert.equal(1, #ours(srv, "PATCH", "/leases/"))
+      assert.equal(1, #support.runner_requests(srv, "PATCH", "/leases/"))
       assert.same({ "respond" }, srv:fired { method = "PATCH" })
     end)
 
     it("backs off on a takeover answered 409, then exits 3 within the lock timeout", function()
-      srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
+      srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
       srv:faults { { method = "PATCH", path = LEASE_RULE, times = -1, status = { code = 409 } } }
       local r = run_bounded(srv, "two", 2)
       assert.equal(3, r.code, r.stderr)
       assert.matches("the server kept refusing it: PATCH [^\n]*Conflict %(409%)", r.stderr)
       assert.matches("lock write refused, backing off", r.stderr)
-      local patches = #ours(srv, "PATCH", "/leases/")
+      local patches = #support.runner_requests(srv, "PATCH", "/leases/")
       assert.is_true(patches >= 2 and patches <= 8, patches .. " takeovers")
       for _, action in ipairs(srv:fired { method = "PATCH" }) do assert.equal("status", action) end
-      assert.equal("dead-runner", get_lease(srv).spec.holderIdentity)
+      assert.equal("dead-runner", support.get_lease(srv).spec.holderIdentity)
     end)
 
     it("fails at once on a create the runner may not make (403)", function()
@@ -338,7 +314,7 @@ describe("the Lease, hostile server #fakeonly", function()
       local r = run_bounded(srv, "two", 2)
       assert.equal(1, r.code, r.stderr)
       assert.matches("Forbidden %(403%): cannot take the lock cozy%-system/cozystack%-migrations", r.stderr)
-      assert.equal(1, #ours(srv, "POST", "/leases$"))
+      assert.equal(1, #support.runner_requests(srv, "POST", "/leases$"))
       assert.same({ "status" }, srv:fired { method = "POST" })
     end)
   end)

@@ -10,36 +10,12 @@ local lease = require "cozy.runner.lease"
 local sys = require "cozy.sys"
 local support = require "spec.helpers.cli"
 
-local NS = "cozy-system"
 local LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/cozy-system/leases/cozystack-migrations"
-
-local function lease_object(holder, renewed, duration)
-  return { apiVersion = "coordination.k8s.io/v1", kind = "Lease",
-    metadata = { name = "cozystack-migrations", namespace = NS },
-    spec = { holderIdentity = holder, leaseDurationSeconds = duration, renewTime = renewed,
-      acquireTime = renewed, leaseTransitions = 0 } }
-end
-
-local function get_lease(srv)
-  return srv:object("Lease.coordination.k8s.io", NS, "cozystack-migrations")
-end
-
--- The runner's requests (not the spec's own): a method, a Lua pattern of the path.
-local function ours(srv, method, path)
-  local out = {}
-  for _, e in ipairs(srv:requests()) do
-    if (e.user_agent or ""):match("^cozy%-migrate") and (method == nil or e.method == method)
-        and (path == nil or tostring(e.path):match(path)) then
-      out[#out + 1] = e
-    end
-  end
-  return out
-end
 
 -- The runner's writes of the state the lock protects: everything but its Events.
 local function state_writes(srv)
   local out = {}
-  for _, e in ipairs(ours(srv)) do
+  for _, e in ipairs(support.runner_requests(srv)) do
     if support.is_write(e) and not tostring(e.path):match("^/apis/events%.k8s%.io/") then out[#out + 1] = e end
   end
   return out
@@ -68,7 +44,7 @@ describe("the Lease under clock skew", function()
   it("waits for a live holder whose clock runs a minute behind ours, and writes nothing", function()
     -- renewing every half second, a 3 s lease, its renewTime a minute old by
     -- our clock: by timestamps it expired 57 s ago; it is alive all along
-    srv:reset(support.fixture(1, { lease_object("behind", lease.microtime(sys.time() - 60), 3) }))
+    srv:reset(support.fixture(1, { support.lease_object("behind", lease.microtime(sys.time() - 60), 3) }))
     local p = support.start(support.args(srv, "two", "run", "--lock-timeout", "6"))
     finally(function() p:cleanup() end)
     local renewals = hold_while(srv, p, function() return -60 end)
@@ -78,14 +54,14 @@ describe("the Lease under clock skew", function()
     assert.not_matches("taken over", r.stderr)
     assert.is_true(renewals >= 6, renewals .. " renewals")
     assert.same({}, state_writes(srv))
-    assert.equal("behind", get_lease(srv).spec.holderIdentity)
+    assert.equal("behind", support.get_lease(srv).spec.holderIdentity)
     assert.equal(1, support.version(srv))
   end)
 
   it("keeps waiting when the live holder's clock is stepped back an hour while it renews", function()
     -- the holder's clock right at first (the runner waits, as on main), then
     -- set back an hour (an NTP step): its renewals go on, with older times
-    srv:reset(support.fixture(1, { lease_object("stepped", lease.microtime(sys.time()), 3) }))
+    srv:reset(support.fixture(1, { support.lease_object("stepped", lease.microtime(sys.time()), 3) }))
     local p = support.start(support.args(srv, "two", "run", "--lock-timeout", "6"))
     finally(function() p:cleanup() end)
     local stepped = false
@@ -98,20 +74,20 @@ describe("the Lease under clock skew", function()
     assert.equal(3, r.code, r.stderr)
     assert.matches("is held by stepped", r.stderr)
     assert.same({}, state_writes(srv))
-    assert.equal("stepped", get_lease(srv).spec.holderIdentity)
+    assert.equal("stepped", support.get_lease(srv).spec.holderIdentity)
   end)
 
   it("takes a Lease last renewed long ago by its holder's clock only after watching it unchanged for its duration", function()
     -- by timestamps this Lease expired years ago; the runner cannot tell a
     -- dead holder from one whose clock is behind until the record stays
     -- the same for a whole leaseDurationSeconds (2 s) of its own clock
-    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 2) }))
+    srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 2) }))
     local r = support.run(support.args(srv, "two", "run", "--lock-timeout", "30"))
     assert.equal(0, r.code, r.stderr)
     assert.matches("waiting for the lock", r.stderr)
     assert.matches("lock taken over from an expired holder", r.stderr)
-    local first_read = ours(srv, "GET", "/leases/cozystack%-migrations$")[1]
-    local take = ours(srv, "PATCH", "/leases/cozystack%-migrations$")[1]
+    local first_read = support.runner_requests(srv, "GET", "/leases/cozystack%-migrations$")[1]
+    local take = support.runner_requests(srv, "PATCH", "/leases/cozystack%-migrations$")[1]
     assert.truthy(first_read and take)
     assert.is_true(take.at - first_read.at >= 2, ("taken %.2fs after it was first read"):format(take.at - first_read.at))
     assert.equal(3, support.version(srv))

@@ -35,13 +35,6 @@ local function event_posts(srv)
   return srv:requests{ method = "POST", path = "events%.k8s%.io" }
 end
 
-local function lease_object(holder, renewed, duration)
-  return { apiVersion = "coordination.k8s.io/v1", kind = "Lease",
-    metadata = { name = "cozystack-migrations", namespace = "cozy-system" },
-    spec = { holderIdentity = holder, leaseDurationSeconds = duration, renewTime = renewed,
-      acquireTime = renewed, leaseTransitions = 0 } }
-end
-
 describe("a run's Events and termination message", function()
   local srv, dir
   setup(function()
@@ -123,7 +116,7 @@ describe("a run's Events and termination message", function()
   end)
 
   it("records the wait for a live foreign lock, and the takeover of an expired one", function()
-    srv:reset(support.fixture(1, { lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    srv:reset(support.fixture(1, { support.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
     local r = support.run(support.args(srv, "two", "run", "--lock-timeout", "1"))
     assert.equal(3, r.code, r.stderr)
     local waited = events_of(srv, "ConfigMap")
@@ -131,7 +124,7 @@ describe("a run's Events and termination message", function()
     assert.equal("Lock", waited[1].action)
     assert.matches("held by other-runner", waited[1].note, 1, true)
 
-    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
+    srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
     r = support.run(support.args(srv, "two", "run", "--lock-timeout", "5"))
     assert.equal(0, r.code, r.stderr)
     -- a dead holder's Lease is taken once it stayed unchanged for its duration: a wait first
@@ -142,14 +135,14 @@ describe("a run's Events and termination message", function()
   end)
 
   it("records the lock's Events for a stamp by hand too", function()
-    srv:reset(support.fixture(1, { lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    srv:reset(support.fixture(1, { support.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
     local r = support.run(support.args(srv, "two", "stamp", "3", "--reason", "repaired by hand", "--lock-timeout", "1"))
     assert.equal(3, r.code, r.stderr)
     local waited = events_of(srv, "ConfigMap")
     assert.same({ "LockWaiting" }, reasons(waited))
     assert.matches("held by other-runner", waited[1].note, 1, true)
 
-    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
+    srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
     r = support.run(support.args(srv, "two", "stamp", "3", "--reason", "repaired by hand", "--lock-timeout", "5"),
       { POD_NAME = "stamp-job-abc" })
     assert.equal(0, r.code, r.stderr)

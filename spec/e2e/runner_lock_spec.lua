@@ -5,17 +5,6 @@ local lease = require "cozy.runner.lease"
 local sys = require "cozy.sys"
 local support = require "spec.helpers.cli"
 
-local function lease_object(holder, renewed, duration)
-  return { apiVersion = "coordination.k8s.io/v1", kind = "Lease",
-    metadata = { name = "cozystack-migrations", namespace = "cozy-system" },
-    spec = { holderIdentity = holder, leaseDurationSeconds = duration, renewTime = renewed,
-      acquireTime = renewed, leaseTransitions = 0 } }
-end
-
-local function get_lease(srv)
-  return srv:object("Lease.coordination.k8s.io", "cozy-system", "cozystack-migrations")
-end
-
 local LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/cozy-system/leases/cozystack-migrations"
 
 local function set_holder(srv, holder)
@@ -40,7 +29,7 @@ local function stopped_by_theft(srv, p)
   assert.equal(1, r.code, r.stderr)
   assert.matches("lock lost", r.stderr)
   assert.equal(1, support.version(srv))
-  assert.equal("thief", get_lease(srv).spec.holderIdentity)
+  assert.equal("thief", support.get_lease(srv).spec.holderIdentity)
   assert.is_true(tonumber(srv:object("ConfigMap", "cozy-system", "runner-test").data.i) < 20000)
   return r
 end
@@ -72,7 +61,7 @@ describe("runner lock", function()
   teardown(function() srv:stop() end)
 
   it("waits for a live foreign lease, then exits 3 within the timeout without a write", function()
-    srv:reset(support.fixture(1, { lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    srv:reset(support.fixture(1, { support.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
     srv:clear_requests()
     local t0 = sys.monotime()
     local r = support.run(support.args(srv, "two", "run", "--lock-timeout", "1"))
@@ -87,7 +76,7 @@ describe("runner lock", function()
   end)
 
   it("goes on when the foreign holder releases within the timeout", function()
-    srv:reset(support.fixture(1, { lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    srv:reset(support.fixture(1, { support.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
     local p = support.start(support.args(srv, "two", "run", "--lock-timeout", "60"))
     finally(function() p:cleanup() end)
     assert.truthy(support.poll(20, function() return p:stderr():find("waiting for the lock", 1, true) end))
@@ -99,13 +88,13 @@ describe("runner lock", function()
   end)
 
   it("takes over an expired lease and logs it", function()
-    srv:reset(support.fixture(1, { lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
+    srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
     local r = support.run(support.args(srv, "two", "run", "--lock-timeout", "5"), { POD_NAME = "migrate-job-abc" })
     assert.equal(0, r.code, r.stderr)
     assert.matches("lock taken over from an expired holder", r.stderr)
     assert.matches("previous=dead%-runner", r.stderr)
     assert.equal(3, support.version(srv))
-    local l = get_lease(srv)
+    local l = support.get_lease(srv)
     assert.equal("", l.spec.holderIdentity)         -- released at the end
     assert.equal(1, l.spec.leaseTransitions)
     local h = support.history(select(2, support.version(srv)))
@@ -286,7 +275,7 @@ describe("runner lock", function()
     -- lease still names the runner, to expire
     local holder = r.stderr:match("lock acquired holder=(%S+)")
     assert.is_string(holder, r.stderr)
-    assert.equal(holder, get_lease(srv).spec.holderIdentity)
+    assert.equal(holder, support.get_lease(srv).spec.holderIdentity)
   end)
 
   it("stops before the next write when the lease cannot be renewed #fakeonly", function()
@@ -311,7 +300,7 @@ describe("runner lock", function()
   end)
 
   it("stops waiting for the lock on SIGTERM", function()
-    srv:reset(support.fixture(1, { lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    srv:reset(support.fixture(1, { support.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
     local p = support.start(support.args(srv, "two", "run", "--lock-timeout", "60"))
     finally(function() p:cleanup() end)
     assert.truthy(support.poll(20, function() return p:stderr():find("waiting for the lock", 1, true) end))
@@ -335,7 +324,7 @@ describe("runner lock", function()
     assert.equal(1, r.code, r.stderr)
     assert.matches("stopped by signal 15", r.stderr)
     assert.matches("lock released", r.stderr)
-    assert.equal("", get_lease(srv).spec.holderIdentity)
+    assert.equal("", support.get_lease(srv).spec.holderIdentity)
     assert.equal(1, support.version(srv))
   end)
 end)

@@ -209,10 +209,37 @@ function cli.args(srv, dir, ...)
   return args
 end
 
+-- The runners' Lease as the server holds it (nil when there is none).
+function cli.get_lease(srv)
+  return srv:object("Lease.coordination.k8s.io", "cozy-system", "cozystack-migrations")
+end
+
 -- The holder of the runners' Lease ("" once released), nil when there is no Lease.
 function cli.lease_holder(srv)
-  local l = srv:object("Lease.coordination.k8s.io", "cozy-system", "cozystack-migrations")
+  local l = cli.get_lease(srv)
   return l and l.spec.holderIdentity
+end
+
+-- A Lease of the runners held by `holder`, renewed at `renewed` (an RFC 3339
+-- micro time of the holder's clock) for `duration` seconds: a fixture.
+function cli.lease_object(holder, renewed, duration)
+  return { apiVersion = "coordination.k8s.io/v1", kind = "Lease",
+    metadata = { name = "cozystack-migrations", namespace = "cozy-system" },
+    spec = { holderIdentity = holder, leaseDurationSeconds = duration, renewTime = renewed,
+      acquireTime = renewed, leaseTransitions = 0 } }
+end
+
+-- The runner's requests in the server's log (not the spec's own), optionally
+-- of one method and with a path matching a Lua pattern.
+function cli.runner_requests(srv, method, path)
+  local out = {}
+  for _, e in ipairs(srv:requests()) do
+    if (e.user_agent or ""):match("^cozy%-migrate") and (method == nil or e.method == method)
+        and (path == nil or tostring(e.path):match(path)) then
+      out[#out + 1] = e
+    end
+  end
+  return out
 end
 
 -- data.version of the stamp, as a number (nil: absent), and the ConfigMap
