@@ -28,7 +28,7 @@ cli.V_DEBUG, cli.V_REQUESTS, cli.V_BODIES, cli.V_WHOLE_BODIES = 4, 6, 8, 9
 -- The commands, in --help's order: synopsis (after the command's name) and what it does.
 local command_list = {
   { "run", "[--target N] [--dry-run] [--server-dry-run]", "apply pending migrations" },
-  { "plan", "[--target N] [--server-dry-run]", "what run would change, nothing written" },
+  { "plan", "[--target N] [--server-dry-run]", "rehearse run over the live cluster, nothing written" },
   { "status", "[-o text|json]", "version, target, pending, lock, last failure, history" },
   { "check", "[--migration N] [-o text|json]", "read-only preflight and each pending check()" },
   { "list", "[-o text|json]", "migrations known to this build" },
@@ -64,7 +64,8 @@ local option_list = {
   -- command options
   { "--target", nil, "N", "the version to reach (else $TARGET_VERSION, else highest + 1)" },
   { "--dry-run", nil, nil, "client dry run: reads sent, writes printed, not sent" },
-  { "--server-dry-run", nil, nil, "writes sent with dryRun=All: validated, not stored" },
+  { "--server-dry-run", nil, nil,
+    "no rehearsal: each step against the cluster as it is, writes sent with dryRun=All" },
   { "--concurrency", nil, "N", "changes of a batch in flight at once (1-64, default 8)" },
   { "--step-timeout", nil, "DURATION", "time limit of each step's run or check, legacy scripts too\n"
     .. "(default: the migration's `timeout`, else 30m)" },

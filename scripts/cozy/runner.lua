@@ -14,8 +14,10 @@
 --   release the lock; a summary line
 --
 -- Fail closed: the first error stops the run; nothing is stamped past it.
--- Plan mode (`plan`, `run --dry-run`) does the same with a client that
--- records writes instead of sending them, and takes no lock. What a run
+-- Plan mode (`plan`, `run --dry-run`) rehearses the same steps over an
+-- overlay of the live cluster (cozy.kube.rehearsal): every write sent with
+-- dryRun=All for the server to judge, its answer kept in the overlay, so
+-- that each step sees what the earlier ones wrote; no lock is taken. What a run
 -- shows on stdout is the command's business: the runner hands each event
 -- to `report` (cmd/plan.lua prints them).
 local discovery = require "cozy.runner.discovery"
@@ -241,7 +243,9 @@ function Run.new(opts, mode, observe, log)
     attempt = nil }, Run)
   -- a server dry run persists nothing either: it plans, with the server judging the writes
   self.planning = mode == "plan" or opts.server_dry_run == true
-  self.dry_run = opts.server_dry_run and "server" or (self.planning and "client" or nil)
+  self.dry_run = opts.server_dry_run and "server" or (self.planning and "rehearse" or nil)
+  -- a rehearsal's tally: steps exact, inexact (why), not rehearsed
+  self.rehearsed = { exact = 0, inexact = 0, not_rehearsed = 0 }
   return self
 end
 
@@ -253,7 +257,8 @@ end
 -- from then on the engine's writes, the stamp, and the steps' need it,
 -- checked before every attempt, retries included) and the resources.
 function Run:connect()
-  self.client = runner.connect(self.opts, self.log, { dry_run = self.dry_run, record = self.dry_run and function(w)
+  self.client = runner.connect(self.opts, self.log, { dry_run = self.dry_run, stand_in = self.namespace,
+    record = self.dry_run and function(w)
     self.writes = self.writes + 1
     w.type, w.step = "write", self.step
     self:emit(w)
@@ -347,7 +352,10 @@ function Run:lua_step(m, step_log)
     if context.stop_error(err) then error(err, 0) end
     self.failures = self.failures + 1
     step_log:warn("step could not be planned: " .. errors.text(err), errors.fields(err))
-    self:emit { type = "failure", number = m.number, name = m.name, error = errors.text(err) }
+    self:emit { type = "failure", number = m.number, name = m.name, error = errors.text(err),
+      rehearsal = self.dry_run == "rehearse" }
+    -- the run stops here: a rehearsal of the later steps would rehearse what never runs
+    if self.dry_run == "rehearse" then self.stopped = ("step %s would fail"):format(m.name) end
   end
   interrupted_check(m.name)
   return result.outcome
@@ -380,6 +388,13 @@ end
 -- version ConfigMap as stamped.
 function Run:each_step(m, cm)
   interrupted_check(m.name)
+  if self.stopped then
+    -- after a legacy script or a failing step: what the run would do is not known
+    self.rehearsed.not_rehearsed = self.rehearsed.not_rehearsed + 1
+    self:emit { type = "not_rehearsed", number = m.number, name = m.name, kind = m.kind, why = self.stopped }
+    return cm
+  end
+  local marks = self.client.rehearsal and #self.client.rehearsal.marks
   local from, to = m.number, m.number + 1
   self.step = from
   local step_log = self.log:with{ migration = m.name }
@@ -395,12 +410,19 @@ function Run:each_step(m, cm)
   self.attempt = { m = m, from = from, at = self.at, started = t0 }
   if m.kind == "lua" then
     outcome = self:lua_step(m, step_log)
+    if self.stopped then return cm end
     if outcome.leave then
       stamped = false
       cm = self:unstamped(m, cm, record(outcome), outcome.leave, step_log)
     else
       cm = stamp.advance(self.cms, cm, self.at, to, record(outcome))
     end
+  elseif self.dry_run == "rehearse" then
+    -- not run in a rehearsal (for now): neither it nor any later step is rehearsed
+    self:emit { type = "legacy", number = m.number, name = m.name, file = m.file, rehearsal = true }
+    self.rehearsed.not_rehearsed = self.rehearsed.not_rehearsed + 1
+    self.stopped = ("it follows legacy script %s, which is not rehearsed"):format(m.file)
+    return cm
   elseif self.planning then
     self:emit { type = "legacy", number = m.number, name = m.name, file = m.file }
     cm = stamp.advance(self.cms, cm, self.at, to, record())
@@ -419,6 +441,15 @@ function Run:each_step(m, cm)
     end
   end
   if stamped then self.at = to end
+  if marks then
+    -- what this step's reads and writes (its stamp's included) marked inexact
+    local all, why = self.client.rehearsal.marks, {}
+    for i = marks + 1, #all do why[#why + 1] = all[i] end
+    local key = #why == 0 and "exact" or "inexact"
+    self.rehearsed[key] = self.rehearsed[key] + 1
+    self:emit { type = "rehearsed", number = m.number, name = m.name, exact = #why == 0,
+      why = #why > 0 and why or nil }
+  end
   self.attempt = nil
   self.steps_run = self.steps_run + 1
   local seconds = ("%.2f"):format(sys.monotime() - m0)
@@ -506,7 +537,16 @@ function Run:summarise(ok, err)
     self:summary("failed")
     error(err, 0)
   end
-  self:emit { type = "summary", steps = self.steps_run, writes = self.writes, failures = self.failures }
+  local summary = { type = "summary", steps = self.steps_run, writes = self.writes, failures = self.failures }
+  local r = self.client and self.client.rehearsal
+  if r then
+    local c = r.overlay:changes()
+    summary.rehearsal = { steps_exact = self.rehearsed.exact, steps_inexact = self.rehearsed.inexact,
+      steps_not_rehearsed = self.rehearsed.not_rehearsed, writes_admitted = r.stats.admitted,
+      writes_refused = r.stats.refused, writes_not_validated = r.stats.not_validated,
+      created = #c.created, changed = #c.changed, deleted = #c.deleted }
+  end
+  self:emit(summary)
   if self.planning and self.failures > 0 then
     self:summary("plan-failed")
     return 1

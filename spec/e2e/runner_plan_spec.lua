@@ -5,6 +5,15 @@ local support = require "spec.helpers.cli"
 
 -- objects without the bookkeeping a server adds (the request log shows
 -- reads; this shows nothing changed)
+-- the writes a plan sent that could persist: a rehearsal sends each with dryRun=All
+local function persisting_writes(srv)
+  local out = {}
+  for _, r in ipairs(support.writes(srv)) do
+    if r.query ~= "dryRun=All" then out[#out + 1] = r.method .. " " .. r.path .. "?" .. tostring(r.query) end
+  end
+  return out
+end
+
 local function state(srv)
   local out = {}
   for _, o in ipairs(srv:objects()) do
@@ -25,15 +34,14 @@ describe("cozy-migrate plan", function()
   end)
 
   for _, args in ipairs({ { "plan" }, { "run", "--dry-run" } }) do
-    it(table.concat(args, " ") .. " sends no write and prints every write", function()
+    it(table.concat(args, " ") .. " writes nothing, sends each write with dryRun=All and prints it", function()
       local before = state(srv)
       local r = support.run(support.args(srv, "two", table.unpack(args)))
       assert.equal(0, r.code, r.stderr)
-      for _, req in ipairs(srv:requests()) do
-        assert.equal("GET", req.method, req.method .. " " .. req.path)
-      end
+      assert.same({}, persisting_writes(srv))
       assert.same(before, state(srv))
-      assert.matches("plan: version 1 %-> 3, 2 step%(s%), nothing written", r.stdout)
+      assert.matches("plan: version 1 %-> 3, 2 step%(s%), rehearsed over the live cluster %(writes sent with "
+        .. "dryRun=All%), nothing written", r.stdout)
       assert.matches("POST /api/v1/namespaces/cozy%-system/configmaps", r.stdout)
       assert.matches('"name":"runner%-test"', r.stdout)
       assert.matches("PATCH /api/v1/namespaces/cozy%-system/configmaps/cozystack%-version", r.stdout)
@@ -51,7 +59,8 @@ describe("cozy-migrate plan", function()
       kinds[#kinds + 1] = obj.type
       if obj.type == "write" then writes[#writes + 1] = obj end
     end
-    assert.same({ "plan", "step", "write", "write", "step", "write", "write", "summary" }, kinds)
+    assert.same({ "plan", "step", "write", "write", "rehearsed", "step", "write", "write", "rehearsed", "summary" },
+      kinds)
     assert.equal("POST", writes[1].method)
     assert.equal("runner-test", writes[1].body.metadata.name)
     assert.equal("PATCH", writes[2].method)
@@ -85,16 +94,16 @@ describe("cozy-migrate plan", function()
     srv:clear_requests()
     local r = support.run(support.args(srv, "two", "plan"))
     assert.equal(0, r.code, r.stderr)
-    assert.same({}, support.writes(srv))
+    assert.same({}, persisting_writes(srv))
     assert.matches("would create it at version 3", r.stdout)
     assert.is_nil(support.version(srv))
   end)
 
-  it("reports a step that would fail, goes on, and exits 1", function()
+  it("reports a step that would fail, rehearses none after it, and exits 1", function()
     local r = support.run(support.args(srv, "fail", "plan"))
     assert.equal(1, r.code, r.stderr)
-    assert.matches("step 2 would fail", r.stdout)
-    assert.matches("step 3 %-> 4", r.stdout)
-    assert.same({}, support.writes(srv))
+    assert.matches("step 2 %(2%-fails%) would fail", r.stdout)
+    assert.matches("step 3: 3%-never %(lua%): not rehearsed: step 2%-fails would fail", r.stdout)
+    assert.same({}, persisting_writes(srv))
   end)
 end)

@@ -1,11 +1,14 @@
 -- `cozy-migrate plan [--target N] [--server-dry-run]`: what run would
--- change; nothing is written (with --server-dry-run the writes go to the
--- server with dryRun=All, which validates and persists nothing).
+-- change, rehearsed: every pending Lua step runs in order over an overlay
+-- of the live cluster, each write sent with dryRun=All for the server to
+-- judge, nothing written (docs/operations.md, "Rehearsals"). With
+-- --server-dry-run each step runs against the cluster as it is, its writes
+-- sent with dryRun=All.
 --
 -- The runner hands each event of the plan to a reporter; this module prints
 -- them on stdout, as text for people or (with --log-format json) as one JSON
 -- object per line: {"type": "plan" | "bootstrap" | "step" | "write" |
--- "legacy" | "failure" | "summary", ...}.
+-- "legacy" | "failure" | "rehearsed" | "not_rehearsed" | "summary", ...}.
 local cozy_text = require "cozy.text"
 local runner = require "cozy.runner"
 
@@ -26,7 +29,8 @@ local text = {
   plan = function(e)
     if e.steps == 0 then return ("plan: version %d, target %d: nothing to do"):format(e.current, e.target) end
     return ("plan: version %d -> %d, %d step(s)%s"):format(e.current, e.target, e.steps,
-      e.server_dry_run and ", writes sent with dryRun=All" or ", nothing written")
+      e.server_dry_run and ", writes sent with dryRun=All"
+        or ", rehearsed over the live cluster (writes sent with dryRun=All), nothing written")
   end,
   step = function(e)
     return ("step %d -> %d: %s (%s) %s"):format(e.from, e.to, e.name, e.kind, e.description)
@@ -35,18 +39,47 @@ local text = {
     local q = query_text(e.query)
     local line = ("  %s %s%s%s"):format(e.method, e.path, q ~= "" and ("?" .. q) or "",
       e.content_type and ("  (" .. e.content_type .. ")") or "")
-    if e.body ~= nil then return { line, "    " .. cozy_text.json(e.body) } end
-    return line
+    local out = { line }
+    if e.body ~= nil then out[#out + 1] = "    " .. cozy_text.json(e.body) end
+    if e.verdict == "refused" then
+      out[#out + 1] = "    refused by the server: " .. tostring(e.message)
+    elseif e.verdict == "not validated" then
+      out[#out + 1] = "    not validated by the server: " .. tostring(e.message)
+    elseif e.verdict then
+      out[#out + 1] = "    admitted by the server" .. (e.validated_as and (" (validated as " .. e.validated_as .. ")") or "")
+    end
+    if e.inexact then out[#out + 1] = "    inexact: " .. e.inexact end
+    return out
   end,
   legacy = function(e)
+    if e.rehearsal then
+      return ("  legacy script %s: not rehearsed (legacy scripts are not run in a rehearsal); "
+        .. "the later steps are not rehearsed either"):format(e.file)
+    end
     return ("  legacy script %s would run here; its writes cannot be shown"):format(e.file)
   end,
   failure = function(e)
+    if e.rehearsal then return ("  step %d (%s) would fail: %s"):format(e.number, e.name, e.error) end
     return ("  step %d would fail against the current cluster: %s"):format(e.number, e.error)
   end,
+  rehearsed = function(e)
+    if e.exact then return "  rehearsed exactly" end
+    local out = { "  rehearsed inexactly:" }
+    for _, why in ipairs(e.why) do out[#out + 1] = "    " .. why end
+    return out
+  end,
+  not_rehearsed = function(e)
+    return ("step %d: %s (%s): not rehearsed: %s"):format(e.number, e.name, e.kind, e.why)
+  end,
   summary = function(e)
-    return ("plan: %d step(s), %d write(s)%s"):format(e.steps, e.writes,
+    local line = ("plan: %d step(s), %d write(s)%s"):format(e.steps, e.writes,
       e.failures > 0 and (", %d step(s) would fail"):format(e.failures) or "")
+    local r = e.rehearsal
+    if r == nil then return line end
+    return { line, ("rehearsal: steps %d exact, %d inexact, %d not rehearsed; writes %d admitted, %d refused, "
+      .. "%d not validated; objects %d created, %d changed, %d deleted"):format(r.steps_exact, r.steps_inexact,
+      r.steps_not_rehearsed, r.writes_admitted, r.writes_refused, r.writes_not_validated, r.created, r.changed,
+      r.deleted) }
   end,
 }
 

@@ -10,6 +10,7 @@ local labels = require "cozy.kube.labels"
 local names = require "cozy.kube.names"
 local errors = require "cozy.kube.errors"
 local request = require "cozy.kube.request"
+local rehearsal = require "cozy.kube.rehearsal"
 local resource = require "cozy.kube.resource"
 local trace = require "cozy.kube.trace"
 local text = require "cozy.text"
@@ -64,8 +65,9 @@ function client.connect(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("kube.connect: options must be a table", 2) end
   local dry = opts.dry_run
-  if dry ~= nil and dry ~= "server" and dry ~= "client" then
-    error(("kube.connect: dry_run must be nil, \"server\" or \"client\", got %q"):format(tostring(dry)), 2)
+  if dry ~= nil and dry ~= "server" and dry ~= "client" and dry ~= "rehearse" then
+    error(("kube.connect: dry_run must be nil, \"server\", \"client\" or \"rehearse\", got %q")
+      :format(tostring(dry)), 2)
   end
   local t, cerr = transport.new {
     kubeconfig = opts.kubeconfig, context = opts.context,
@@ -100,6 +102,8 @@ function client.connect(opts)
     _warned = {},
     _discovery = {},
     _names = {}, -- cozy.kube.names: resources by kubectl name, resolved
+    -- a rehearsal's overlay and verdicts (cozy.kube.rehearsal), shared by every view
+    rehearsal = dry == "rehearse" and rehearsal.new { stand_in = opts.stand_in } or nil,
   }, Client)
   if info.insecure then
     warn(self, "insecure-skip-tls-verify is set in the kubeconfig: the certificates of the API server and of "
@@ -153,6 +157,10 @@ local function internally(self, fn)
   return res
 end
 
+function Client:_internally(fn)
+  return internally(self, fn)
+end
+
 -- The choke point's decision (cozy.kube.gate): may this request be sent?
 local function admit(self, method, path, query, write)
   if self.gate then self.gate:admit(method, path, query, write, (self._internal or 0) > 0) end
@@ -195,6 +203,26 @@ function Client:prepare(method, path, spec)
     record_write(self, method, path, query, ctype, body)
     return nil, result
   end
+  local rehearsed
+  if self.dry_run == "rehearse" then
+    -- answered from the overlay, or sent (maybe rewritten: a write to an
+    -- object the overlay holds is applied here and its result validated)
+    local qs0 = encode_query(query)
+    rehearsed = rehearsal.prepare(self, method, path, query, body, ctype, spec, write,
+      qs0 ~= "" and (path .. "?" .. qs0) or path)
+    if rehearsed ~= nil and rehearsed.local_only then
+      return nil, rehearsal.apply_locally(self, rehearsed, rehearsed.local_only)
+    end
+    if rehearsed ~= nil and rehearsed.method == nil then return nil, rehearsed.answer end
+    if rehearsed ~= nil then
+      method, path, body = rehearsed.method, rehearsed.path, rehearsed.body
+      ctype = body ~= nil and (rehearsed.ctype or JSON) or nil
+    end
+    if write then
+      query = table.move(query, 1, #query, 1, {})
+      query[#query + 1] = { "dryRun", "All" }
+    end
+  end
   if write and self.dry_run == "server" then
     query = table.move(query, 1, #query, 1, {})
     query[#query + 1] = { "dryRun", "All" }
@@ -215,10 +243,12 @@ function Client:prepare(method, path, spec)
   if b then max_attempts, max_time, reserved = b:take(self.info) end
   return {
     method = method, path = path, shown = shown, write = write, budget = b, reserved = reserved,
+    rehearse = rehearsed,
     options = {
       -- a successful answer comes back decoded by the transport, straight
-      -- from its buffer; only these parts of it with a projection
-      decode = spec.projection or true,
+      -- from its buffer; only these parts of it with a projection (a
+      -- rehearsed write's whole, for the overlay)
+      decode = (rehearsed == nil or rehearsed.op == "list") and spec.projection or true,
       query = qs,
       body = body ~= nil and json.encode(body) or nil,
       content_type = ctype,
@@ -239,7 +269,7 @@ end
 -- warnings logged once, decoded; raises kube.Error for any non-2xx answer or
 -- transport failure. A 2xx body arrives decoded (req.options.decode), or as
 -- text with the decoder's message when it is not JSON.
-function Client:finish(req, status, body, attempts, warnings, decode_error)
+local function judge(self, req, status, body, attempts, warnings, decode_error)
   -- kubectl's -v=6 request trace: here, where every request's result is known
   if self.log then trace.request(self.log, req, body, attempts) end
   -- attempts a watch stopped before they were sent are not requests
@@ -277,6 +307,16 @@ function Client:finish(req, status, body, attempts, warnings, decode_error)
   error(errors.from_response(req.method, req.shown, status, decoded, body, attempts))
 end
 
+function Client:finish(req, status, body, attempts, warnings, decode_error)
+  if req.rehearse then
+    -- a rehearsal's request: what the server answered enters the overlay
+    -- (a 403 refused dry run is applied locally), a list page is merged
+    return rehearsal.finish(self, req.rehearse,
+      pcall(judge, self, req, status, body, attempts, warnings, decode_error))
+  end
+  return judge(self, req, status, body, attempts, warnings, decode_error)
+end
+
 -- One API call: the one path every request of the engine, the runner and a
 -- migration takes. Returns the decoded body (nil when empty), the status and
 -- the attempts; raises kube.Error for any non-2xx answer or transport failure.
@@ -287,7 +327,7 @@ end
 function Client:call(method, path, spec)
   local req, kept_back = self:prepare(method, path, spec)
   if req == nil then return kept_back, 0, {} end
-  return self:finish(req, self._t:request(method, path, req.options))
+  return self:finish(req, self._t:request(req.method, req.path, req.options))
 end
 
 -- Is `plural` of `api_version` served? Answered from discovery (the group

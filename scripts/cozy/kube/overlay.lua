@@ -1,0 +1,362 @@
+-- The overlay of a rehearsal (docs/operations.md, "Rehearsals"): the
+-- objects that earlier writes of this rehearsal created, changed or
+-- deleted, over the live cluster. Reads consult it first: an object it
+-- holds is answered from it (a deleted one as the API server's 404), any
+-- other is the live server's; a list page from the live server is merged
+-- with it.
+--
+-- An object's identity is its API group, resource plural, namespace and
+-- name, without the version: the same object reached under two versions
+-- of a group is one object. The overlay keeps the object as the write left
+-- it, under the version it was written at; a read under another version
+-- gets that object unconverted, and the read is marked inexact.
+--
+-- Each write the overlay takes gives the object a resourceVersion of its
+-- own ("rehearsal-N"), as each write of a run gives it a new one, so a
+-- precondition on the version an earlier write replaced fails here as it
+-- would in the run. The version the live server holds is kept beside it
+-- (live_rv): the write sent to the server for validation carries that one.
+--
+-- Pure data: no requests. Lookups by identity are O(1); a list page is
+-- merged in O(page + the overlay's objects of that resource).
+local json = require "cozy.json"
+local patch = require "cozy.kube.patch"
+local compare = require("cozy.sys").compare
+
+local overlay = {}
+
+local Overlay = {}
+Overlay.__index = Overlay
+overlay.Overlay = Overlay
+
+function overlay.new()
+  return setmetatable({
+    _entries = {},      -- identity -> entry
+    _by_resource = {},  -- group \0 plural -> { identity -> entry }
+    _bounds = {},       -- continue token -> the greatest live key of the pages before it
+    _serial = 0,
+  }, Overlay)
+end
+
+-- The identity of an object: group, plural, namespace ("" when
+-- cluster-scoped), name.
+function overlay.identity(group, plural, ns, name)
+  return table.concat({ group or "", plural, ns or "", name }, "\0")
+end
+
+local function resource_key(group, plural)
+  return (group or "") .. "\0" .. plural
+end
+
+-- The key the API server lists in: "namespace/name", or the name.
+local function list_key(ns, name)
+  if ns ~= nil and ns ~= "" then return ns .. "/" .. name end
+  return name
+end
+
+local function le(a, b) return compare(a, b) <= 0 end
+local function lt(a, b) return compare(a, b) < 0 end
+
+-- The 404 the API server answers for an absent object.
+function overlay.not_found(group, plural, name)
+  local details = { name = name, kind = plural }
+  if group ~= nil and group ~= "" then details.group = group end
+  local what = (group ~= nil and group ~= "") and (plural .. "." .. group) or plural
+  return json.object { kind = "Status", apiVersion = "v1", metadata = json.object {}, status = "Failure",
+    message = ("%s %q not found"):format(what, name), reason = "NotFound",
+    details = json.object(details), code = 404 }
+end
+
+-- The entry the overlay holds for an object, or nil: { state = "present" |
+-- "deleted", obj, api_version, live (the live server holds an object of
+-- that identity, the one this entry replaces), live_rv, created (the
+-- entry's object is not the live one changed: created, or re-created
+-- after a delete), inexact (why the overlay's version may not be what the
+-- run would make) }.
+function Overlay:entry(group, plural, ns, name)
+  return self._entries[overlay.identity(group, plural, ns, name)]
+end
+
+local function place(self, group, plural, ns, name)
+  local id = overlay.identity(group, plural, ns, name)
+  local e = self._entries[id]
+  if e == nil then
+    e = { group = group or "", plural = plural, ns = ns ~= "" and ns or nil, name = name,
+      key = list_key(ns, name) }
+    self._entries[id] = e
+    local rk = resource_key(group, plural)
+    local set = self._by_resource[rk]
+    if set == nil then
+      set = {}
+      self._by_resource[rk] = set
+    end
+    set[id] = e
+  end
+  return e
+end
+
+-- Puts the object a write left: o = { live = the live server holds an
+-- object of this identity, live_rv = its resourceVersion, created = this
+-- object is not that one changed, api_version =, inexact = why }. The
+-- overlay keeps its own copy, with its own resourceVersion; returns a copy
+-- of what it keeps.
+function Overlay:put(group, plural, obj, o)
+  o = o or {}
+  local md = obj.metadata
+  local e = place(self, group, plural, md.namespace, md.name)
+  if e.state == nil then
+    e.live, e.live_rv, e.created = o.live == true, o.live_rv, o.created == true
+  else
+    -- a later write keeps what is known of the live object; a create after
+    -- a delete makes the object a new one
+    if o.created then e.created = true end
+    if o.live_rv ~= nil and e.live_rv == nil then e.live_rv = o.live_rv end
+    if o.live then e.live = true end
+  end
+  self._serial = self._serial + 1
+  local kept = patch.deepcopy(obj)
+  kept.metadata.resourceVersion = ("rehearsal-%d"):format(self._serial)
+  e.state, e.obj, e.api_version = "present", kept, o.api_version or obj.apiVersion
+  if o.inexact then e.inexact = o.inexact end
+  return patch.deepcopy(kept)
+end
+
+-- Marks an object deleted (live: the live server holds one of that identity).
+function Overlay:delete(group, plural, ns, name, live)
+  local e = place(self, group, plural, ns, name)
+  if e.state == nil then e.live = live == true end
+  e.state, e.obj = "deleted", nil
+end
+
+-- Marks an object the overlay holds inexact: its version may differ from
+-- the run's.
+function Overlay:mark_inexact(group, plural, ns, name, why)
+  local e = self._entries[overlay.identity(group, plural, ns, name)]
+  if e and e.inexact == nil then e.inexact = why end
+end
+
+-- A GET of one object: "live" (ask the live server); "present", a copy of
+-- the overlay's object and, when it was written under another version than
+-- the one asked, why the answer is inexact; or "deleted" and the 404 Status.
+function Overlay:get(group, version, plural, ns, name)
+  local e = self._entries[overlay.identity(group, plural, ns, name)]
+  if e == nil then return "live" end
+  if e.state == "deleted" then return "deleted", overlay.not_found(group, plural, name) end
+  local why
+  local asked = (group ~= nil and group ~= "") and (group .. "/" .. version) or version
+  if version ~= nil and e.api_version ~= nil and e.api_version ~= asked then
+    why = ("%s was written as %s and is read as %s: not converted"):format(e.key, e.api_version, asked)
+  end
+  return "present", patch.deepcopy(e.obj), why
+end
+
+-- Label selectors ---------------------------------------------------------
+
+local function trim(s) return (s:gsub("^%s+", ""):gsub("%s+$", "")) end
+
+-- Splits on the commas outside parentheses.
+local function requirements(s)
+  local out, depth, start = {}, 0, 1
+  for i = 1, #s do
+    local c = s:sub(i, i)
+    if c == "(" then depth = depth + 1
+    elseif c == ")" then depth = depth - 1
+    elseif c == "," and depth == 0 then
+      out[#out + 1] = s:sub(start, i - 1)
+      start = i + 1
+    end
+  end
+  out[#out + 1] = s:sub(start)
+  return out
+end
+
+local function value_set(list)
+  local set = {}
+  for v in (list .. ","):gmatch("([^,]*),") do set[trim(v)] = true end
+  return set
+end
+
+-- A label selector as the API server parses it: equality (=, ==, !=),
+-- set-based (in, notin, exists, !exists) and the numeric gt/lt. Returns a
+-- predicate on a labels table, or nil and why for a selector it cannot parse.
+function overlay.label_selector(s)
+  if s == nil or trim(s) == "" then return function() return true end end
+  local tests = {}
+  for _, raw in ipairs(requirements(s)) do
+    local r = trim(raw)
+    local key, op, rest
+    key, op, rest = r:match("^([%w%._/%-]+)%s+(notin)%s*(%b())$")
+    if not key then key, op, rest = r:match("^([%w%._/%-]+)%s+(in)%s*(%b())$") end
+    if key then
+      local set = value_set(rest:sub(2, -2))
+      if op == "in" then
+        tests[#tests + 1] = function(l) return l[key] ~= nil and set[l[key]] == true end
+      else
+        tests[#tests + 1] = function(l) return l[key] == nil or set[l[key]] == nil end
+      end
+    else
+      local k, o, v = r:match("^([%w%._/%-]+)%s*([!=]?=)%s*([%w%._%-]*)$")
+      if k then
+        if o == "!=" then
+          tests[#tests + 1] = function(l) return l[k] ~= v end
+        else
+          tests[#tests + 1] = function(l) return l[k] == v end
+        end
+      else
+        local gk, go, gv = r:match("^([%w%._/%-]+)%s*([<>])%s*(%-?%d+)$")
+        if gk then
+          local n = tonumber(gv)
+          tests[#tests + 1] = function(l)
+            local x = l[gk] and tonumber(l[gk])
+            if x == nil then return false end
+            if go == ">" then return x > n end
+            return x < n
+          end
+        else
+          local neg, ek = r:match("^(!?)%s*([%w%._/%-]+)$")
+          if not ek then return nil, ("label selector requirement %q"):format(r) end
+          if neg == "!" then
+            tests[#tests + 1] = function(l) return l[ek] == nil end
+          else
+            tests[#tests + 1] = function(l) return l[ek] ~= nil end
+          end
+        end
+      end
+    end
+  end
+  return function(l)
+    l = type(l) == "table" and l or {}
+    for i = 1, #tests do
+      if not tests[i](l) then return false end
+    end
+    return true
+  end
+end
+
+-- A field selector of metadata.name and metadata.namespace (=, ==, !=).
+-- Returns a predicate on an object, or nil and why for a field it cannot
+-- evaluate (the read is then inexact).
+function overlay.field_selector(s)
+  if s == nil or trim(s) == "" then return function() return true end end
+  local tests = {}
+  for _, raw in ipairs(requirements(s)) do
+    local r = trim(raw)
+    local f, o, v = r:match("^([%w%.]+)%s*([!=]?=)%s*(.-)$")
+    if f ~= "metadata.name" and f ~= "metadata.namespace" then
+      return nil, ("field selector %q is not evaluated in the overlay"):format(r)
+    end
+    local field = f:match("%.(%w+)$")
+    if o == "!=" then
+      tests[#tests + 1] = function(md) return (md[field] or "") ~= v end
+    else
+      tests[#tests + 1] = function(md) return (md[field] or "") == v end
+    end
+  end
+  return function(obj)
+    local md = type(obj.metadata) == "table" and obj.metadata or {}
+    for i = 1, #tests do
+      if not tests[i](md) then return false end
+    end
+    return true
+  end
+end
+
+-- Lists --------------------------------------------------------------------
+
+-- One page of a list from the live server, merged with the overlay, in
+-- place. q: { group, plural, namespace (nil: all namespaces or
+-- cluster-scoped), label_selector, field_selector, continue (the token the
+-- page was asked with), project (a function making the lean copy of an
+-- overlay object, or nil) }. An object the overlay holds replaces the live
+-- one (and leaves the page when it no longer matches), a deleted one
+-- leaves it, and one that appears only in the overlay joins the page
+-- whose key range holds its key, in key order: each appears exactly once
+-- over all the pages of a pass. Returns the list and, when the merge could
+-- not be exact (a field selector it cannot evaluate), why.
+function Overlay:merge_page(list, q)
+  local set = self._by_resource[resource_key(q.group, q.plural)]
+  local items = type(list.items) == "table" and list.items or nil
+  local cont = list.metadata and list.metadata["continue"]
+  if cont == "" then cont = nil end
+  local lower = q.continue and self._bounds[q.continue] or nil
+  -- the greatest live key of this page: the bound of the next page
+  local greatest = lower
+  for i = 1, items and #items or 0 do
+    local md = items[i].metadata
+    local k = type(md) == "table" and type(md.name) == "string" and list_key(md.namespace, md.name) or nil
+    if k and (greatest == nil or lt(greatest, k)) then greatest = k end
+  end
+  if cont ~= nil then self._bounds[cont] = greatest end
+  if set == nil then return list end
+  local labels_ok, why = overlay.label_selector(q.label_selector)
+  if labels_ok == nil then return list, why end
+  local fields_ok
+  fields_ok, why = overlay.field_selector(q.field_selector)
+  -- without an evaluable field selector, what is known: namespace and labels
+  local function matches(obj)
+    if q.namespace ~= nil and obj.metadata.namespace ~= q.namespace then return false end
+    if not labels_ok(obj.metadata.labels) then return false end
+    return fields_ok == nil or fields_ok(obj)
+  end
+  local project = q.project or function(o) return o end
+  local out, seen = json.array {}, {}
+  for i = 1, items and #items or 0 do
+    local obj = items[i]
+    local md = obj.metadata
+    local e = type(md) == "table" and set[overlay.identity(q.group, q.plural, md.namespace, md.name)] or nil
+    if e == nil then
+      out[#out + 1] = obj
+    else
+      seen[e] = true
+      -- with a field selector it cannot evaluate, the live one's match of it stands
+      if e.state == "present" and matches(e.obj) then
+        out[#out + 1] = project(patch.deepcopy(e.obj))
+      end
+    end
+  end
+  local joined = false
+  if fields_ok ~= nil then
+    -- this page's key range: (lower, greatest], or (lower, end) for the last page
+    for _, e in pairs(set) do
+      if not seen[e] and e.state == "present" and (lower == nil or lt(lower, e.key))
+          and (cont == nil or (greatest ~= nil and le(e.key, greatest))) and matches(e.obj) then
+        out[#out + 1] = project(patch.deepcopy(e.obj))
+        joined = true
+      end
+    end
+  end
+  if joined then
+    local function key(o) return list_key(o.metadata.namespace, o.metadata.name) end
+    table.sort(out, function(a, b) return lt(key(a), key(b)) end)
+  end
+  list.items = out
+  return list, why
+end
+
+-- What the overlay holds, for the rehearsal's summary: the objects created
+-- (only the overlay holds one), changed (it replaces a live one) and
+-- deleted (a live one is gone), each an array of entries in key order.
+function Overlay:changes()
+  local created, changed, deleted = {}, {}, {}
+  for _, e in pairs(self._entries) do
+    if e.state == "present" and not e.live then
+      created[#created + 1] = e
+    elseif e.state == "present" then
+      -- changed, or deleted and created anew: the live object is replaced
+      changed[#changed + 1] = e
+    elseif e.state == "deleted" and e.live then
+      deleted[#deleted + 1] = e
+    end
+  end
+  local function order(a, b)
+    if a.group ~= b.group then return lt(a.group, b.group) end
+    if a.plural ~= b.plural then return lt(a.plural, b.plural) end
+    return lt(a.key, b.key)
+  end
+  table.sort(created, order)
+  table.sort(changed, order)
+  table.sort(deleted, order)
+  return { created = created, changed = changed, deleted = deleted }
+end
+
+return overlay

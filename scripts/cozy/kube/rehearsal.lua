@@ -1,0 +1,443 @@
+-- The rehearsal mode of the client (dry_run = "rehearse";
+-- docs/operations.md, "Rehearsals"): every write is sent to the live API
+-- server with dryRun=All, so the server validates, defaults and admits it
+-- and stores nothing, and the object it answers enters the overlay
+-- (cozy.kube.overlay); reads are answered from the live server merged with
+-- the overlay. So each write of a rehearsal sees what the earlier ones
+-- wrote.
+--
+-- Client:prepare asks rehearsal.prepare what to do with each request:
+-- answer it from the overlay (a read of an object it holds, a write it can
+-- only apply itself), or send it, maybe rewritten (a write to an object the
+-- overlay holds is applied here and the result sent for validation).
+-- Client:finish hands the answer of a request sent for a rehearsal to
+-- rehearsal.finish, which puts what the server answered into the overlay.
+--
+-- A write to an object the overlay holds: a JSON patch, merge patch or
+-- update is applied here to the overlay's version (a resourceVersion
+-- precondition judged against the overlay's version, as the run's server
+-- would judge it), and the result sent as a dry-run PUT carrying the live
+-- object's resourceVersion, or a dry-run POST when only the overlay holds
+-- the object. A strategic merge or apply patch is applied as a merge patch
+-- and the object marked inexact (no three-way merge here). A dry-run write
+-- refused with 403 (credentials that may read but not write) is applied
+-- here where it can be, and said "not validated by the server".
+local json = require "cozy.json"
+local errors = require "cozy.kube.errors"
+local overlay = require "cozy.kube.overlay"
+local patch = require "cozy.kube.patch"
+local projection = require "cozy.kube.projection"
+local request = require "cozy.kube.request"
+
+local rehearsal = {}
+
+local JSON_PATCH = "application/json-patch+json"
+local MERGE_PATCH = "application/merge-patch+json"
+
+local urlescape = request.urlescape
+
+-- The rehearsal of one client: its overlay, what it marked inexact, its
+-- verdicts. stand_in: a namespace that exists live, for validating objects
+-- whose own namespace exists only in the overlay.
+function rehearsal.new(opts)
+  opts = opts or {}
+  return {
+    overlay = overlay.new(),
+    stand_in = opts.stand_in or "default",
+    marks = {},  -- why a read or write was inexact, in order
+    stats = { admitted = 0, refused = 0, not_validated = 0 },
+  }
+end
+
+local function mark(state, why)
+  state.marks[#state.marks + 1] = why
+end
+rehearsal.mark = mark
+
+local function what(group, plural)
+  return (group ~= nil and group ~= "") and (plural .. "." .. group) or plural
+end
+
+local function status(code, reason, message, details)
+  return json.object { kind = "Status", apiVersion = "v1", metadata = json.object {}, status = "Failure",
+    message = message, reason = reason, details = json.object(details or {}), code = code }
+end
+
+-- The errors the run's server would answer, raised as its answers are.
+local function refuse(method, shown, st)
+  error(errors.from_response(method, shown, st.code, st, nil, {}), 0)
+end
+
+local function conflict(t, name)
+  return status(409, "Conflict", ("Operation cannot be fulfilled on %s %q: the object has been modified; "
+    .. "please apply your changes to the latest version and try again"):format(what(t.group, t.plural), name),
+    { name = name, group = t.group ~= "" and t.group or nil, kind = t.plural })
+end
+
+local function exists(t, name)
+  return status(409, "AlreadyExists", ("%s %q already exists"):format(what(t.group, t.plural), name),
+    { name = name, group = t.group ~= "" and t.group or nil, kind = t.plural })
+end
+
+-- kube-apiserver's answer to a JSON patch whose op failed (a test included)
+local PATCH_FAILED = "the server rejected our request due to an error in our request"
+
+-- The request's target: group, version, plural, namespace (nil for
+-- cluster-scoped ones and namespaces themselves), name, subresource.
+local function target_of(method, path, query)
+  local a = request.attributes(method, path, query)
+  if a.unroutable or a.non_resource or a.resource == nil then return nil end
+  local t = { group = a.group, version = a.version, plural = a.resource, ns = a.namespace, name = a.name,
+    subresource = a.subresource, verb = a.verb }
+  if t.plural == "namespaces" then t.ns = nil end
+  return t
+end
+
+local function api_base(t)
+  return t.group == "" and ("/api/" .. t.version) or ("/apis/" .. t.group .. "/" .. t.version)
+end
+
+local function collection(t, ns)
+  if ns ~= nil then return ("%s/namespaces/%s/%s"):format(api_base(t), urlescape(ns), t.plural) end
+  return ("%s/%s"):format(api_base(t), t.plural)
+end
+
+local function object_path(t, ns, name)
+  local p = collection(t, ns) .. "/" .. urlescape(name)
+  if t.subresource then p = p .. "/" .. t.subresource end
+  return p
+end
+
+-- Where an object to be created in namespace ns is sent for validation:
+-- its own namespace, or the stand-in when its own exists only in the
+-- overlay (the live server would refuse it there: namespace not found).
+-- Returns the namespace to send to, and why that is inexact.
+local function namespace_for(state, t, ns, method, shown)
+  if ns == nil then return nil end
+  local nse = state.overlay:entry("", "namespaces", nil, ns)
+  if nse == nil then return ns end
+  if nse.state == "deleted" then
+    refuse(method, shown, status(404, "NotFound", ("namespaces %q not found"):format(ns),
+      { name = ns, kind = "namespaces" }))
+  end
+  if nse.live then return ns end
+  return state.stand_in, ("%s %s/%s validated in namespace %s: its own namespace exists only in the rehearsal")
+    :format(what(t.group, t.plural), ns, t.name or "", state.stand_in)
+end
+
+-- The request that validates `result` (an object the overlay holds, e.g.
+-- after a patch applied here): a dry-run PUT carrying the live object's
+-- resourceVersion, or, when only the overlay holds the object, a dry-run
+-- POST of it (under a generated name when a live object of that name was
+-- deleted in the rehearsal).
+local function validation(state, t, e, result, send, method, shown)
+  local body = patch.deepcopy(result)
+  body.metadata = body.metadata or json.object {}
+  send.ctype = nil -- the object itself, as JSON
+  if e.live and not e.created then
+    body.metadata.resourceVersion = e.live_rv
+    send.method, send.path, send.body = "PUT", object_path(t, t.ns, t.name), body
+    return send
+  end
+  if t.subresource then
+    -- the status of an object only the overlay holds: nothing on the server to validate it against
+    send.local_only = "the object exists only in the rehearsal"
+    return send
+  end
+  body.metadata.resourceVersion, body.metadata.uid, body.metadata.creationTimestamp = nil, nil, nil
+  if e.live then
+    body.metadata.generateName, body.metadata.name = t.name .. "-", nil
+    send.restore_name = t.name
+  end
+  local ns, why = namespace_for(state, t, t.ns, method, shown)
+  if ns ~= t.ns then
+    body.metadata.namespace = ns
+    send.restore_namespace = t.ns
+    send.inexact = why
+  end
+  send.method, send.path, send.body = "POST", collection(t, ns), body
+  return send
+end
+
+-- A patch or update applied here to the overlay's version `base`: the
+-- result, or raises the run's server's answer (a failed op, a stale
+-- resourceVersion). Returns the result and why it is inexact.
+local function apply_here(t, base, method, ctype, body, shown)
+  local result, why
+  if method == "PUT" then
+    result = patch.deepcopy(body)
+  elseif ctype == JSON_PATCH then
+    local ok, res = pcall(patch.json_patch, base, body)
+    if not ok then
+      refuse(method, shown, status(422, "Invalid", PATCH_FAILED, {}))
+    end
+    result = res
+  else
+    result = patch.merge_patch(base, body)
+    if ctype ~= MERGE_PATCH then
+      why = ("%s %s: a %s applied as a merge patch to the rehearsal's version (no three-way merge)")
+        :format(what(t.group, t.plural), t.ns and (t.ns .. "/" .. t.name) or t.name, tostring(ctype))
+    end
+  end
+  if type(result) ~= "table" or type(result.metadata) ~= "table" then
+    refuse(method, shown, status(422, "Invalid", PATCH_FAILED, {}))
+  end
+  local rv = result.metadata.resourceVersion
+  if rv ~= nil and rv ~= base.metadata.resourceVersion then refuse(method, shown, conflict(t, t.name)) end
+  result.metadata.resourceVersion = base.metadata.resourceVersion
+  result.metadata.name, result.metadata.namespace = base.metadata.name, base.metadata.namespace
+  if t.subresource == "status" then
+    -- a status write changes the status only
+    local whole = patch.deepcopy(base)
+    whole.status = result.status
+    result = whole
+  end
+  return result, why
+end
+
+-- What Client:prepare does with a request in a rehearsal. Returns a table:
+--   { answer = v }                  answered here (v may be nil: a write
+--                                   applied only here answers its object)
+--   { method, path, body, ... }     send this (a write with dryRun=All);
+--                                   the table is the request's tag for finish
+-- or nil: send the request as it is, untracked (discovery, a watch).
+-- Raises what the run's server would answer (a 404 of a deleted object, a
+-- failed JSON patch test, a stale resourceVersion).
+local prepare
+function rehearsal.prepare(client, method, path, query, body, ctype, spec, write, shown)
+  if not write then return prepare(client, method, path, query, body, ctype, spec, write, shown) end
+  local ok, res = pcall(prepare, client, method, path, query, body, ctype, spec, write, shown)
+  if ok then return res end
+  -- refused here as the run's server would refuse it: a verdict too
+  if errors.is_error(res) then
+    rehearsal.verdict(client, { method = method, path = path, body = body, content_type = ctype }, "refused",
+      res.message .. " (judged on the rehearsal's version)")
+  end
+  error(res, 0)
+end
+
+function prepare(client, method, path, query, body, ctype, spec, write, shown)
+  local state = client.rehearsal
+  local ov = state.overlay
+  local t = target_of(method, path, query)
+  if t == nil then
+    if write then
+      mark(state, ("%s %s: a write outside the resource tree is not tracked"):format(method, path))
+      return { method = method, path = path, body = body, op = "untracked", shown = shown }
+    end
+    return nil
+  end
+  if not write then
+    if t.verb == "watch" then
+      if ov._entries and next(ov._entries) ~= nil then
+        mark(state, ("watch of %s: the overlay's changes are not in it"):format(what(t.group, t.plural)))
+      end
+      return nil
+    end
+    if t.name == nil then
+      local q = request.query_table(query)
+      return { op = "list", t = t, method = method, path = path, label_selector = q.labelSelector,
+        field_selector = q.fieldSelector, continue = q["continue"], projection = spec.projection }
+    end
+    if t.subresource ~= nil and t.subresource ~= "status" then
+      if ov:entry(t.group, t.plural, t.ns, t.name) then
+        mark(state, ("%s of %s %s: read from the live server"):format(t.subresource, what(t.group, t.plural),
+          t.name))
+      end
+      return nil
+    end
+    local st, obj, why = ov:get(t.group, t.version, t.plural, t.ns, t.name)
+    if st == "live" then return nil end
+    if st == "deleted" then refuse(method, shown, obj) end
+    if why then mark(state, why) end
+    if type(spec.projection) == "table" then obj = projection.prune(obj, spec.projection) end
+    return { answer = obj }
+  end
+  local send = { t = t, method = method, path = path, body = body, ctype = ctype, shown = shown,
+    original = { method = method, path = path, body = body, content_type = ctype }, projection = spec.projection }
+  if method == "POST" and t.name == nil then
+    -- a create: its name and namespace from the object
+    local md = type(body) == "table" and type(body.metadata) == "table" and body.metadata or {}
+    t.name = md.name
+    t.ns = t.plural ~= "namespaces" and (t.ns or md.namespace) or nil
+    send.op = "put"
+    if t.name == nil then
+      -- generateName: the server names it; its namespace may still need the stand-in
+      local ns, why = namespace_for(state, t, t.ns, method, shown)
+      if ns ~= t.ns then
+        send.body = patch.deepcopy(body)
+        send.body.metadata.namespace = ns
+        send.path, send.restore_namespace, send.inexact = collection(t, ns), t.ns, why
+      end
+      return send
+    end
+    local e = ov:entry(t.group, t.plural, t.ns, t.name)
+    if e and e.state == "present" then refuse(method, shown, exists(t, t.name)) end
+    if e and e.state == "deleted" and e.live then
+      send.created, send.live = true, true
+      return validation(state, t, e, body, send, method, shown)
+    end
+    local ns, why = namespace_for(state, t, t.ns, method, shown)
+    if ns ~= t.ns then
+      send.body = patch.deepcopy(body)
+      send.body.metadata.namespace = ns
+      send.path, send.restore_namespace, send.inexact = collection(t, ns), t.ns, why
+    end
+    return send
+  end
+  if t.name == nil then
+    mark(state, ("%s %s: a collection write is not tracked in the overlay"):format(method, path))
+    send.op = "untracked"
+    return send
+  end
+  local e = ov:entry(t.group, t.plural, t.ns, t.name)
+  if t.subresource ~= nil and t.subresource ~= "status" then
+    if e then mark(state, ("%s of %s %s: judged on the live object"):format(t.subresource,
+      what(t.group, t.plural), t.name)) end
+    send.op = "untracked"
+    return send
+  end
+  if e and e.state == "deleted" then refuse(method, shown, overlay.not_found(t.group, t.plural, t.name)) end
+  if method == "DELETE" then
+    send.op = "delete"
+    if e and (not e.live or e.created) then
+      -- only the overlay holds this object: nothing on the server to delete
+      send.local_only = "the object exists only in the rehearsal"
+    end
+    return send
+  end
+  if method ~= "PUT" and method ~= "PATCH" then
+    send.op = "untracked"
+    return send
+  end
+  send.op = "put"
+  if e == nil then
+    -- the live object is the base: the server applies the write to it, exactly
+    send.live, send.from_live = true, true
+    return send
+  end
+  local result, why = apply_here(t, e.obj, method, ctype, body, shown)
+  send.inexact = why
+  send.result = result
+  return validation(state, t, e, result, send, method, shown)
+end
+
+-- The write event of a rehearsal: the write as the step made it, the
+-- server's verdict ("admitted", "refused", "not validated") and its message.
+local function verdict(client, send, v, message)
+  local state = client.rehearsal
+  local key = v == "not validated" and "not_validated" or v
+  send.method = send.method or "?"
+  state.stats[key] = state.stats[key] + 1
+  if send.inexact then mark(state, send.inexact) end
+  if client.record then
+    local o = send.original or send
+    client.record { method = o.method, path = o.path, query = { dryRun = "All" }, content_type = o.content_type,
+      body = o.body, verdict = v, message = message, inexact = send.inexact,
+      validated_as = (send.method ~= o.method or send.path ~= o.path) and (send.method .. " " .. send.path) or nil }
+  end
+end
+
+rehearsal.verdict = function(...) return verdict(...) end
+
+-- The overlay's object after a write whose answer (or local result) is obj.
+local function take(client, send, obj)
+  local state, t = client.rehearsal, send.t
+  if send.op ~= "put" or type(obj) ~= "table" or type(obj.metadata) ~= "table" then return obj end
+  if send.restore_name then
+    obj.metadata.name, obj.metadata.generateName = send.restore_name, nil
+  end
+  if send.restore_namespace then obj.metadata.namespace = send.restore_namespace end
+  local e = t.name and state.overlay:entry(t.group, t.plural, t.ns, t.name)
+  if e and e.state == "present" and send.method == "POST" and not send.created then
+    -- validated by a create: the object keeps the identity the overlay gave it
+    obj.metadata.uid, obj.metadata.creationTimestamp = e.obj.metadata.uid, e.obj.metadata.creationTimestamp
+  end
+  local kept = state.overlay:put(t.group, t.plural, obj, {
+    live = send.live or (e and e.live) or false, created = send.created,
+    live_rv = send.from_live and obj.metadata.resourceVersion or nil,
+    api_version = t.group == "" and t.version or (t.group .. "/" .. t.version),
+    inexact = send.inexact })
+  if type(send.projection) == "table" then kept = projection.prune(kept, send.projection) end
+  return kept
+end
+
+local function deleted(client, send, answer)
+  local state, t = client.rehearsal, send.t
+  local e = state.overlay:entry(t.group, t.plural, t.ns, t.name)
+  local live = e == nil or e.live
+  -- an object kept by its finalizers is terminating, not gone
+  if type(answer) == "table" and answer.kind ~= "Status" and type(answer.metadata) == "table"
+      and answer.metadata.deletionTimestamp ~= nil then
+    local base = e and e.state == "present" and e.obj or answer
+    base = patch.deepcopy(base)
+    base.metadata.deletionTimestamp = answer.metadata.deletionTimestamp
+    state.overlay:put(t.group, t.plural, base, { live = live, live_rv = e == nil and answer.metadata.resourceVersion
+      or nil })
+    return answer
+  end
+  state.overlay:delete(t.group, t.plural, t.ns, t.name, live)
+  return answer
+end
+
+-- A write applied here only: the object only the overlay holds, or a
+-- dry-run write the server refused with 403.
+function rehearsal.apply_locally(client, send, why)
+  local t = send.t
+  local o = send.original or send
+  if send.op == "delete" then
+    verdict(client, send, "not validated", why)
+    return deleted(client, send, status(200, "Success", "", { name = t.name, kind = t.plural }))
+  end
+  if send.op ~= "put" then return nil end
+  local result = send.result
+  if result == nil then
+    if o.method == "POST" or o.method == "PUT" then
+      result = patch.deepcopy(o.body)
+      if result.metadata and result.metadata.name == nil and result.metadata.generateName then
+        mark(client.rehearsal, "a generated name cannot be known without the server: the object is left out")
+        verdict(client, send, "not validated", why)
+        return result
+      end
+    else
+      -- the live object, read as the engine's own request
+      local base = client:_internally(function()
+        return (client:call("GET", object_path({ group = t.group, version = t.version, plural = t.plural },
+          t.ns, t.name)))
+      end)
+      local r, inexact = apply_here(t, base, o.method, o.content_type, o.body, send.shown)
+      result, send.inexact = r, send.inexact or inexact
+    end
+  end
+  verdict(client, send, "not validated", why)
+  return take(client, send, result)
+end
+
+-- The answer to a request Client:prepare sent for a rehearsal (send, its
+-- tag): ok and body as Client:finish judged it. Returns what the step gets.
+function rehearsal.finish(client, send, ok, body, st, attempts)
+  local state = client.rehearsal
+  if send.op == "list" then
+    if not ok then error(body, 0) end
+    local tree = type(send.projection) == "table" and send.projection.items and send.projection.items["*"]
+    local t = send.t
+    local _, why = state.overlay:merge_page(body, { group = t.group, plural = t.plural, namespace = t.ns,
+      label_selector = send.label_selector, field_selector = send.field_selector, continue = send.continue,
+      project = tree and function(o) return projection.prune(o, tree) end or nil })
+    if why then mark(state, why) end
+    return body, st, attempts
+  end
+  if not ok then
+    if errors.is_error(body) and body.code == 403 then
+      return rehearsal.apply_locally(client, send, "the dry-run write was refused (403): " .. body.message),
+        200, attempts or {}
+    end
+    verdict(client, send, "refused", errors.is_error(body) and body.message or tostring(body))
+    error(body, 0)
+  end
+  verdict(client, send, "admitted")
+  if send.op == "delete" then return deleted(client, send, body), st, attempts end
+  return take(client, send, body), st, attempts
+end
+
+return rehearsal
