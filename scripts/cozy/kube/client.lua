@@ -166,17 +166,20 @@ local function admit(self, method, path, query, write)
   if self.gate then self.gate:admit(method, path, query, write, (self._internal or 0) > 0) end
 end
 
--- A write a dry run keeps back (or sends with dryRun=All), for whoever
--- shows it (plan, run --dry-run, check's findings): its body with a
--- Secret's data redacted, as the -v=8 trace shows it; the write itself
--- keeps the body it was given.
+-- Every write a dry run shows (kept back, judged by the server, or
+-- rehearsed) reaches the observer here, once, with its body redacted as the
+-- -v=8 trace shows it (the write itself keeps the body it was given): no
+-- mode of a plan, nor check's findings, prints a Secret's values.
+function Client:record_write(event)
+  if not self.record then return end
+  local body, path = event.body, event.path
+  if type(body) == "table" then event.body = trace.redacted(body, request.is_secrets(path))
+  elseif body ~= nil and request.is_secrets(path) then event.body = "<redacted>" end
+  self.record(event)
+end
+
 local function record_write(self, method, path, query, ctype, body)
-  if self.record then
-    local shown = body
-    if type(body) == "table" then shown = trace.redacted(body, request.is_secrets(path))
-    elseif body ~= nil and request.is_secrets(path) then shown = "<redacted>" end
-    self.record { method = method, path = path, query = query_table(query), content_type = ctype, body = shown }
-  end
+  self:record_write { method = method, path = path, query = query_table(query), content_type = ctype, body = body }
 end
 
 -- The request Client:call sends, prepared: the choke point's decision made

@@ -330,12 +330,10 @@ local function verdict(client, send, v, message)
   send.method = send.method or "?"
   state.stats[key] = state.stats[key] + 1
   if send.inexact then mark(state, send.inexact) end
-  if client.record then
-    local o = send.original or send
-    client.record { method = o.method, path = o.path, query = { dryRun = "All" }, content_type = o.content_type,
-      body = o.body, verdict = v, message = message, inexact = send.inexact,
-      validated_as = (send.method ~= o.method or send.path ~= o.path) and (send.method .. " " .. send.path) or nil }
-  end
+  local o = send.original or send
+  client:record_write { method = o.method, path = o.path, query = { dryRun = "All" }, content_type = o.content_type,
+    body = o.body, verdict = v, message = message, inexact = send.inexact,
+    validated_as = (send.method ~= o.method or send.path ~= o.path) and (send.method .. " " .. send.path) or nil }
 end
 
 rehearsal.verdict = function(...) return verdict(...) end
