@@ -121,6 +121,8 @@ sandbox.modules["cozy.match"] = function() return copy(require "cozy.match") end
 -- Whole migrations from a description (delete if present): tables of plain
 -- data and a walk that reaches the cluster only through the ctx it is given.
 sandbox.modules["cozy.recipe"] = function() return copy(require "cozy.recipe") end
+-- base64 (a Secret's data): pure functions of their arguments, in Lua.
+sandbox.modules["cozy.base64"] = function() return copy(require "cozy.base64") end
 
 -- Every string shares one metatable, whose __index is what `("").name`
 -- reaches, in a migration as anywhere: point it at a copy of the string

@@ -27,7 +27,7 @@ end
 describe("docs/engine-api.md's examples", function()
   local doc = assert(files.read(DOC))
 
-  for _, heading in ipairs { "### Labels and annotations", "### Matching names" } do
+  for _, heading in ipairs { "### Labels and annotations", "### Matching names", "### Base64: a Secret's data" } do
     it(heading:sub(5) .. " runs in a migration's sandbox as printed", function()
       local code = example(doc, heading)
       local chunk = assert(load(code, "=" .. heading, "t", sandbox.env()))

@@ -68,6 +68,11 @@ describe("the migration sandbox", function()
       assert.is_function(math.floor)
     end)
 
+    it("cozy.base64, to read and write a Secret's data", function()
+      assert.equal("cGFzc3dvcmQ=", eval([[return require("cozy.base64").encode("password")]]))
+      assert.equal("password", eval([[return require("cozy.base64").decode("cGFzc3dvcmQ=")]]))
+    end)
+
     it("module tables handed out are copies", function()
       eval([[local j = require "cozy.json"; j.encode = nil; return true]])
       assert.is_function(require("cozy.json").encode)
