@@ -257,6 +257,25 @@ function obj.remove_annotation(o, key)
   return remove(o, "annotations", key)
 end
 
+-- The metadata fields the API server sets and owns: a copy that is to be
+-- created as a new object, or compared with another, leaves them out.
+obj.SERVER_SET_METADATA = { "resourceVersion", "uid", "generation", "creationTimestamp",
+  "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink" }
+
+-- A deep copy of o without what the API server sets: the metadata above and,
+-- unless opts.keep_status, `status` (a create ignores it; its controller
+-- writes it). What remains is what a create of the copy would send: a new
+-- name or namespace is the caller's to set. o itself is not changed.
+function obj.clean(o, opts)
+  if type(o) ~= "table" then error("obj.clean: expects an object (a table), got " .. type(o), 2) end
+  local c = json.copy(o)
+  if type(c.metadata) == "table" then
+    for _, k in ipairs(obj.SERVER_SET_METADATA) do c.metadata[k] = nil end
+  end
+  if not (opts and opts.keep_status) then c.status = nil end
+  return c
+end
+
 -- The names of the items ("a,b,c"), for log lines.
 function obj.names(items)
   local names = {}
