@@ -165,15 +165,38 @@ end
 -- would return, computed locally, for a client dry run. Whether the write is
 -- sent, recorded or refused is Client:call's decision alone.
 
+-- Returns the created object and true; with opts.exists = "skip" (create if
+-- absent) an object of that name that exists already is returned as it is,
+-- with false, instead of raising AlreadyExists.
 function Resource:create(obj, opts)
   if type(obj) ~= "table" or type(obj.metadata) ~= "table" then
     error("create(obj): obj.metadata is required", 2)
   end
-  if opts ~= nil and type(opts) ~= "table" then error("create: opts must be a table", 2) end
+  if opts ~= nil and (type(opts) ~= "table" or (opts.exists ~= nil and opts.exists ~= "skip"
+      and opts.exists ~= "fail")) then
+    error('create: opts must be a table whose exists is "skip" or "fail"', 2)
+  end
+  local if_absent = opts ~= nil and opts.exists == "skip"
+  if if_absent and obj.metadata.name == nil then
+    error('create: { exists = "skip" } needs obj.metadata.name (a generateName never exists)', 2)
+  end
   self = budgeted(self, opts, 2)
   local ns = obj.metadata.namespace
   if self.namespaced and ns == nil then
     error(("create(obj): %s is namespaced and obj.metadata.namespace is not set"):format(self.plural), 2)
+  end
+  if if_absent then
+    -- a client dry run sends no POST to learn that the object exists: it
+    -- reads it (a read the permissions of a create-if-absent declare: get)
+    local existing = self.client.dry_run == "client" and self:find(ns, obj.metadata.name) or nil
+    if existing then return existing, false end
+    local ok, res = pcall(self.create, self, obj)
+    if ok then return res, true end
+    if errors.is_error(res) and res.code == 409 and res.reason == "AlreadyExists" then
+      local current = self:find(ns, obj.metadata.name)
+      if current then return current, false end
+    end
+    error(res, 0)
   end
   local path = self:collection_path(ns)
   fill_type(self, obj)
@@ -184,7 +207,7 @@ function Resource:create(obj, opts)
   local named = obj.metadata.name ~= nil
   local ok, res = pcall(c.call, c, "POST", path, { body = obj, retry_safe = named,
     simulate = function() return patch.deepcopy(obj) end })
-  if ok then return res end
+  if ok then return res, true end
   if errors.is_error(res) and res.code == 409 and res.reason == "AlreadyExists" and named
       and update.uncertain(res.attempts) and c.dry_run == nil then
     local current = self:find(ns, obj.metadata.name) or {}
@@ -193,7 +216,7 @@ function Resource:create(obj, opts)
     if patch.contains(current, sent) then
       c:_warn("create: an earlier attempt landed; the object read back matches what was sent",
         { path = path, name = obj.metadata.name, attempts = #res.attempts })
-      return current
+      return current, true
     end
     res.message = res.message .. " (an earlier attempt may have landed, but the object read back differs from what was sent)"
   end

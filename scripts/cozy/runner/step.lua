@@ -100,8 +100,16 @@ step.classify = classify
 local function would(finding, w)
   local a = request.attributes(w.method, w.path, w.query)
   local what = a.resource and (a.resource .. (a.subresource and ("/" .. a.subresource) or "")) or w.path
-  local target = a.name and ((a.namespace and (a.namespace .. "/") or "") .. a.name) or (a.namespace or "")
   local body = w.body
+  -- a create names its object in the body, not the path: the finding names it
+  -- (a generateName as `prefix*`)
+  local name = a.name
+  local md = a.verb == "create" and type(body) == "table" and type(body.metadata) == "table" and body.metadata
+  if name == nil and md then
+    name = type(md.name) == "string" and md.name
+      or (type(md.generateName) == "string" and (md.generateName .. "*")) or nil
+  end
+  local target = name and ((a.namespace and (a.namespace .. "/") or "") .. name) or (a.namespace or "")
   if type(body) == "table" and type(body[1]) == "table" and body[1].op == "test"
       and body[1].path == "/metadata/resourceVersion" then
     body = json.array(table.move(body, 2, #body, 1, {}))
@@ -109,7 +117,7 @@ local function would(finding, w)
   local ok, encoded = pcall(json.encode, body)
   local change = body ~= nil and ok and text.safe_prefix(encoded, 200, "...") or nil
   finding("info", ("would %s %s %s"):format(a.verb or w.method, what, target):gsub("%s+$", ""),
-    { verb = a.verb, resource = a.resource, namespace = a.namespace, name = a.name, change = change })
+    { verb = a.verb, resource = a.resource, namespace = a.namespace, name = name, change = change })
 end
 
 function step.execute(m, opts)
