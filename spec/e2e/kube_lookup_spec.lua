@@ -32,6 +32,8 @@ local FIXTURE = {
   { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
   crd("widgets", "Widget", { "wdg" }),
   crd("secrets", "Secret", nil),
+  -- a plural the engine's own discovery cache once held a list under
+  crd("groups", "Group", nil),
 }
 
 describe("resources by kubectl name", function()
@@ -116,6 +118,52 @@ describe("resources by kubectl name", function()
     assert.equal(before, c.stats.requests)
   end)
 
+  it("takes a resource named as the discovery cache's own lists are (\"groups\")", function()
+    assert.is_truthy(c:lookup("pvc"))                 -- the group list is cached by now
+    local res = c:lookup("groups")
+    assert.is_table(res)
+    assert.equal("example.com/v1", res.api_version)
+    assert.equal("groups", res.plural)
+  end)
+
+  -- What `kubectl api-resources --api-group GROUP -o wide` lists: NAME and
+  -- APIVERSION of each resource.
+  local function kubectl_api_resources(group)
+    local r = srv:kubectl("api-resources", "--api-group=" .. group, "--no-headers", "-o", "wide")
+    assert(r.ok, r.stderr)
+    local out = {}
+    for line in r.stdout:gmatch("[^\n]+") do
+      local name = line:match("^(%S+)")
+      local api_version = line:match("%s(%S+/v[%w]+)%s") or line:match("%s(v%d[%w]*)%s")
+      out[#out + 1] = name .. " " .. tostring(api_version)
+    end
+    table.sort(out)
+    return out
+  end
+
+  for _, group in ipairs { "example.com", "apps", "" } do
+    it(("lists the resources of API group %q as kubectl api-resources does"):format(group), function()
+      local list = assert(c:api_resources(group))
+      local ours = {}
+      for i, r in ipairs(list) do ours[i] = r.plural .. " " .. r.api_version end
+      table.sort(ours)
+      assert.same(kubectl_api_resources(group), ours)
+      for _, r in ipairs(list) do
+        assert.equal(group, r.group)
+        assert.is_boolean(r.namespaced)
+        assert.is_string(r.kind)
+      end
+    end)
+  end
+
+  it("answers nil and why for an API group the server does not serve, and refuses what is no group", function()
+    local list, why = c:api_resources("velero.io")
+    assert.is_nil(list)
+    assert.equal('API group "velero.io" is not served', why)
+    assert.has_error(function() c:api_resources("apps/v1") end,
+      'api_resources(group): group must be an API group ("apps", "" for the core group), not "apps/v1"')
+  end)
+
   it("refuses a name kubectl would not take", function()
     assert.has_error(function() c:lookup("") end,
       'lookup(name): name must be a resource as kubectl names it ("pvc", "deployments.apps"), not ""')
@@ -137,7 +185,7 @@ describe("resources by kubectl name", function()
     assert.is_true(#srv:fired { path = "^/apis$" } > 0)
   end)
 
-  it("is ctx.kube:lookup in a migration: a resource of ctx.kube and a copy of what discovery says", function()
+  it("is ctx.kube:lookup and :api_resources in a migration: a resource of ctx.kube, copies of discovery", function()
     local dir = cli.migration_dir { ["1-probe.lua"] = [[
       return { description = "probe",
         permissions = { { verb = "list", group = "example.com", resource = "widgets" } },
@@ -152,6 +200,10 @@ describe("resources by kubectl name", function()
           assert(not sealed and err:find("a resource of ctx.kube is read-only", 1, true), err)
           local none, why = ctx.kube:lookup("backups.velero.io")
           assert(none == nil and why == 'API group "velero.io" is not served')
+          local listed = ctx.kube:api_resources("example.com")   -- plain copies
+          assert(#listed == 3 and listed[1].plural == "groups" and listed[3].api_version == "example.com/v1")
+          listed[1].plural = "changed"
+          assert(ctx.kube:api_resources("example.com")[1].plural == "groups")
           ctx.outcome { looked_up = true }
         end }
     ]] }

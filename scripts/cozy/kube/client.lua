@@ -371,6 +371,13 @@ function Client:lookup(name)
   return self:resource(found.api_version, found.plural, { namespaced = found.namespaced, kind = found.kind }), found
 end
 
+-- The resources API group `group` serves, as `kubectl api-resources
+-- --api-group` lists them (cozy.kube.names); nil and why when the group is
+-- not served. Cached as `lookup` is.
+function Client:api_resources(group)
+  return names.group_resources(self, self._names, group)
+end
+
 -- Raw access for the runner (e.g. /version): decoded body, raises on failure.
 function Client:get_path(path, query)
   return (self:call("GET", path, { query = query }))

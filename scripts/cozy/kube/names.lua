@@ -128,8 +128,11 @@ function names.resolve(c, cache, name)
     error(("lookup(name): name must be a resource as kubectl names it (\"pvc\", \"deployments.apps\"), not %s")
       :format(type(name) == "string" and ("%q"):format(name) or ("a " .. type(name))), 3)
   end
-  local key = name
-  local hit = cache[key]
+  -- answers by name are kept apart from the cached discovery lists (a
+  -- resource may well be named "groups")
+  cache.names = cache.names or {}
+  local answers_of, key = cache.names, name
+  local hit = answers_of[key]
   if hit ~= nil then
     if hit.absent then return nil, hit.absent end
     return hit
@@ -154,7 +157,7 @@ function names.resolve(c, cache, name)
     end
   end
   if found then
-    cache[key] = found
+    answers_of[key] = found
     return found
   end
   local why
@@ -172,8 +175,38 @@ function names.resolve(c, cache, name)
       why = ("API group %q is not served"):format(rest)
     end
   end
-  cache[key] = { absent = why }
+  answers_of[key] = { absent = why }
   return nil, why
+end
+
+-- The resources API group `group` serves ("" the core group), as `kubectl
+-- api-resources --api-group` lists them: each resource once, at the group's
+-- preferred version, or at the first other version that serves it when the
+-- preferred one does not; sorted by name. Each is a table like resolve's.
+-- nil and why when the group is not served.
+function names.group_resources(c, cache, group)
+  if type(group) ~= "string" or group:find("[%s/]") then
+    error(("api_resources(group): group must be an API group (\"apps\", \"\" for the core group), not %s")
+      :format(type(group) == "string" and ("%q"):format(group) or ("a " .. type(group))), 3)
+  end
+  for _, g in ipairs(groups(c, cache)) do
+    if g.name == group then
+      local out, seen = {}, {}
+      for _, v in ipairs(versions_of(g)) do
+        local list, gv = resources(c, cache, g.name, v)
+        for _, r in ipairs(list) do
+          if not seen[r.name] then
+            seen[r.name] = true
+            out[#out + 1] = { api_version = gv, plural = r.name, kind = r.kind, namespaced = r.namespaced == true,
+                              group = g.name, version = v, short_names = r.shortNames, verbs = r.verbs }
+          end
+        end
+      end
+      table.sort(out, function(a, b) return a.plural < b.plural end)
+      return out
+    end
+  end
+  return nil, ("API group %q is not served"):format(group)
 end
 
 return names

@@ -187,6 +187,13 @@ local function kube_facade(view, logger, warned)
     if res == nil then return nil, about end
     return resource_facade(res, logger, warned), plain(about)
   end)
+  -- the resources of an API group, as `kubectl api-resources --api-group`
+  -- lists them (plain copies), or nil and why when the group is not served
+  k.api_resources = method(k, function(group)
+    local list, why = view:api_resources(group)
+    if list == nil then return nil, why end
+    return plain(list)
+  end)
   -- update_each over every object of a resource named as kubectl names it,
   -- the list's options (namespace, label_selector, ...) and update_each's
   -- together in opts: a port's "for each X, if served" in one call. A
