@@ -276,6 +276,35 @@ function obj.clean(o, opts)
   return c
 end
 
+-- jq's walk(f): a new document in which every value of v, innermost first,
+-- is replaced by fn(value, path) (path: the array of steps from the root,
+-- keys and 1-based indices; a fresh table each call). fn returning nil keeps
+-- the value as it is (already walked); returning json.null makes a JSON null.
+-- Arrays stay arrays and objects objects (their cozy.json markers kept); v
+-- itself is not changed.
+local function walk(v, fn, path)
+  if type(v) == "table" then
+    local c = {}
+    local depth = #path + 1
+    for k, x in next, v do
+      path[depth] = k
+      c[k] = walk(x, fn, path)
+    end
+    path[depth] = nil
+    local mt = getmetatable(v)
+    if mt == json.array_mt or mt == json.object_mt then setmetatable(c, mt) end
+    v = c
+  end
+  local replaced = fn(v, table.move(path, 1, #path, 1, {}))
+  if replaced == nil then return v end
+  return replaced
+end
+
+function obj.walk(v, fn)
+  if type(fn) ~= "function" then error("obj.walk(v, fn): fn must be a function(value, path)", 2) end
+  return walk(v, fn, {})
+end
+
 -- The names of the items ("a,b,c"), for log lines.
 function obj.names(items)
   local names = {}
