@@ -132,12 +132,32 @@ function step.execute(m, opts)
   local outcome = { counts = {}, warnings = {}, warnings_dropped = 0 }
   local result = { defined = fn ~= nil, findings = findings, outcome = outcome }
   if fn == nil then return true, nil, result end
+  -- A blocking finding in run or plan stops the step before its first
+  -- write: every write is refused from then on, naming the findings that
+  -- block it, and a step that ends without writing fails the same way.
+  local function blocked()
+    local messages = {}
+    for _, f in ipairs(findings) do
+      if f.severity == "block" then messages[#messages + 1] = f.message end
+    end
+    if #messages > 0 then
+      errors.raise("migration", ("%s: blocked by %d finding(s): %s"):format(m.name, #messages,
+        table.concat(messages, "; ")))
+    end
+  end
+  local guard = nil
+  if mode ~= "check" then
+    guard = function(method, path)
+      blocked()
+      if opts.guard then return opts.guard(method, path) end
+    end
+  end
   -- the run's gate (its lock), narrowed to this step's rules
   local view = opts.client:view((opts.gate or gate.new()):narrow {
     who = "migration " .. m.name,
     permissions = discovery.permissions_for(def, mode),
     read_only = mode == "check" and not reporting and "check() is read-only" or nil,
-    guard = mode ~= "check" and opts.guard or nil,
+    guard = guard,
   })
   local ctx = context.new {
     view = view, log = opts.log:with { migration = m.name }, namespace = opts.namespace,
@@ -153,7 +173,10 @@ function step.execute(m, opts)
   -- the step's deadline and SIGTERM/SIGINT stop it wherever it is: in Lua
   -- code, a request, a backoff, a <close> handler run while unwinding
   local ok, err, trace = sandbox.watched({ deadline = sys.monotime() + limit, on_stop = stopper(m.name, limit) },
-    fn, ctx)
+    function(c)
+      fn(c)
+      if mode ~= "check" then blocked() end
+    end, ctx)
   if ok then return true, nil, result end
   return false, classify(err, m.name, trace), result
 end
