@@ -301,9 +301,11 @@ Environment:
   HTTPS_PROXY, HTTP_PROXY, NO_PROXY  proxy for the API server, as kubectl uses them
 
 Exit status: 0 done or nothing to do; 1 a migration or an API call failed,
-a run was stopped (SIGTERM, SIGINT, SIGHUP, lost lock) or check found a blocking finding;
-2 usage, configuration or an invalid migration set; 3 the lock could not be
-taken within --lock-timeout (held by another runner, or refused by the server).
+a run was stopped (SIGTERM, SIGINT, SIGHUP, lost lock), check found a blocking finding,
+or run --plan found the cluster or a write not as planned;
+2 usage, configuration, an invalid migration set or an unusable --plan file;
+3 the lock could not be taken within --lock-timeout (held by another runner,
+or refused by the server).
 See docs/operations.md.
 ]==]
 
