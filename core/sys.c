@@ -5,6 +5,7 @@
 */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,38 @@ static int sys_sha256(lua_State *L) {
   return 1;
 }
 
+/* sys.write_private(path, data): the file at path holds data, readable by its
+** owner only (mode 0600, also when it existed before): a saved plan may name
+** what an operator does not share. Not through a symbolic link. true, or nil
+** and why. */
+static int sys_write_private(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  size_t len, off = 0;
+  const char *data = luaL_checklstring(L, 2, &len);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return push_errno(L, path);
+  if (fchmod(fd, 0600) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return push_errno(L, path);
+  }
+  while (off < len) {
+    ssize_t n = write(fd, data + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      close(fd);
+      errno = e;
+      return push_errno(L, path);
+    }
+    off += (size_t)n;
+  }
+  if (close(fd) != 0) return push_errno(L, path);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 /* An open directory owned by a userdata, so a memory error raised while the
 ** names are pushed cannot leak it: __gc closes what the loop left open. */
 #define DIR_MT "cozy.sys.dir"
@@ -161,13 +194,19 @@ static int sys_compare(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg sys_funcs[] = {
-    {"monotime", sys_monotime}, {"time", sys_time},
-    {"sleep", sys_sleep},       {"getpid", sys_getpid},
-    {"hostname", sys_hostname}, {"sha256", sys_sha256},
-    {"listdir", sys_listdir},   {"stat", sys_stat},
-    {"realpath", sys_realpath}, {"builtin_migrations", cozy_builtin_migrations},
-    {"compare", sys_compare},   {NULL, NULL}};
+static const luaL_Reg sys_funcs[] = {{"monotime", sys_monotime},
+                                     {"time", sys_time},
+                                     {"sleep", sys_sleep},
+                                     {"getpid", sys_getpid},
+                                     {"hostname", sys_hostname},
+                                     {"sha256", sys_sha256},
+                                     {"listdir", sys_listdir},
+                                     {"stat", sys_stat},
+                                     {"realpath", sys_realpath},
+                                     {"builtin_migrations", cozy_builtin_migrations},
+                                     {"compare", sys_compare},
+                                     {"write_private", sys_write_private},
+                                     {NULL, NULL}};
 
 int luaopen_cozy_sys(lua_State *L) {
   luaL_newlib(L, sys_funcs);

@@ -27,8 +27,8 @@ cli.V_DEBUG, cli.V_REQUESTS, cli.V_BODIES, cli.V_WHOLE_BODIES = 4, 6, 8, 9
 
 -- The commands, in --help's order: synopsis (after the command's name) and what it does.
 local command_list = {
-  { "run", "[--target N] [--dry-run] [--server-dry-run]", "apply pending migrations" },
-  { "plan", "[--target N] [--server-dry-run]", "rehearse run over the live cluster, nothing written" },
+  { "run", "[--target N] [--[server-]dry-run] [--plan FILE]", "apply pending migrations" },
+  { "plan", "[--target N] [--server-dry-run] [--save FILE]", "rehearse run over the live cluster, nothing written" },
   { "status", "[-o text|json]", "version, target, pending, lock, last failure, history" },
   { "check", "[--migration N] [-o text|json]", "read-only preflight and each pending check()" },
   { "list", "[-o text|json]", "migrations known to this build" },
@@ -66,6 +66,9 @@ local option_list = {
   { "--dry-run", nil, nil, "client dry run: reads sent, writes printed, not sent" },
   { "--server-dry-run", nil, nil,
     "no rehearsal: each step against the cluster as it is, writes sent with dryRun=All" },
+  { "--save", nil, "FILE", "save the rehearsal (what it read, what it wrote) for run --plan" },
+  { "--plan", nil, "FILE", "run only as FILE planned: refuse if what it read changed, stop\n"
+    .. "before a write it does not hold" },
   { "--concurrency", nil, "N", "changes of a batch in flight at once (1-64, default 8)" },
   { "--step-timeout", nil, "DURATION", "time limit of each step's run or check, legacy scripts too\n"
     .. "(default: the migration's `timeout`, else 30m)" },
@@ -186,6 +189,8 @@ local options = {
   ["--output"] = one_of("--output", "text", "json"),
   ["--dry-run"] = "flag",
   ["--server-dry-run"] = "flag",
+  ["--save"] = string_value,
+  ["--plan"] = string_value,
   ["--strict-stamp"] = "flag",
   ["--service-account"] = string_value,
   ["--no-builtin"] = "flag",
@@ -206,8 +211,9 @@ local command_values = {
 
 -- Which command-specific options each command accepts (common ones always), in help's order.
 local command_options = {
-  run = { "--target", "--dry-run", "--server-dry-run", "--step-timeout", "--strict-stamp", "--concurrency" },
-  plan = { "--target", "--server-dry-run", "--step-timeout", "--strict-stamp", "--concurrency" },
+  run = { "--target", "--dry-run", "--server-dry-run", "--plan", "--step-timeout", "--strict-stamp",
+    "--concurrency" },
+  plan = { "--target", "--server-dry-run", "--save", "--step-timeout", "--strict-stamp", "--concurrency" },
   status = { "--output", "--target" },
   check = { "--migration", "--output", "--target", "--step-timeout", "--service-account" },
   list = { "--output" },
@@ -295,9 +301,11 @@ Environment:
   HTTPS_PROXY, HTTP_PROXY, NO_PROXY  proxy for the API server, as kubectl uses them
 
 Exit status: 0 done or nothing to do; 1 a migration or an API call failed,
-a run was stopped (SIGTERM, SIGINT, SIGHUP, lost lock) or check found a blocking finding;
-2 usage, configuration or an invalid migration set; 3 the lock could not be
-taken within --lock-timeout (held by another runner, or refused by the server).
+a run was stopped (SIGTERM, SIGINT, SIGHUP, lost lock), check found a blocking finding,
+or run --plan found the cluster or a write not as planned;
+2 usage, configuration, an invalid migration set or an unusable --plan file;
+3 the lock could not be taken within --lock-timeout (held by another runner,
+or refused by the server).
 See docs/operations.md.
 ]==]
 

@@ -38,6 +38,8 @@ local events = lazy "cozy.runner.events"
 local gate = lazy "cozy.kube.gate"
 local lease = lazy "cozy.runner.lease"
 local legacy = lazy "cozy.runner.legacy"
+local binding = lazy "cozy.kube.binding"
+local planfile = lazy "cozy.runner.planfile"
 local stamp = lazy "cozy.runner.stamp"
 local step = lazy "cozy.runner.step"
 local steps = lazy "cozy.runner.steps"
@@ -250,6 +252,7 @@ function Run.new(opts, mode, observe, log)
 end
 
 function Run:emit(event)
+  if self.saving then self:note_for_plan(event) end
   self.observe(event)
 end
 
@@ -267,6 +270,7 @@ function Run:connect()
   self.client.gate = gate.new { lock = self.lock }
   self.cms = self.client:resource("v1", "configmaps", { kind = "ConfigMap" })
   self.leases = self.client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" })
+  self:bind()
 end
 
 function Run:summary(result)
@@ -289,6 +293,7 @@ function Run:decide()
   self.set = runner.discover(opts)
   self.namespace = steps.namespace(opts)
   self.target = steps.target(opts, self.set)
+  self:load_plan()
   self:connect()
   proc.trap()
   self.identity = lease.identity()
@@ -297,6 +302,7 @@ function Run:decide()
   local decision = steps.decide(self.set, self.cms, namespace, target, log, self.leases)
   self.decision = decision
   self.events:regard(decision.cm)
+  self:verify_plan()
   if decision.action == "bootstrap" then
     log:info("no version ConfigMap: fresh install, stamping the target and running nothing",
       { configmap = stamp.CONFIGMAP, namespace = namespace, version = target })
@@ -408,9 +414,15 @@ function Run:each_step(m, cm)
   local stamped, outcome = true, nil
   -- the attempt, for its failure record should it fail before its stamp
   self.attempt = { m = m, from = from, at = self.at, started = t0 }
+  local bound = self.client.binding
+  if bound then bound:begin_step(m.number) end
   if m.kind == "lua" then
     outcome = self:lua_step(m, step_log)
-    if self.stopped then return cm end
+    if self.stopped then
+      if bound then bound:end_step() end
+      return cm
+    end
+    self:bound_step_end(m, outcome)
     if outcome.leave then
       stamped = false
       cm = self:unstamped(m, cm, record(outcome), outcome.leave, step_log)
@@ -441,6 +453,7 @@ function Run:each_step(m, cm)
     end
   end
   if stamped then self.at = to end
+  if bound then bound:end_step() end
   if marks then
     -- what this step's reads and writes (its stamp's included) marked inexact
     local all, why = self.client.rehearsal.marks, {}
@@ -480,6 +493,7 @@ end
 -- Phases lock and each step, which the release must follow whatever they raise.
 function Run:migrate()
   if not self:take_lock() then return end
+  if not self.planning then self:verify_plan() end
   local decision = self.decision
   self:emit { type = "plan", current = decision.current, target = self.target, steps = #decision.steps,
     server_dry_run = self.opts.server_dry_run or false }
@@ -547,6 +561,7 @@ function Run:summarise(ok, err)
       created = #c.created, changed = #c.changed, deleted = #c.deleted }
   end
   self:emit(summary)
+  self:save_plan()
   if self.planning and self.failures > 0 then
     self:summary("plan-failed")
     return 1
@@ -598,7 +613,10 @@ end
 
 function Run:execute()
   local done = self:decide()
-  if done then return done end
+  if done then
+    self:save_plan()
+    return done
+  end
   local ok, err = pcall(self.migrate, self)
   if not ok then
     err = stopped_by_signal(err)
@@ -611,6 +629,97 @@ function Run:execute()
   end
   self.events:close()
   return self:summarise(ok, err)
+end
+
+-- A saved plan (docs/operations.md, "A saved plan"; cozy.kube.binding,
+-- cozy.runner.planfile). `plan --save FILE` records the rehearsal; `run
+-- --plan FILE` starts only on the cluster the plan read and stops before a
+-- write the plan does not hold.
+
+-- Before any request: the plan file read and checked (exit 2 otherwise).
+function Run:load_plan()
+  local opts = self.opts
+  self.saving = opts.save ~= nil
+  if self.saving and self.dry_run ~= "rehearse" then
+    errors.raise("usage", "--save records a rehearsal: not with --server-dry-run")
+  end
+  if opts.plan == nil then return end
+  if self.planning then errors.raise("usage", "--plan binds a run: not with --dry-run or --server-dry-run") end
+  self.bound_plan = planfile.load(opts.plan, { namespace = self.namespace, target = self.target,
+    set = self.set })
+  self.not_rehearsed = nil
+end
+
+function Run:bind()
+  local path = ("/api/v1/namespaces/%s/configmaps/%s"):format(self.namespace, stamp.CONFIGMAP)
+  if self.saving then
+    self.client.binding = binding.new("record", path)
+    self.not_rehearsed = {}
+  elseif self.bound_plan then
+    self.client.binding = binding.new("check", path, self.bound_plan.by_step)
+  end
+end
+
+-- What the plan must refuse to bind: the steps not rehearsed, or failing.
+function Run:note_for_plan(e)
+  if e.type == "not_rehearsed" or (e.type == "legacy" and e.rehearsal) or e.type == "failure" then
+    local why = e.why or (e.type == "failure" and ("it would fail: " .. tostring(e.error)))
+      or "legacy scripts are not rehearsed"
+    self.not_rehearsed[#self.not_rehearsed + 1] = { number = e.number, name = e.name, why = why }
+  end
+end
+
+-- The run starts only on the cluster the plan read: the stamp, then every
+-- object and list (before the lock, and again under it). Exit 1 otherwise.
+function Run:verify_plan()
+  local p = self.bound_plan
+  if p == nil then return end
+  local d = self.decision
+  local rv = d.cm and d.cm.metadata and d.cm.metadata.resourceVersion or nil
+  local planned_rv = type(p.stamp) == "table" and p.stamp.resourceVersion or nil
+  if rv ~= planned_rv or (d.current ~= nil and d.current ~= p.current) then
+    errors.raise("failed", ("the plan does not bind this cluster: the version ConfigMap %s/%s changed since it was "
+      .. "planned (version %s, resourceVersion %s; planned version %s, resourceVersion %s); nothing was written: "
+      .. "plan again"):format(self.namespace, stamp.CONFIGMAP, tostring(d.current), tostring(rv),
+      tostring(p.current), tostring(planned_rv)))
+  end
+  local changed = binding.changed(self.client, p.reads, p.lists)
+  if changed then
+    errors.raise("failed", ("the plan does not bind this cluster: %s; nothing was written: plan again")
+      :format(changed))
+  end
+end
+
+-- A checked step's end, before its stamp: every write the plan holds for
+-- it was made, else the step fails there.
+function Run:bound_step_end(m, outcome)
+  local bound = self.client.binding
+  if bound == nil or self.planning then return end
+  local ok, err = pcall(bound.check_complete, bound, m.number)
+  if not ok then error(self:step_failure(m, err, outcome), 0) end
+end
+
+-- The rehearsal recorded, as `plan --save FILE` writes it.
+function Run:save_plan()
+  if not self.saving or self.client == nil then return end
+  local b, d = self.client.binding, self.decision
+  local reads, lists = b:recorded()
+  local json = require "cozy.json"
+  local steps_out = json.array {}
+  for _, n in ipairs(b.order) do
+    local m = self.set.by_number[n]
+    local writes = json.array {}
+    for _, w in ipairs(b.steps[n].writes) do writes[#writes + 1] = json.object(w) end
+    steps_out[#steps_out + 1] = json.object { number = n, name = m and m.name, writes = writes }
+  end
+  local nr = json.array {}
+  for _, s in ipairs(self.not_rehearsed) do nr[#nr + 1] = json.object(s) end
+  local rv = d and d.cm and d.cm.metadata and d.cm.metadata.resourceVersion
+  planfile.save(self.opts.save, { namespace = self.namespace, current = d and d.current or json.null,
+    target = self.target, stamp = rv and json.object { resourceVersion = rv } or json.null,
+    migrations = planfile.migrations(d and d.steps or {}), steps = steps_out, not_rehearsed = nr,
+    reads = json.array(reads), lists = json.array(lists) })
+  self.log:info("plan saved", { file = self.opts.save, steps = #steps_out })
 end
 
 -- `run` (mode "run") and `plan` / `run --dry-run` (mode "plan"). observe(event)

@@ -197,6 +197,11 @@ function Client:prepare(method, path, spec)
   -- a label or annotation the server would refuse is refused here, unsent
   -- (in a plan too, where the write would otherwise look fine)
   if write then labels.check(method, path, body, ctype) end
+  -- a plan being saved records the write as the step made it; a run bound
+  -- to a plan refuses here, unsent, a write the plan does not hold
+  -- (cozy.kube.binding)
+  local bound
+  if write and self.binding then bound = self.binding:write(method, path, encode_query(query), ctype, body) end
   if write and self.dry_run == "client" then
     -- kept back: computed locally (a simulation that fails raises, as the
     -- real write would), then recorded exactly once
@@ -214,7 +219,9 @@ function Client:prepare(method, path, spec)
     rehearsed = rehearsal.prepare(self, method, path, query, body, ctype, spec, write,
       qs0 ~= "" and (path .. "?" .. qs0) or path)
     if rehearsed ~= nil and rehearsed.local_only then
-      return nil, rehearsal.apply_locally(self, rehearsed, rehearsed.local_only)
+      local result = rehearsal.apply_locally(self, rehearsed, rehearsed.local_only)
+      if bound then self.binding:answered(bound, result) end
+      return nil, result
     end
     if rehearsed ~= nil and rehearsed.method == nil then return nil, rehearsed.answer end
     if rehearsed ~= nil then
@@ -246,7 +253,7 @@ function Client:prepare(method, path, spec)
   if b then max_attempts, max_time, reserved = b:take(self.info) end
   return {
     method = method, path = path, shown = shown, write = write, budget = b, reserved = reserved,
-    rehearse = rehearsed,
+    rehearse = rehearsed, bound = bound,
     options = {
       -- a successful answer comes back decoded by the transport, straight
       -- from its buffer; only these parts of it with a projection (a
@@ -310,7 +317,22 @@ local function judge(self, req, status, body, attempts, warnings, decode_error)
   error(errors.from_response(req.method, req.shown, status, decoded, body, attempts))
 end
 
+-- A plan's binding (cozy.kube.binding): a write's answer names the write
+-- from now on; a live read of a rehearsal being saved is recorded.
+local function bound_finish(self, req, status, body, attempts, warnings, decode_error)
+  local ok, res, st, at = pcall(judge, self, req, status, body, attempts, warnings, decode_error)
+  if not req.write then self.binding:read(req.path, req.options.query, ok, res) end
+  if req.rehearse then
+    res, st, at = rehearsal.finish(self, req.rehearse, ok, res, st, at)
+  elseif not ok then
+    error(res, 0)
+  end
+  if req.bound then self.binding:answered(req.bound, res) end
+  return res, st, at
+end
+
 function Client:finish(req, status, body, attempts, warnings, decode_error)
+  if self.binding then return bound_finish(self, req, status, body, attempts, warnings, decode_error) end
   if req.rehearse then
     -- a rehearsal's request: what the server answered enters the overlay
     -- (a 403 refused dry run is applied locally), a list page is merged
