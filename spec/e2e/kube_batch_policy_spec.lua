@@ -3,7 +3,7 @@
 -- "continue", counts an item's API error and goes on; under both every item
 -- that failed is told (a warning naming it, kept in the step's outcome) and,
 -- going on, returned as plain data. Only an item's API error is an item error:
--- an error of the migration's own code still stops the batch. ctx.kube.is_error
+-- an error of the migration's own code still stops the batch. ctx.kube.is_item_error
 -- tells an API error apart for a migration's own best-effort loop.
 local harness = require "spec.helpers"
 local files = require "spec.helpers.files"
@@ -128,7 +128,7 @@ describe("update_each's per-item error policy", function()
     assert.matches('opts.on_error must be "stop" or "continue"', err.message, 1, true)
   end)
 
-  it("ctx.kube.is_error tells a request's API error from the migration's own and from a refusal of the engine #fakeonly",
+  it("ctx.kube.is_item_error tells a request's API error from the migration's own and from a refusal of the engine #fakeonly",
       function()
     h:faults { { method = "PATCH", path = "/configmaps/cm-1$", times = 1, status = 500 } }
     local res = h:migrate(migration([[
@@ -139,8 +139,8 @@ describe("update_each's per-item error policy", function()
     local _, table_err = pcall(error, { code = 500 })
     -- an undeclared request is refused by the engine before it is sent: kind denied, not an API error
     local _, denied = pcall(ctx.kube.call, "DELETE", "/api/v1/namespaces/cozy-system/configmaps/cm-1")
-    ctx.outcome { api = ctx.kube.is_error(api), code = api.code, own = ctx.kube.is_error(own),
-      table_err = ctx.kube.is_error(table_err), denied = ctx.kube.is_error(denied), denied_kind = denied.kind }
+    ctx.outcome { api = ctx.kube.is_item_error(api), code = api.code, own = ctx.kube.is_item_error(own),
+      table_err = ctx.kube.is_item_error(table_err), denied = ctx.kube.is_item_error(denied), denied_kind = denied.kind }
 ]]))
     assert.same({ "status" }, h:fired())
     assert.same({ api = true, code = 500, own = false, table_err = false, denied = false, denied_kind = "denied" },

@@ -171,7 +171,7 @@ local function kube_facade(view, logger, warned)
   end)
   -- an API error of one request (not a stop): what a best-effort loop of a
   -- migration's own logs and goes on from (kube.errors.is_item_error)
-  k.is_error = method(k, function(v) return kerrors.is_item_error(v) end)
+  k.is_item_error = method(k, function(v) return kerrors.is_item_error(v) end)
   k.call = method(k, function(http_method, path, spec)
     if type(http_method) ~= "string" or type(path) ~= "string" then
       error("call(method, path [, spec]) expects two strings", 2)
