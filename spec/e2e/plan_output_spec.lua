@@ -12,7 +12,8 @@ local DIR = "spec/fixtures/plan_output/changes"
 local REFUSED = "spec/fixtures/plan_rehearsal/refused"
 
 -- the Secret's values before and after, plain and base64: none may be printed
-local SECRET_VALUES = { "c2VjcmV0LW9sZA==", "secret-old", "c2VjcmV0LW5ldw==", "secret-new" }
+local SECRET_VALUES = { "c2VjcmV0LW9sZA==", "secret-old", "c2VjcmV0LW5ldw==", "secret-new", "tok-plain-value",
+  "dG9rLXBsYWluLXZhbHVl" }
 
 local function fixture()
   local last_applied = json.encode { apiVersion = "v1", kind = "Secret",
@@ -101,7 +102,7 @@ describe("plan shows", function()
         for _, f in ipairs(SERVER_SET) do assert.is_nil(l:find(f), l) end
       end
     end
-    assert.matches("objects 1 created, 3 changed, 1 deleted", r.stdout)
+    assert.matches("objects 2 created, 3 changed, 1 deleted", r.stdout)
   end)
 
   it("each write with the object it names and the server's verdict", function()
@@ -120,6 +121,9 @@ describe("plan shows", function()
     local b = table.concat(block(r.stdout, "object changed: Secret cozy-system/creds"), "\n")
     assert.matches("\n%-  password: <redacted>\n%+  password: '<redacted: changed>'\n", b)
     assert.matches("\n   user: <redacted>\n", b)
+    -- a Secret created: each of its values is new
+    local fresh = table.concat(block(r.stdout, "object created: Secret cozy-system/fresh"), "\n")
+    assert.matches("\n%+  token: '<redacted: changed>'", fresh)
     for _, format in ipairs { { "-o", "json" }, { "--log-format", "json" } } do
       local rj = h:cli(support.args(h.srv, DIR, "plan", format[1], format[2]))
       assert.equal(0, rj.code, rj.stdout .. rj.stderr)
@@ -137,7 +141,7 @@ describe("plan shows", function()
     assert.equal(1, #doc.steps)
     local s = doc.steps[1]
     assert.equal("1-changes", s.name)
-    assert.is_true(#s.writes >= 5)
+    assert.is_true(#s.writes >= 6)
     for _, w in ipairs(s.writes) do
       assert.equal("admitted", w.verdict)
       assert.is_string(w.object.kind)
@@ -158,7 +162,7 @@ describe("plan shows", function()
     assert.is_nil(deleted.after)
     assert.equal("--- live/v1.ConfigMap.cozy-system.gone", deleted.diff[1])
     assert.same({ steps_exact = 1, steps_inexact = 0, steps_not_rehearsed = 0, writes_admitted = #s.writes,
-      writes_refused = 0, writes_not_validated = 0, created = 1, changed = 3, deleted = 1 }, doc.summary.rehearsal)
+      writes_refused = 0, writes_not_validated = 0, created = 2, changed = 3, deleted = 1 }, doc.summary.rehearsal)
   end)
 
   it("exit 1 with -o json naming the failing step and the server's refusal", function()
