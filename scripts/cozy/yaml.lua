@@ -180,7 +180,7 @@ end
 
 local function analyze(s)
   local n = #s
-  local block_ind, flow_ind, line_breaks, special = false, false, false, false
+  local block_ind, line_breaks, special = false, false, false
   local leading_space, leading_break, trailing_space, trailing_break = false, false, false, false
   local break_space, space_break = false, false
   local prev_space, prev_break = false, false
@@ -189,26 +189,19 @@ local function analyze(s)
   local i = 1
   while i <= n do
     local w = width(s:byte(i))
-    local followed_ws = i + w > n or is_blank_at(s, i + w) or is_break_at(s, i + w)
+    local followed_ws = i + w > n or is_blank_at(s, i + w)
     local c = s:sub(i, i)
     if i == 1 then
       if c:match("^[#,%[%]{}&%*!|>'\"%%@`]$") then
-        flow_ind, block_ind = true, true
-      elseif c == "?" or c == ":" then
-        flow_ind = true
-        if followed_ws then block_ind = true end
+        block_ind = true
+      elseif (c == "?" or c == ":") and followed_ws then
+        block_ind = true
       elseif c == "-" and followed_ws then
-        flow_ind, block_ind = true, true
+        block_ind = true
       end
-    else
-      if c:match("^[,%?%[%]{}]$") then
-        flow_ind = true
-      elseif c == ":" then
-        flow_ind = true
-        if followed_ws then block_ind = true end
-      elseif c == "#" and preceded_ws then
-        flow_ind, block_ind = true, true
-      end
+    elseif (c == ":" and followed_ws) or (c == "#" and preceded_ws) then
+      -- (go-yaml's flow indicators matter only in flow style, never written here)
+      block_ind = true
     end
     if not is_printable(s, i) then special = true end
     if c == " " then

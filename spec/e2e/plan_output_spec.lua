@@ -179,6 +179,18 @@ describe("plan shows", function()
       doc.summary.why.not_rehearsed)
   end)
 
+  it("no diff, and why, for a live object the engine may not read first #fakeonly", function()
+    h:faults { { method = "GET", path = "^/api/v1/namespaces/cozy-system/configmaps/gone$", status = { code = 403,
+      reason = "Forbidden", message = "configmaps \"gone\" is forbidden: no get" } } }
+    local r = h:cli(support.args(h.srv, DIR, "plan"))
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.equal(1, #h:fired())
+    -- neither the live object nor the delete's answer (a Status here) gives its kind: the resource stands in
+    assert.same({ "object deleted: configmaps cozy-system/gone",
+      '  no diff: the live object could not be read: configmaps "gone" is forbidden: no get' },
+      block(r.stdout, "object deleted: configmaps cozy-system/gone"))
+  end)
+
   it("exit 2 on a bad -o, nothing on stdout", function()
     local r = h:cli(support.args(h.srv, DIR, "plan", "-o", "yaml"))
     assert.equal(2, r.code, r.stdout .. r.stderr)

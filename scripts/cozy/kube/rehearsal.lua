@@ -22,6 +22,10 @@
 -- and the object marked inexact (no three-way merge here). A dry-run write
 -- refused with 403 (credentials that may read but not write) is applied
 -- here where it can be, and said "not validated by the server".
+--
+-- Before the first write of a live object the engine reads it whole (its
+-- own GET): the overlay keeps it as the object's before, for the plan's
+-- per-object diff (cozy.kube.changes).
 local json = require "cozy.json"
 local errors = require "cozy.kube.errors"
 local overlay = require "cozy.kube.overlay"
@@ -118,8 +122,10 @@ local function live_original(client, t)
       t.name)))
   end)
   if ok then return type(obj) == "table" and obj or nil end
-  if errors.is_error(obj) and obj.code == 404 then return nil end
-  return nil, "the live object could not be read: " .. (errors.is_error(obj) and obj.message or tostring(obj))
+  -- a stop (a signal, a deadline, a lost lock) stops the rehearsal as any request's would
+  if not errors.is_item_error(obj) then error(obj, 0) end
+  if obj.code == 404 then return nil end
+  return nil, "the live object could not be read: " .. obj.message
 end
 
 -- Where an object to be created in namespace ns is sent for validation:
