@@ -10,6 +10,7 @@ local support = require "spec.helpers.cli"
 
 local DIR = "spec/fixtures/plan_output/changes"
 local REFUSED = "spec/fixtures/plan_rehearsal/refused"
+local RANGE = "spec/fixtures/plan_rehearsal/range"
 
 -- the Secret's values before and after, plain and base64: none may be printed
 local SECRET_VALUES = { "c2VjcmV0LW9sZA==", "secret-old", "c2VjcmV0LW5ldw==", "secret-new", "tok-plain-value",
@@ -23,6 +24,9 @@ local function fixture()
       data = { note = "to go", keep = "yes" } },
     { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "gone", namespace = "cozy-system" },
       data = { doomed = "1" } },
+    -- for RANGE, which replaces it
+    { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "old", namespace = "cozy-system" },
+      data = { original = "yes" } },
     { apiVersion = "v1", kind = "Secret", metadata = { name = "creds", namespace = "cozy-system",
       annotations = { ["kubectl.kubernetes.io/last-applied-configuration"] = last_applied } },
       type = "Opaque", data = { password = "c2VjcmV0LW9sZA==", user = "YWRtaW4=" } },
@@ -177,6 +181,20 @@ describe("plan shows", function()
     assert.equal("step 1-refused would fail", doc.steps[2].not_rehearsed)
     assert.same({ { number = 2, name = "2-after", why = "step 1-refused would fail" } },
       doc.summary.why.not_rehearsed)
+  end)
+
+  it("the why of each inexact step in the summary, text and -o json", function()
+    local r = h:cli(support.args(h.srv, RANGE, "plan"))
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("\nrehearsal: steps 0 exact, 2 inexact[^\n]*\n  inexact: step 1 %(1%-create%): configmaps "
+      .. "rehearsal%-made/made validated in namespace cozy%-system: its own namespace exists only in the rehearsal\n",
+      r.stdout)
+    local j = h:cli(support.args(h.srv, RANGE, "plan", "-o", "json"))
+    assert.equal(0, j.code, j.stdout .. j.stderr)
+    local why = json.decode(j.stdout).summary.why
+    assert.equal(2, #why.inexact)
+    assert.same({ number = 1, name = "1-create" }, { number = why.inexact[1].number, name = why.inexact[1].name })
+    assert.matches("validated in namespace cozy%-system", why.inexact[1].why[1])
   end)
 
   it("no diff, and why, for a live object the engine may not read first #fakeonly", function()
