@@ -28,7 +28,7 @@ cli.V_DEBUG, cli.V_REQUESTS, cli.V_BODIES, cli.V_WHOLE_BODIES = 4, 6, 8, 9
 -- The commands, in --help's order: synopsis (after the command's name) and what it does.
 local command_list = {
   { "run", "[--target N] [--[server-]dry-run] [--plan FILE]", "apply pending migrations" },
-  { "plan", "[--target N] [--server-dry-run] [--save FILE]", "rehearse run over the live cluster, nothing written" },
+  { "plan", "[--target N] [--save FILE] [-o text|json]", "rehearse run over the live cluster, nothing written" },
   { "status", "[-o text|json]", "version, target, pending, lock, last failure, history" },
   { "check", "[--migration N] [-o text|json]", "read-only preflight and each pending check()" },
   { "list", "[-o text|json]", "migrations known to this build" },
@@ -213,7 +213,8 @@ local command_values = {
 local command_options = {
   run = { "--target", "--dry-run", "--server-dry-run", "--plan", "--step-timeout", "--strict-stamp",
     "--concurrency" },
-  plan = { "--target", "--server-dry-run", "--save", "--step-timeout", "--strict-stamp", "--concurrency" },
+  plan = { "--target", "--server-dry-run", "--save", "--step-timeout", "--strict-stamp", "--concurrency",
+    "--output" },
   status = { "--output", "--target" },
   check = { "--migration", "--output", "--target", "--step-timeout", "--service-account" },
   list = { "--output" },

@@ -202,87 +202,16 @@ function rbac.cluster_admin_binding(ns)
     subjects = subject(rbac.NAME, ns) }
 end
 
----------------------------------------------------------------------------
--- YAML: block style, every string double-quoted (JSON escapes are valid
--- YAML), keys in Kubernetes' usual order; enough for these objects.
-
-local key_order = { apiVersion = 1, kind = 2, metadata = 3, name = 4, namespace = 5, labels = 6,
-  annotations = 7, roleRef = 8, subjects = 9, rules = 10 }
-
-local function ordered_keys(t)
-  local keys = sorted_keys(t)
-  table.sort(keys, function(a, b)
-    local oa, ob = key_order[a] or 100, key_order[b] or 100
-    if oa ~= ob then return oa < ob end
-    return a < b
-  end)
-  return keys
-end
-
-local function scalar(v)
-  if type(v) == "string" then
-    return '"' .. v:gsub('[%c"\\]', function(c)
-      if c == '"' then return '\\"' elseif c == "\\" then return "\\\\" elseif c == "\n" then return "\\n" end
-      return ("\\u%04x"):format(c:byte())
-    end) .. '"'
-  end
-  return tostring(v)
-end
-
-local function is_array(t)
-  return #t > 0 or next(t) == nil
-end
-
-local function emit(out, v, indent)
-  local pad = (" "):rep(indent)
-  if is_array(v) then
-    for _, item in ipairs(v) do
-      if type(item) == "table" and not is_array(item) then
-        local first = true
-        for _, k in ipairs(ordered_keys(item)) do
-          local prefix = first and (pad .. "- ") or (pad .. "  ")
-          first = false
-          local val = item[k]
-          if type(val) == "table" then
-            if next(val) == nil then
-              out[#out + 1] = prefix .. k .. (is_array(val) and ": []" or ": {}")
-            else
-              out[#out + 1] = prefix .. k .. ":"
-              emit(out, val, indent + 4)
-            end
-          else
-            out[#out + 1] = prefix .. k .. ": " .. scalar(val)
-          end
-        end
-      else
-        out[#out + 1] = pad .. "- " .. scalar(item)
-      end
-    end
-  else
-    for _, k in ipairs(ordered_keys(v)) do
-      local val = v[k]
-      if type(val) == "table" then
-        if next(val) == nil then
-          out[#out + 1] = pad .. k .. ": []"
-        else
-          out[#out + 1] = pad .. k .. ":"
-          emit(out, val, is_array(val) and indent or indent + 2)
-        end
-      else
-        out[#out + 1] = pad .. k .. ": " .. scalar(val)
-      end
-    end
-  end
-end
-
--- Multi-document YAML, one document per object.
+-- Multi-document YAML, one document per object, as kubectl prints them
+-- (cozy.yaml: go-yaml's key order and quoting; the plan's diffs use it too).
 function rbac.yaml(objects)
+  local yaml = require "cozy.yaml"
   local out = {}
   for _, o in ipairs(objects) do
-    out[#out + 1] = "---"
-    emit(out, o, 0)
+    out[#out + 1] = "---\n"
+    out[#out + 1] = yaml.encode(o)
   end
-  return table.concat(out, "\n") .. "\n"
+  return table.concat(out)
 end
 
 return rbac

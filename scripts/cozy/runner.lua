@@ -544,6 +544,12 @@ local function stopped_by_signal(err)
     message = ("run stopped by signal %d (%s)"):format(signo, errors.text(err)) })
 end
 
+-- A rehearsal's objects, each created, changed or deleted one with its
+-- before, after and diff: one `object` event each, before the summary.
+function Run:emit_objects(r)
+  for _, o in ipairs(require("cozy.kube.changes").report(r.overlay)) do self:emit(o) end
+end
+
 -- Phase summarise: the summary event and line; the exit status, or what
 -- failed the run raised.
 function Run:summarise(ok, err)
@@ -554,6 +560,7 @@ function Run:summarise(ok, err)
   local summary = { type = "summary", steps = self.steps_run, writes = self.writes, failures = self.failures }
   local r = self.client and self.client.rehearsal
   if r then
+    self:emit_objects(r)
     local c = r.overlay:changes()
     summary.rehearsal = { steps_exact = self.rehearsed.exact, steps_inexact = self.rehearsed.inexact,
       steps_not_rehearsed = self.rehearsed.not_rehearsed, writes_admitted = r.stats.admitted,

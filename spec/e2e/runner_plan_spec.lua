@@ -59,8 +59,9 @@ describe("cozy-migrate plan", function()
       kinds[#kinds + 1] = obj.type
       if obj.type == "write" then writes[#writes + 1] = obj end
     end
-    assert.same({ "plan", "step", "write", "write", "rehearsed", "step", "write", "write", "rehearsed", "summary" },
-      kinds)
+    -- then one "object" each for what the rehearsal would leave: the ConfigMap created, the version stamped
+    assert.same({ "plan", "step", "write", "write", "rehearsed", "step", "write", "write", "rehearsed", "object",
+      "object", "summary" }, kinds)
     assert.equal("POST", writes[1].method)
     assert.equal("runner-test", writes[1].body.metadata.name)
     assert.equal("PATCH", writes[2].method)

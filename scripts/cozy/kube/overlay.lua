@@ -17,6 +17,10 @@
 -- would in the run. The version the live server holds is kept beside it
 -- (live_rv): the write sent to the server for validation carries that one.
 --
+-- For the plan's per-object diff, an entry keeps the live object as the
+-- rehearsal first found it (before), as the write that first placed it
+-- brought it: only objects the rehearsal wrote are kept, once each.
+--
 -- Pure data: no requests. Lookups by identity are O(1); a list page is
 -- merged in O(page + the overlay's objects of that resource).
 local json = require "cozy.json"
@@ -72,7 +76,8 @@ end
 -- that identity, the one this entry replaces), live_rv, created (the
 -- entry's object is not the live one changed: created, or re-created
 -- after a delete), inexact (why the overlay's version may not be what the
--- run would make) }.
+-- run would make), before (the live object as first found, a copy; nil
+-- when absent or not known), before_unknown (why it is not known) }.
 function Overlay:entry(group, plural, ns, name)
   return self._entries[overlay.identity(group, plural, ns, name)]
 end
@@ -97,7 +102,9 @@ end
 
 -- Puts the object a write left: o = { live = the live server holds an
 -- object of this identity, live_rv = its resourceVersion, created = this
--- object is not that one changed, api_version =, inexact = why }. The
+-- object is not that one changed, api_version =, inexact = why, before =
+-- the live object as found before this first write, before_unknown = why
+-- it could not be read }. The
 -- overlay keeps its own copy, with its own resourceVersion; returns a copy
 -- of what it keeps.
 function Overlay:put(group, plural, obj, o)
@@ -106,6 +113,7 @@ function Overlay:put(group, plural, obj, o)
   local e = place(self, group, plural, md.namespace, md.name)
   if e.state == nil then
     e.live, e.live_rv, e.created = o.live == true, o.live_rv, o.created == true
+    e.before, e.before_unknown = o.before, o.before_unknown
   else
     -- a later write keeps what is known of the live object; a create after
     -- a delete makes the object a new one
@@ -121,10 +129,11 @@ function Overlay:put(group, plural, obj, o)
   return patch.deepcopy(kept)
 end
 
--- Marks an object deleted (live: the live server holds one of that identity).
-function Overlay:delete(group, plural, ns, name, live)
+-- Marks an object deleted (live: the live server holds one of that
+-- identity; before, before_unknown: as for put).
+function Overlay:delete(group, plural, ns, name, live, before, before_unknown)
   local e = place(self, group, plural, ns, name)
-  if e.state == nil then e.live = live == true end
+  if e.state == nil then e.live, e.before, e.before_unknown = live == true, before, before_unknown end
   e.state, e.obj = "deleted", nil
 end
 

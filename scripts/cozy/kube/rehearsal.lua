@@ -22,6 +22,10 @@
 -- and the object marked inexact (no three-way merge here). A dry-run write
 -- refused with 403 (credentials that may read but not write) is applied
 -- here where it can be, and said "not validated by the server".
+--
+-- Before the first write of a live object the engine reads it whole (its
+-- own GET): the overlay keeps it as the object's before, for the plan's
+-- per-object diff (cozy.kube.changes).
 local json = require "cozy.json"
 local errors = require "cozy.kube.errors"
 local overlay = require "cozy.kube.overlay"
@@ -35,6 +39,7 @@ local JSON_PATCH = "application/json-patch+json"
 local MERGE_PATCH = "application/merge-patch+json"
 
 local urlescape = request.urlescape
+local object_kind
 
 -- The rehearsal of one client: its overlay, what it marked inexact, its
 -- verdicts. stand_in: a namespace that exists live, for validating objects
@@ -106,6 +111,21 @@ local function object_path(t, ns, name)
   local p = collection(t, ns) .. "/" .. urlescape(name)
   if t.subresource then p = p .. "/" .. t.subresource end
   return p
+end
+
+-- The live object a write is about to change or delete, read whole (the
+-- engine's own request) for the plan's before/after: the object, or nil
+-- when absent, or nil and why it could not be read.
+local function live_original(client, t)
+  local ok, obj = pcall(client._internally, client, function()
+    return (client:call("GET", object_path({ group = t.group, version = t.version, plural = t.plural }, t.ns,
+      t.name)))
+  end)
+  if ok then return type(obj) == "table" and obj or nil end
+  -- a stop (a signal, a deadline, a lost lock) stops the rehearsal as any request's would
+  if not errors.is_item_error(obj) then error(obj, 0) end
+  if obj.code == 404 then return nil end
+  return nil, "the live object could not be read: " .. obj.message
 end
 
 -- Where an object to be created in namespace ns is sent for validation:
@@ -298,6 +318,10 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
     return send
   end
   if e and e.state == "deleted" then refuse(method, shown, overlay.not_found(t.group, t.plural, t.name)) end
+  if e == nil and (method == "DELETE" or method == "PUT" or method == "PATCH") then
+    -- the first write of a live object: what it was, for the plan's diff
+    send.before, send.before_unknown = live_original(client, t)
+  end
   if method == "DELETE" then
     send.op = "delete"
     if e and (not e.live or e.created) then
@@ -332,7 +356,7 @@ local function verdict(client, send, v, message)
   if send.inexact then mark(state, send.inexact) end
   local o = send.original or send
   client:record_write { method = o.method, path = o.path, query = { dryRun = "All" }, content_type = o.content_type,
-    body = o.body, verdict = v, message = message, inexact = send.inexact,
+    body = o.body, verdict = v, message = message, inexact = send.inexact, kind = send.kind,
     validated_as = (send.method ~= o.method or send.path ~= o.path) and (send.method .. " " .. send.path) or nil }
 end
 
@@ -355,7 +379,7 @@ local function take(client, send, obj)
     live = send.live or (e and e.live) or false, created = send.created,
     live_rv = send.from_live and obj.metadata.resourceVersion or nil,
     api_version = t.group == "" and t.version or (t.group .. "/" .. t.version),
-    inexact = send.inexact })
+    inexact = send.inexact, before = send.before, before_unknown = send.before_unknown })
   if type(send.projection) == "table" then kept = projection.prune(kept, send.projection) end
   return kept
 end
@@ -371,10 +395,10 @@ local function deleted(client, send, answer)
     base = patch.deepcopy(base)
     base.metadata.deletionTimestamp = answer.metadata.deletionTimestamp
     state.overlay:put(t.group, t.plural, base, { live = live, live_rv = e == nil and answer.metadata.resourceVersion
-      or nil })
+      or nil, before = send.before, before_unknown = send.before_unknown })
     return answer
   end
-  state.overlay:delete(t.group, t.plural, t.ns, t.name, live)
+  state.overlay:delete(t.group, t.plural, t.ns, t.name, live, send.before, send.before_unknown)
   return answer
 end
 
@@ -403,12 +427,20 @@ function rehearsal.apply_locally(client, send, why)
         return (client:call("GET", object_path({ group = t.group, version = t.version, plural = t.plural },
           t.ns, t.name)))
       end)
+      if send.before == nil and send.before_unknown == nil then send.before = patch.deepcopy(base) end
       local r, inexact = apply_here(t, base, o.method, o.content_type, o.body, send.shown)
       result, send.inexact = r, send.inexact or inexact
     end
   end
   verdict(client, send, "not validated", why)
   return take(client, send, result)
+end
+
+-- The kind of an object (for the write event: the object a write names),
+-- not of a Status.
+function object_kind(obj)
+  if type(obj) == "table" and type(obj.kind) == "string" and obj.kind ~= "Status" then return obj.kind end
+  return nil
 end
 
 -- The answer to a request Client:prepare sent for a rehearsal (send, its
@@ -430,9 +462,11 @@ function rehearsal.finish(client, send, ok, body, st, attempts)
       return rehearsal.apply_locally(client, send, "the dry-run write was refused (403): " .. body.message),
         200, attempts or {}
     end
+    send.kind = object_kind(send.before)
     verdict(client, send, "refused", errors.is_error(body) and body.message or tostring(body))
     error(body, 0)
   end
+  send.kind = object_kind(body) or object_kind(send.before)
   verdict(client, send, "admitted")
   if send.op == "delete" then return deleted(client, send, body), st, attempts end
   return take(client, send, body), st, attempts

@@ -1,0 +1,94 @@
+-- cozy.kube.changes: what a rehearsal would leave, object by object, for
+-- the end of a plan (docs/operations.md, "What a plan shows"): each object
+-- it created, changed or deleted, with its before (the live object as the
+-- rehearsal first found it; none for a created one) and its after (the
+-- overlay's final state; none for a deleted one), and the unified diff of
+-- the two as YAML, as `kubectl diff` shows one.
+--
+-- Both sides are shown as kubectl diff shows them: without the fields the
+-- server sets (SERVER_SET, from metadata; status is kept, as kubectl diff
+-- keeps it), and with a Secret's values redacted as every other output
+-- redacts them (cozy.kube.trace: data and stringData values, JSON
+-- annotations). A value of a Secret that the rehearsal changed is shown
+-- as "<redacted: changed>", so the diff says that it changed, not to what.
+local diff = require "cozy.diff"
+local trace = require "cozy.kube.trace"
+local yaml = require "cozy.yaml"
+
+local changes = {}
+
+-- metadata the API server sets, left out of before, after and the diff
+changes.SERVER_SET = { "resourceVersion", "uid", "managedFields", "generation", "creationTimestamp",
+  "deletionTimestamp", "selfLink" }
+
+changes.CHANGED = "<redacted: changed>"
+
+local function shown(obj, secret)
+  if type(obj) ~= "table" then return nil end
+  local c = trace.redacted(obj, secret)
+  if type(c.metadata) == "table" then
+    for _, k in ipairs(changes.SERVER_SET) do c.metadata[k] = nil end
+  end
+  return c
+end
+
+-- after's redacted values marked where the raw value differs from before's
+local function mark_changed(before_raw, after_raw, after)
+  for _, field in ipairs { "data", "stringData" } do
+    local b, a, shown_a = before_raw and before_raw[field], after_raw and after_raw[field], after[field]
+    if type(a) == "table" and type(shown_a) == "table" then
+      for k, v in pairs(a) do
+        if type(b) ~= "table" or b[k] ~= v then shown_a[k] = changes.CHANGED end
+      end
+    end
+  end
+end
+
+-- kubectl diff's name of an object: group.version.Kind.namespace.name
+local function label(api_version, kind, ns, name)
+  local parts = { (api_version or ""):gsub("/", "."), kind }
+  if ns ~= nil and ns ~= "" then parts[#parts + 1] = ns end
+  parts[#parts + 1] = name
+  return table.concat(parts, ".")
+end
+
+-- One object's report (the event `object` of a plan).
+local function report(e, action)
+  local secret = e.group == "" and e.plural == "secrets"
+  local before_raw = action ~= "created" and e.before or nil
+  local after_raw = action ~= "deleted" and e.obj or nil
+  local before, after = shown(before_raw, secret), shown(after_raw, secret)
+  local any = after_raw or before_raw or {}
+  if secret or any.kind == "Secret" then
+    if after ~= nil then mark_changed(before_raw, after_raw, after) end
+  end
+  local api_version = any.apiVersion or (e.group ~= "" and (e.group .. "/" .. (e.api_version or "")) or e.api_version)
+  local kind = any.kind or e.plural
+  local r = { type = "object", action = action, apiVersion = api_version, kind = kind, resource = e.plural,
+    group = e.group ~= "" and e.group or nil, namespace = e.ns, name = e.name, before = before, after = after,
+    inexact = e.inexact,
+    terminating = after_raw ~= nil and type(after_raw.metadata) == "table"
+      and after_raw.metadata.deletionTimestamp ~= nil or nil }
+  if action ~= "created" and before_raw == nil then
+    -- a live object the rehearsal could not read first: no diff to show
+    r.before_unknown = e.before_unknown or "the live object was not read before the rehearsal's first write"
+    return r
+  end
+  local name = label(api_version, kind, e.ns, e.name)
+  r.diff = diff.unified(before and yaml.lines(before) or {}, after and yaml.lines(after) or {}, "live/" .. name,
+    "planned/" .. name)
+  return r
+end
+
+-- The reports of every object the overlay created, changed or deleted:
+-- created ones first, then changed, then deleted, each in key order.
+function changes.report(ov)
+  local c = ov:changes()
+  local out = {}
+  for _, action in ipairs { "created", "changed", "deleted" } do
+    for _, e in ipairs(c[action]) do out[#out + 1] = report(e, action) end
+  end
+  return out
+end
+
+return changes
