@@ -506,6 +506,16 @@ void cozy_endpoint_handle(lua_State *L, struct cozy_endpoint *ep, const struct p
   }
 }
 
+const char *cozy_endpoint_ca(const struct cozy_endpoint *ep, size_t *len) {
+  *len = ep->ca_len;
+  return ep->ca_pem;
+}
+
+const char *cozy_endpoint_token(const struct cozy_endpoint *ep, size_t *len) {
+  *len = strlen(ep->token);
+  return ep->token;
+}
+
 /* ---- Lua ---- */
 
 struct cozy_endpoint *cozy_endpoint_check(lua_State *L, int idx) {

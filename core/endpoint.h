@@ -13,6 +13,9 @@ struct cozy_endpoint;
 
 /* The endpoint at idx (raises unless it is an open one). */
 struct cozy_endpoint *cozy_endpoint_check(lua_State *L, int idx);
+/* The CA (PEM) and the bearer token, for the script's kubeconfig. */
+const char *cozy_endpoint_ca(const struct cozy_endpoint *ep, size_t *len);
+const char *cozy_endpoint_token(const struct cozy_endpoint *ep, size_t *len);
 /* Takes listen_fd over (closed by detach, or by the endpoint's close). */
 void cozy_endpoint_attach(struct cozy_endpoint *ep, int listen_fd);
 /* Closes the listening socket and every connection. */

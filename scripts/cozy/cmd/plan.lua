@@ -53,8 +53,8 @@ local text = {
   end,
   legacy = function(e)
     if e.rehearsal then
-      return ("  legacy script %s: not rehearsed (legacy scripts are not run in a rehearsal); "
-        .. "the later steps are not rehearsed either"):format(e.file)
+      return ("  legacy script %s: rehearsed in a network namespace of its own, its requests served from the "
+        .. "rehearsal"):format(e.file)
     end
     return ("  legacy script %s would run here; its writes cannot be shown"):format(e.file)
   end,
