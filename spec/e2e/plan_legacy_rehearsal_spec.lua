@@ -216,6 +216,44 @@ echo "WARN: leaving CURRENT_VERSION at 1 for retry on next upgrade."]], false), 
     assert.matches("rehearsal: steps 0 exact, 1 inexact", r.stdout, 1, true)
   end)
 
+  it("answers a watch with the rehearsal's state as ADDED events, then ends it, said inexact", function()
+    dir = support.migration_dir { ["1-watches"] = script([[
+kubectl -n "$NAMESPACE" patch configmap old --type merge -p '{"data":{"patched":"watched"}}'
+kubectl -n "$NAMESPACE" get configmap old -w -o jsonpath='{.data.patched}{"\n"}']]) }
+    local r = plan(h, dir)
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    -- the watch saw the overlay's object (the patch only the rehearsal holds), and ended
+    assert.matches("INFO  watched migration=1-watches stream=stdout", r.stderr, 1, true)
+    assert.matches("watch of /api/v1/namespaces/cozy-system/configmaps: answered with the rehearsal's state, "
+      .. "then ended", r.stdout, 1, true)
+  end)
+
+  it("takes kubectl's protobuf create (kubectl create configmap), transcoded by the server", function()
+    dir = support.migration_dir { ["1-creates"] = script([[
+kubectl -n "$NAMESPACE" create configmap made-by-create --from-literal=made=created
+kubectl -n "$NAMESPACE" get configmap made-by-create -o jsonpath='{.data.made}{"\n"}']]) }
+    local before = state(h)
+    h:mark()
+    local r = plan(h, dir, nil, "--log-format", "json")
+    if not h.srv.real then
+      -- the fake server reads no protobuf: the create is refused, clearly, and the rehearsal says the step would fail
+      assert.equal(1, r.code, r.stdout .. r.stderr)
+      assert.matches('"type":"failure"', r.stdout, 1, true)
+      nothing_written(h, before)
+      return
+    end
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    local evs = events(r.stdout)
+    local created
+    for _, w in ipairs(of_type(evs, "write")) do
+      if w.method == "POST" then created = w end
+    end
+    assert.same({ "/api/v1/namespaces/cozy-system/configmaps", "admitted", { made = "created" } },
+      { created.path, created.verdict, created.body.data })
+    assert.matches('"msg":"created","stream":"stdout"', r.stderr, 1, true)
+    nothing_written(h, before)
+  end)
+
   it("does not run a script where no network namespace can be had; later steps are not rehearsed", function()
     dir = support.migration_dir { ["1-marks"] = script('touch "$(dirname "$0")/ran"'), ["2-label.lua"] = LABEL }
     local before = state(h)
