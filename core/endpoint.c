@@ -245,35 +245,36 @@ static int conn_write(struct conn *c, const char *s, size_t n) {
 
 static const char *reason_of(int status) {
   switch (status) {
-  case 200: return "OK";
-  case 201: return "Created";
-  case 202: return "Accepted";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 403: return "Forbidden";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 406: return "Not Acceptable";
-  case 409: return "Conflict";
-  case 410: return "Gone";
-  case 413: return "Payload Too Large";
-  case 415: return "Unsupported Media Type";
-  case 422: return "Unprocessable Entity";
-  case 429: return "Too Many Requests";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 501: return "Not Implemented";
-  case 503: return "Service Unavailable";
-  case 504: return "Gateway Timeout";
-  default: return "Status";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 406: return "Not Acceptable";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Status";
   }
 }
 
 static void respond(struct conn *c, int status, const char *ctype, const char *body, size_t len) {
   char head[512];
-  int n = snprintf(head, sizeof head,
-                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n%s\r\n",
-                   status, reason_of(status), ctype, len, c->closing ? "Connection: close\r\n" : "");
+  int n = snprintf(
+      head, sizeof head,
+      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n%s\r\n",
+      status, reason_of(status), ctype, len, c->closing ? "Connection: close\r\n" : "");
   if (n < 0 || (size_t)n >= sizeof head || conn_write(c, head, (size_t)n) != 0 ||
       (len > 0 && conn_write(c, body, len) != 0))
     c->closing = 2; /* cannot be written to: closed */
@@ -355,8 +356,8 @@ static int call_serve(lua_State *L) {
   return 3;
 }
 
-static void serve_one(lua_State *L, struct cozy_endpoint *ep, struct conn *c, const struct request *r, int serve,
-                      int errslot) {
+static void serve_one(lua_State *L, struct cozy_endpoint *ep, struct conn *c, const struct request *r,
+                      int serve, int errslot) {
   size_t alen = 0, blen = 0;
   const char *auth = header(r, "Authorization", &alen), *out;
   char expect[80];

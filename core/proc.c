@@ -353,7 +353,8 @@ static int child_isolate(int port, int report[3]) {
   memset(&ifr, 0, sizeof ifr);
   memcpy(ifr.ifr_name, "lo", 3);
   s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0 || (ifr.ifr_flags |= IFF_UP, ioctl(s, SIOCSIFFLAGS, &ifr)) != 0) {
+  if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0 ||
+      (ifr.ifr_flags |= IFF_UP, ioctl(s, SIOCSIFFLAGS, &ifr)) != 0) {
     report[0] = ISOLATE_LOOPBACK;
     report[1] = errno;
     if (s >= 0) close(s);
@@ -446,21 +447,23 @@ static int receive_listener(int ctl, int report[3]) {
 /* Why the script could not be isolated, as one line. */
 static void push_refusal(lua_State *L, const int report[3], int port) {
   switch (report[0]) {
-  case ISOLATE_UNSHARE:
-    lua_pushfstring(L, "no network namespace could be had (with a user namespace: %s; without one: %s)",
-                    strerror(report[1]), strerror(report[2]));
-    break;
-  case ISOLATE_CAPS:
-    lua_pushfstring(L, "the network namespace cannot be made safe (dropping CAP_SYS_ADMIN: %s)",
-                    strerror(report[1]));
-    break;
-  case ISOLATE_LOOPBACK:
-    lua_pushfstring(L, "the network namespace's loopback could not be brought up (%s)", strerror(report[1]));
-    break;
-  case ISOLATE_LISTEN:
-    lua_pushfstring(L, "cannot listen on 127.0.0.1:%d in the network namespace (%s)", port, strerror(report[1]));
-    break;
-  default: lua_pushstring(L, "the script's process ended before it was isolated"); break;
+    case ISOLATE_UNSHARE:
+      lua_pushfstring(L, "no network namespace could be had (with a user namespace: %s; without one: %s)",
+                      strerror(report[1]), strerror(report[2]));
+      break;
+    case ISOLATE_CAPS:
+      lua_pushfstring(L, "the network namespace cannot be made safe (dropping CAP_SYS_ADMIN: %s)",
+                      strerror(report[1]));
+      break;
+    case ISOLATE_LOOPBACK:
+      lua_pushfstring(L, "the network namespace's loopback could not be brought up (%s)",
+                      strerror(report[1]));
+      break;
+    case ISOLATE_LISTEN:
+      lua_pushfstring(L, "cannot listen on 127.0.0.1:%d in the network namespace (%s)", port,
+                      strerror(report[1]));
+      break;
+    default: lua_pushstring(L, "the script's process ended before it was isolated"); break;
   }
 }
 
