@@ -17,7 +17,9 @@
 -- Plan mode (`plan`, `run --dry-run`) rehearses the same steps over an
 -- overlay of the live cluster (cozy.kube.rehearsal): every write sent with
 -- dryRun=All for the server to judge, its answer kept in the overlay, so
--- that each step sees what the earlier ones wrote; no lock is taken. What a run
+-- that each step sees what the earlier ones wrote; no lock is taken. A legacy
+-- script runs in a network namespace of its own whose only address is the
+-- rehearsal's endpoint (runner/legacy.lua, cozy.kube.overlay_endpoint). What a run
 -- shows on stdout is the command's business: the runner hands each event
 -- to `report` (cmd/plan.lua prints them).
 local discovery = require "cozy.runner.discovery"

@@ -1,6 +1,7 @@
 -- `cozy-migrate plan [--target N] [--server-dry-run]`: what run would
--- change, rehearsed: every pending Lua step runs in order over an overlay
--- of the live cluster, each write sent with dryRun=All for the server to
+-- change, rehearsed: every pending step runs in order over an overlay
+-- of the live cluster (a legacy script in a network namespace whose only
+-- address is the engine's overlay endpoint), each write sent with dryRun=All for the server to
 -- judge, nothing written (docs/operations.md, "Rehearsals"). With
 -- --server-dry-run each step runs against the cluster as it is, its writes
 -- sent with dryRun=All.
