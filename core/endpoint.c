@@ -394,8 +394,9 @@ static void serve_buffered(lua_State *L, struct cozy_endpoint *ep, struct conn *
     char *end = memmem(c->buf, c->len, "\r\n\r\n", 4), *sp1, *sp2, *line_end;
     size_t head_len, clen = 0, vlen;
     const char *v;
-    if (end == NULL) {
-      if (c->len > MAX_HEADER_BYTES) {
+    /* the bound holds however the request arrived: whole in one read, or in pieces */
+    if (end == NULL || (size_t)(end - c->buf) + 4 > MAX_HEADER_BYTES) {
+      if (end != NULL || c->len > MAX_HEADER_BYTES) {
         c->closing = 1;
         respond_status(c, 431, "RequestHeaderFieldsTooLarge", "the request's headers are too large");
       }

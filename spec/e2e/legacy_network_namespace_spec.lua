@@ -78,6 +78,21 @@ describe("a legacy script with the rehearsal's endpoint", function()
     assert.not_matches("served", r.stdout, 1, true)
   end)
 
+  it("turns away a client that is not TLS and headers too large, and goes on serving", function()
+    local r = spawn(table.concat({
+      "curl -sS --max-time 5 http://127.0.0.1:$PORT/api/v1/plain >/dev/null 2>&1 || echo plain-refused",
+      CURL .. '-H "Authorization: Bearer $TOKEN" -H "X-Big: $(head -c 70000 /dev/zero | tr "\\0" a)" '
+        .. "https://127.0.0.1:$PORT/api/v1/big; echo",
+      CURL .. '-H "Authorization: Bearer $TOKEN" https://127.0.0.1:$PORT/api/v1/after; echo',
+    }, "\n"))
+    assert.matches("stdout plain-refused\n", r.stdout, 1, true)
+    assert.matches("the request's headers are too large", r.stdout, 1, true)
+    assert.not_matches("served GET /api/v1/plain", r.stdout, 1, true)
+    assert.not_matches("served GET /api/v1/big", r.stdout, 1, true)
+    assert.matches("served GET /api/v1/after \n", r.stdout, 1, true)
+    assert.matches("spawn exit 0\n", r.stdout, 1, true)
+  end)
+
   it("does not run the script where no network namespace can be had", function()
     -- a user namespace of the spec's own that may create none, and no CAP_SYS_ADMIN: as in most pods
     local dir = cli.tmpdir()
