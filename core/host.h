@@ -18,6 +18,7 @@ int cozy_host_pcall(lua_State *L, int nargs, int nresults);
 int luaopen_cozy_json(lua_State *L);
 int luaopen_cozy_sys(lua_State *L);
 int luaopen_cozy_proc(lua_State *L); /* core/proc.c */
+int luaopen_cozy_endpoint(lua_State *L); /* core/endpoint.c */
 int luaopen_cozy_worker(lua_State *L); /* core/worker.c */
 int luaopen_cozy_transport(lua_State *L);
 int luaopen_cjson(lua_State *L);

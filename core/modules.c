@@ -8,6 +8,7 @@ const luaL_Reg cozy_c_modules[] = {{"cozy.json", luaopen_cozy_json},
                                    {"cozy.proc", luaopen_cozy_proc},
                                    {"cozy.worker", luaopen_cozy_worker},
                                    {"cozy.transport", luaopen_cozy_transport},
+                                   {"cozy.endpoint", luaopen_cozy_endpoint},
                                    /* raw lua-cjson, so that test helpers written independently of the engine
   ** (spec/support) find it inside the host without loading a second copy */
                                    {"cjson", luaopen_cjson},

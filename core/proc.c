@@ -9,6 +9,9 @@
 **   cannot hold the runner (and the lock). A guardian process
 **   (core/guardian.c) kills the group and removes the script's kubeconfig
 **   when the runner dies, SIGKILL included, or is frozen past those times.
+** - spawn with opts.endpoint: the script runs in a network namespace of
+**   its own whose only address is the rehearsal's endpoint (core/endpoint.c),
+**   served by the runner while the script runs; no namespace, no run.
 ** - trap/signalled: the stop flag of core/signals.c, for the runner's safe
 **   points (between steps, before each write).
 ** - watch/pending_stop (core/watch.c): under an armed watch the flag, or a
@@ -20,13 +23,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <linux/capability.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +44,7 @@
 #include "lauxlib.h"
 
 #include "clock.h"
+#include "endpoint.h"
 #include "guardian.h"
 #include "host.h"
 #include "proc.h"
@@ -118,6 +129,14 @@ static char **string_array(lua_State *L, int idx, const char *what) {
 ** for whatever it left running; output is read until the group is gone.
 ** A guardian (core/guardian.c) holds the same times: should the runner die
 ** or freeze, it kills the group by the earliest of them.
+** opts.endpoint = { server = a cozy.endpoint, port = n, serve = function }:
+** the child enters a network namespace of its own (a user namespace too
+** where one can be had: then even a root script has no capability outside
+** it; else CAP_SYS_ADMIN is dropped from its bounding set), brings its
+** loopback up and listens on 127.0.0.1:port there; the runner gets that
+** socket (SCM_RIGHTS) and serves it (core/endpoint.c) while the script
+** runs, which it execs only once the runner said go. Where no namespace
+** can be had the script is not run: spawn returns "refused" and why.
 */
 #define LINE_CAP 65536 /* bytes held per stream: the longest line delivered whole */
 #define STOP_GRACE 5.0 /* seconds from SIGTERM to SIGKILL of the group */
@@ -146,6 +165,8 @@ struct spawn {
   double lock_term, lock_kill; /* what it said last; 0: no bound */
   const char *remove_file, *remove_dir; /* opts.remove, kept alive by opts */
   struct cozy_guardian guard;
+  struct cozy_endpoint *endpoint; /* opts.endpoint.server, or NULL */
+  int serve, port; /* stack index of opts.endpoint.serve; the port to listen on */
 };
 
 /* The absolute form of path, kept alive as a string on the stack. */
@@ -205,6 +226,19 @@ static void spawn_arguments(lua_State *L, struct spawn *sp) {
       lua_pop(L, 2); /* the strings stay referenced by opts.remove */
     }
     lua_pop(L, 1);
+    if (lua_getfield(L, 4, "endpoint") != LUA_TNIL) {
+      int t = lua_gettop(L);
+      luaL_checktype(L, t, LUA_TTABLE);
+      lua_getfield(L, t, "server");
+      sp->endpoint = cozy_endpoint_check(L, -1); /* kept alive by opts */
+      lua_getfield(L, t, "port");
+      sp->port = (int)luaL_checkinteger(L, -1);
+      if (sp->port < 1 || sp->port > 65535) luaL_error(L, "spawn: endpoint.port must be a TCP port");
+      lua_pop(L, 2);
+      lua_getfield(L, t, "serve");
+      luaL_checktype(L, -1, LUA_TFUNCTION);
+      sp->serve = lua_gettop(L); /* stays on the stack, above the table */
+    } else lua_pop(L, 1);
   }
   sp->guard.fd = -1;
   for (i = 0; i < 2; i++) {
@@ -253,16 +287,197 @@ void cozy_close_from(int from) {
   for (fd = from; fd < max; fd++) close((int)fd);
 }
 
+/* Why the child could not isolate itself (its report: the step, errnos). */
+enum { ISOLATED = 0, ISOLATE_UNSHARE, ISOLATE_CAPS, ISOLATE_LOOPBACK, ISOLATE_LISTEN, ISOLATE_LOST };
+
+/* Decimal digits of v into p; their count. Async-signal-safe. */
+static size_t put_uint(char *p, unsigned long v) {
+  char tmp[24];
+  size_t n = 0, i;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v > 0);
+  for (i = 0; i < n; i++) p[i] = tmp[n - 1 - i];
+  return n;
+}
+
+static int write_file(const char *path, const char *s, size_t n) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC), ok;
+  if (fd < 0) return -1;
+  ok = write(fd, s, n) == (ssize_t)n;
+  close(fd);
+  return ok ? 0 : -1;
+}
+
+/* "id id 1": the one id of the new user namespace is the one it had. */
+static int id_map(const char *path, unsigned long id) {
+  char line[64];
+  size_t n = put_uint(line, id);
+  line[n++] = ' ';
+  n += put_uint(line + n, id);
+  memcpy(line + n, " 1\n", 3);
+  return write_file(path, line, n + 3);
+}
+
+/* The child's own network namespace, its loopback up, and a socket
+** listening on 127.0.0.1:port in it. Async-signal-safe (after fork).
+** Returns the socket, or -1 with why in report. */
+static int child_isolate(int port, int report[3]) {
+  struct ifreq ifr;
+  struct sockaddr_in a;
+  unsigned long uid = (unsigned long)geteuid(), gid = (unsigned long)getegid();
+  int s;
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0) {
+    /* the script keeps its ids, seen from inside too, where the kernel lets
+    ** it map them (not uid 0 without CAP_SETFCAP): else it sees the overflow
+    ** id, and its files are still accessed as its own; either way it has no
+    ** capability outside */
+    if (id_map("/proc/self/uid_map", uid) == 0 && write_file("/proc/self/setgroups", "deny", 4) == 0)
+      id_map("/proc/self/gid_map", gid);
+  } else {
+    report[1] = errno;
+    if (unshare(CLONE_NEWNET) != 0) {
+      report[0] = ISOLATE_UNSHARE;
+      report[2] = errno;
+      return -1;
+    }
+    report[1] = 0;
+    /* privileged, without a user namespace: the script must not setns back */
+    if (prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) != 0) {
+      report[0] = ISOLATE_CAPS;
+      report[1] = errno;
+      return -1;
+    }
+  }
+  memset(&ifr, 0, sizeof ifr);
+  memcpy(ifr.ifr_name, "lo", 3);
+  s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0 ||
+      (ifr.ifr_flags |= IFF_UP, ioctl(s, SIOCSIFFLAGS, &ifr)) != 0) {
+    report[0] = ISOLATE_LOOPBACK;
+    report[1] = errno;
+    if (s >= 0) close(s);
+    return -1;
+  }
+  close(s);
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_port = htons((unsigned short)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || listen(s, 64) != 0) {
+    report[0] = ISOLATE_LISTEN;
+    report[1] = errno;
+    if (s >= 0) close(s);
+    return -1;
+  }
+  return s;
+}
+
+/* The child's side of the endpoint: isolated, the listening socket sent to
+** the runner (SCM_RIGHTS) with the report; then the runner's go awaited.
+** Nothing of the script runs unless both went well. */
+static void child_endpoint(int port, int ctl) {
+  int report[3] = {ISOLATED, 0, 0}, fd = child_isolate(port, report);
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct iovec iov;
+  struct msghdr m;
+  char go = 0;
+  memset(&m, 0, sizeof m);
+  iov.iov_base = report;
+  iov.iov_len = sizeof report;
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  if (fd >= 0) {
+    struct cmsghdr *c;
+    memset(&u, 0, sizeof u);
+    m.msg_control = u.buf;
+    m.msg_controllen = sizeof u.buf;
+    c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  if (sendmsg(ctl, &m, MSG_NOSIGNAL) != (ssize_t)sizeof report || fd < 0) _exit(126);
+  close(fd); /* the runner's copy is the one that serves */
+  while (read(ctl, &go, 1) < 0 && errno == EINTR) {}
+  if (go != 1) _exit(126);
+}
+
+/* The runner's side: the child's listening socket, or -1 and why in report
+** (the child, which exits, reported it; or it ended without a word). */
+static int receive_listener(int ctl, int report[3]) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct iovec iov;
+  struct msghdr m;
+  struct cmsghdr *c;
+  ssize_t n;
+  int fd = -1;
+  memset(&m, 0, sizeof m);
+  memset(&u, 0, sizeof u);
+  report[0] = ISOLATE_LOST;
+  iov.iov_base = report;
+  iov.iov_len = 3 * sizeof(int);
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = u.buf;
+  m.msg_controllen = sizeof u.buf;
+  while ((n = recvmsg(ctl, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {}
+  for (c = n > 0 ? CMSG_FIRSTHDR(&m) : NULL; c != NULL; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+      memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  }
+  if (n != (ssize_t)(3 * sizeof(int))) report[0] = ISOLATE_LOST;
+  if (report[0] != ISOLATED || fd < 0) {
+    if (fd >= 0) close(fd);
+    if (report[0] == ISOLATED) report[0] = ISOLATE_LOST;
+    return -1;
+  }
+  return fd;
+}
+
+/* Why the script could not be isolated, as one line. */
+static void push_refusal(lua_State *L, const int report[3], int port) {
+  switch (report[0]) {
+    case ISOLATE_UNSHARE:
+      lua_pushfstring(L, "no network namespace could be had (with a user namespace: %s; without one: %s)",
+                      strerror(report[1]), strerror(report[2]));
+      break;
+    case ISOLATE_CAPS:
+      lua_pushfstring(L, "the network namespace cannot be made safe (dropping CAP_SYS_ADMIN: %s)",
+                      strerror(report[1]));
+      break;
+    case ISOLATE_LOOPBACK:
+      lua_pushfstring(L, "the network namespace's loopback could not be brought up (%s)",
+                      strerror(report[1]));
+      break;
+    case ISOLATE_LISTEN:
+      lua_pushfstring(L, "cannot listen on 127.0.0.1:%d in the network namespace (%s)", port,
+                      strerror(report[1]));
+      break;
+    default: lua_pushstring(L, "the script's process ended before it was isolated"); break;
+  }
+}
+
 /* The child, after fork: only async-signal-safe calls until exec. It gets
 ** fds 0-2 and nothing else (no API socket, no pipe of another child); the
 ** exec report pipe is kept at fd 3, closed by a successful exec. fds 0-2
 ** of the runner are always open (cozy_signals_startup), so the pipes are
 ** above them. */
-static void child_exec(const struct spawn *sp, int out_w, int err_w, int report_w) {
+static void child_exec(const struct spawn *sp, int out_w, int err_w, int report_w, int ctl) {
   int report[2] = {0, 0}, null;
   ssize_t w;
   setpgid(0, 0);
   cozy_signals_child_defaults();
+  if (sp->endpoint != NULL) child_endpoint(sp->port, ctl);
   dup2(out_w, 1);
   dup2(err_w, 2);
   null = open("/dev/null", O_RDONLY);
@@ -472,9 +687,9 @@ static double kill_by(const struct spawn *sp) {
 ** read a little longer, then closed. */
 static void supervise_loop(lua_State *L, struct spawn *sp) {
   for (;;) {
-    struct pollfd pfd[2];
+    struct pollfd pfd[3 + COZY_ENDPOINT_MAX_CONNS];
     double now = cozy_monotime(), wait = SUPERVISE_SLICE;
-    int i, n = 0;
+    int i, n = 0, served = 0;
     ask_lock(L, sp, now);
     if (supervise(sp, now)) return;
     cozy_guardian_extend(&sp->guard, kill_by(sp));
@@ -490,7 +705,11 @@ static void supervise_loop(lua_State *L, struct spawn *sp) {
     if (n == 0) wait = SUPERVISE_SLICE / 10; /* only the exit or the group's end is awaited */
     if (sp->deadline > 0 && sp->stop == COZY_GO && sp->deadline - now < wait) wait = sp->deadline - now;
     if (wait < 0.001) wait = 0.001;
-    if (poll(pfd, (nfds_t)n, (int)(wait * 1000)) <= 0) continue; /* EINTR: a signal, seen above */
+    /* the script's endpoint, served while the script runs */
+    if (sp->endpoint != NULL && !sp->exited)
+      served = cozy_endpoint_fill(sp->endpoint, pfd + n, (int)(sizeof pfd / sizeof pfd[0]) - n);
+    if (poll(pfd, (nfds_t)(n + served), (int)(wait * 1000)) <= 0) continue; /* EINTR: a signal, seen above */
+    if (served > 0) cozy_endpoint_handle(L, sp->endpoint, pfd + n, served, sp->serve, sp->errslot);
     for (i = 0; i < 2; i++) {
       struct stream *st = &sp->st[i];
       int k;
@@ -504,22 +723,48 @@ static void supervise_loop(lua_State *L, struct spawn *sp) {
 
 static int proc_spawn(lua_State *L) {
   struct spawn sp;
-  int out[2], err[2], report[2], status;
+  int out[2], err[2], report[2], ctl[2] = {-1, -1}, status;
+  char go = 1;
   spawn_arguments(L, &sp);
   open_pipes(L, out, err, report);
+  if (sp.endpoint != NULL && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) != 0) {
+    int e = errno;
+    close_pair(out);
+    close_pair(err);
+    close_pair(report);
+    return luaL_error(L, "socketpair: %s", strerror(e));
+  }
   sp.pid = fork();
   if (sp.pid < 0) {
     int e = errno;
     close_pair(out);
     close_pair(err);
     close_pair(report);
+    if (ctl[0] >= 0) close_pair(ctl);
     return luaL_error(L, "fork: %s", strerror(e));
   }
-  if (sp.pid == 0) child_exec(&sp, out[1], err[1], report[1]);
+  if (sp.pid == 0) child_exec(&sp, out[1], err[1], report[1], ctl[1]);
   setpgid(sp.pid, sp.pid); /* as the child does: whichever runs first */
   close(out[1]);
   close(err[1]);
   close(report[1]);
+  if (ctl[1] >= 0) close(ctl[1]);
+  if (sp.endpoint != NULL) {
+    int why[3] = {0, 0, 0}, listener = receive_listener(ctl[0], why);
+    if (listener < 0) {
+      /* not isolated: the script is not run (the child exits without exec) */
+      close(ctl[0]);
+      kill(-sp.pid, SIGKILL);
+      while (waitpid(sp.pid, &status, 0) < 0 && errno == EINTR) {}
+      close(out[0]);
+      close(err[0]);
+      close(report[0]);
+      lua_pushstring(L, "refused");
+      push_refusal(L, why, sp.port);
+      return 2;
+    }
+    cozy_endpoint_attach(sp.endpoint, listener);
+  }
   ask_lock(L, &sp, cozy_monotime());
   if (cozy_guardian_start(&sp.guard, sp.pid, kill_by(&sp), sp.remove_file, sp.remove_dir) != 0) {
     /* no script runs unguarded */
@@ -529,12 +774,23 @@ static int proc_spawn(lua_State *L) {
     close(out[0]);
     close(err[0]);
     close(report[0]);
+    if (sp.endpoint != NULL) {
+      close(ctl[0]);
+      cozy_endpoint_detach(sp.endpoint);
+    }
     return luaL_error(L, "cannot start the guardian of %s: %s", sp.argv[0], strerror(e));
+  }
+  if (sp.endpoint != NULL) {
+    /* guarded and served: the script may run */
+    ssize_t w = send(ctl[0], &go, 1, MSG_NOSIGNAL);
+    (void)w; /* a child that died meanwhile is seen by the supervision */
+    close(ctl[0]);
   }
   sp.st[0].fd = out[0];
   sp.st[1].fd = err[0];
   read_exec_report(L, &sp, report[0]);
   supervise_loop(L, &sp);
+  if (sp.endpoint != NULL) cozy_endpoint_detach(sp.endpoint);
   cozy_guardian_finish(&sp.guard); /* before the reaping that frees the group's id */
   while (waitpid(sp.pid, &status, 0) < 0 && errno == EINTR) {}
   if (!lua_isnil(L, sp.errslot)) return lua_error(L); /* the callback's error */

@@ -32,7 +32,8 @@
 **     context=, server= }: the configuration found, nothing connected
 **   transport.write_kubeconfig{ kubeconfig=, context=, namespace= } -->
 **     path, dir, source: that configuration as a kubeconfig of one context, for a
-**     legacy script (core/kubeconfig_write.c)
+**     legacy script (core/kubeconfig_write.c); with endpoint = a cozy.endpoint
+**     and port =, a rehearsal's: that endpoint's server, CA and token only
 **
 ** Runtime failures are returned, never raised: cozy.kube turns them into
 ** structured errors. Retries happen here (see docs/transport.md for the
@@ -56,6 +57,7 @@
 #include "lua.h"
 #include "lauxlib.h"
 
+#include "endpoint.h"
 #include "host.h"
 #include "json.h"
 #include "kubeconfig_write.h"
@@ -490,6 +492,40 @@ static int t_config(lua_State *L) {
   return 1;
 }
 
+/* A rehearsal's kubeconfig (endpoint = a cozy.endpoint on the stack's top,
+** port =): its server https://127.0.0.1:port, its CA and its token, nothing
+** of the engine's own configuration (core/endpoint.c). */
+static int write_endpoint_kubeconfig(lua_State *L, const char *ns, char *dir) {
+  struct cozy_kubeconfig kc;
+  struct cozy_endpoint *ep = cozy_endpoint_check(L, -1);
+  char server[64], file[4096], msg[512];
+  lua_Integer port;
+  int rc;
+  lua_getfield(L, 1, "port");
+  port = luaL_checkinteger(L, -1);
+  luaL_argcheck(L, port > 0 && port < 65536, 1, "port must be a TCP port");
+  memset(&kc, 0, sizeof kc);
+  snprintf(server, sizeof server, "https://127.0.0.1:%d", (int)port);
+  kc.server = server;
+  kc.context = (char *)"rehearsal";
+  kc.source = (char *)"rehearsal";
+  kc.ca.data = (char *)cozy_endpoint_ca(ep, &kc.ca.len);
+  kc.token.data = (char *)cozy_endpoint_token(ep, &kc.token.len);
+  if (mkdtemp(dir) == NULL) { /* mode 0700 */
+    snprintf(msg, sizeof msg, "cannot create a private directory: %s", strerror(errno));
+    rc = -1;
+  } else if ((rc = cozy_kubeconfig_write(&kc, ns, dir, file, sizeof file, msg, sizeof msg)) != 0) rmdir(dir);
+  if (rc != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, msg);
+    return 2;
+  }
+  lua_pushstring(L, file);
+  lua_pushstring(L, dir);
+  lua_pushstring(L, "rehearsal");
+  return 3;
+}
+
 /* transport.write_kubeconfig{ kubeconfig=, context=, namespace= } -->
 ** path, dir, source (as config's): the configuration as transport.new would find it, written as
 ** a kubeconfig of one cluster, user and context (namespace `namespace`)
@@ -511,6 +547,8 @@ static int t_write_kubeconfig(lua_State *L) {
   luaL_argcheck(L, ns != NULL && *ns != '\0', 1, "namespace is required");
   if (tmp == NULL || *tmp != '/' || strlen(tmp) > 1024) tmp = "/tmp";
   snprintf(dir, sizeof dir, "%s/cozy-migrate-kubeconfig.XXXXXX", tmp);
+  if (lua_getfield(L, 1, "endpoint") != LUA_TNIL) return write_endpoint_kubeconfig(L, ns, dir);
+  lua_pop(L, 1);
   if (cozy_kubeconfig_load(path, context, &kc, &err) != 0) return push_config_error(L, &err);
   if (mkdtemp(dir) == NULL) { /* mode 0700 */
     snprintf(msg, sizeof msg, "cannot create a private directory under %s: %s", tmp, strerror(errno));

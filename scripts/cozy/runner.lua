@@ -17,7 +17,9 @@
 -- Plan mode (`plan`, `run --dry-run`) rehearses the same steps over an
 -- overlay of the live cluster (cozy.kube.rehearsal): every write sent with
 -- dryRun=All for the server to judge, its answer kept in the overlay, so
--- that each step sees what the earlier ones wrote; no lock is taken. What a run
+-- that each step sees what the earlier ones wrote; no lock is taken. A legacy
+-- script runs in a network namespace of its own whose only address is the
+-- rehearsal's endpoint (runner/legacy.lua, cozy.kube.overlay_endpoint). What a run
 -- shows on stdout is the command's business: the runner hands each event
 -- to `report` (cmd/plan.lua prints them).
 local discovery = require "cozy.runner.discovery"
@@ -367,6 +369,27 @@ function Run:lua_step(m, step_log)
   return result.outcome
 end
 
+-- A legacy script of a rehearsal that failed, or was not run because no
+-- network namespace could be had: neither it nor any later step is
+-- rehearsed (what the run would do after it is not known). A stop (a
+-- signal) ends the rehearsal.
+function Run:legacy_unrehearsed(m, err, cm, step_log)
+  if context.stop_error(err) then error(err, 0) end
+  if type(err) == "table" and err.unisolated then
+    self.rehearsed.not_rehearsed = self.rehearsed.not_rehearsed + 1
+    step_log:warn("legacy script not rehearsed: " .. err.unisolated)
+    self:emit { type = "not_rehearsed", number = m.number, name = m.name, kind = m.kind,
+      why = err.unisolated .. "; it was not run" }
+    self.stopped = ("it follows legacy script %s, which was not rehearsed"):format(m.file)
+    return cm
+  end
+  self.failures = self.failures + 1
+  step_log:warn("step could not be planned: " .. errors.text(err), errors.fields(err))
+  self:emit { type = "failure", number = m.number, name = m.name, error = errors.text(err), rehearsal = true }
+  self.stopped = ("step %s would fail"):format(m.name)
+  return cm
+end
+
 -- A step that ran to its end but left the version where it was (a legacy
 -- script that exited 0 without stamping, a Lua step that called
 -- ctx.leave_version): under --strict-stamp the run fails there; by default,
@@ -429,20 +452,18 @@ function Run:each_step(m, cm)
     else
       cm = stamp.advance(self.cms, cm, self.at, to, record(outcome))
     end
-  elseif self.dry_run == "rehearse" then
-    -- not run in a rehearsal (for now): neither it nor any later step is rehearsed
-    self:emit { type = "legacy", number = m.number, name = m.name, file = m.file, rehearsal = true }
-    self.rehearsed.not_rehearsed = self.rehearsed.not_rehearsed + 1
-    self.stopped = ("it follows legacy script %s, which is not rehearsed"):format(m.file)
-    return cm
-  elseif self.planning then
+  elseif self.planning and self.dry_run ~= "rehearse" then
     self:emit { type = "legacy", number = m.number, name = m.name, file = m.file }
     cm = stamp.advance(self.cms, cm, self.at, to, record())
   else
+    -- in a rehearsal: run in a network namespace of its own, served from the overlay
+    local rehearse = self.dry_run == "rehearse" and self.client or nil
+    if rehearse then self:emit { type = "legacy", number = m.number, name = m.name, file = m.file, rehearsal = true } end
     local ok, after, legacy_stamped = pcall(legacy.step, m, self.cms, { namespace = self.namespace, from = from,
       target = self.target, at = self.at, strict = self.opts.strict_stamp,
       kubeconfig = self.opts.kubeconfig, context = self.opts.context, log = step_log,
-      timeout = self.opts.step_timeout, lock = self.lock.holder })
+      timeout = self.opts.step_timeout, lock = self.lock.holder, rehearse = rehearse })
+    if not ok and rehearse then return self:legacy_unrehearsed(m, after, cm, step_log) end
     if not ok then error(self:step_failure(m, after), 0) end
     stamped = legacy_stamped
     -- its history record: even when a signal came meanwhile, the stamp is done
@@ -668,10 +689,11 @@ function Run:bind()
 end
 
 -- What the plan must refuse to bind: the steps not rehearsed, or failing.
+-- (A rehearsed legacy step is recorded as a step: planfile.load refuses
+-- to bind it, naming it.)
 function Run:note_for_plan(e)
-  if e.type == "not_rehearsed" or (e.type == "legacy" and e.rehearsal) or e.type == "failure" then
-    local why = e.why or (e.type == "failure" and ("it would fail: " .. tostring(e.error)))
-      or "legacy scripts are not rehearsed"
+  if e.type == "not_rehearsed" or e.type == "failure" then
+    local why = e.why or ("it would fail: " .. tostring(e.error))
     self.not_rehearsed[#self.not_rehearsed + 1] = { number = e.number, name = e.name, why = why }
   end
 end

@@ -239,6 +239,17 @@ describe("a plan file run --plan cannot use", function()
     refused(path, "planned for target 2; this run's target is 3")
   end)
 
+  it("is refused, exit 2, when it holds a legacy script step, which a run cannot hold to it", function()
+    local path, p = plan_file(h, "script")
+    assert.equal(0, p.code, p.stdout .. p.stderr)
+    assert.equal("legacy", read_plan(path).migrations[1].kind)
+    h:mark()
+    local r = h:cli(support.args(h.srv, DIR .. "script", "run", "--plan", path))
+    assert.equal(2, r.code, r.stdout .. r.stderr)
+    assert.matches("legacy script step%(s%) 1%-script: a run does not yet route a script's requests", r.stderr)
+    assert.same({}, h:writes())
+  end)
+
   it("is refused, exit 2, when it is not a plan", function()
     local path = support.tmpdir() .. "/plan.json"
     files.write(path, '{"kind":"ConfigMap","version":1}')

@@ -1,6 +1,7 @@
 -- `cozy-migrate plan [--target N] [--server-dry-run]`: what run would
--- change, rehearsed: every pending Lua step runs in order over an overlay
--- of the live cluster, each write sent with dryRun=All for the server to
+-- change, rehearsed: every pending step runs in order over an overlay
+-- of the live cluster (a legacy script in a network namespace whose only
+-- address is the engine's overlay endpoint), each write sent with dryRun=All for the server to
 -- judge, nothing written (docs/operations.md, "Rehearsals"). With
 -- --server-dry-run each step runs against the cluster as it is, its writes
 -- sent with dryRun=All.
@@ -57,8 +58,8 @@ local text = {
   end,
   legacy = function(e)
     if e.rehearsal then
-      return ("  legacy script %s: not rehearsed (legacy scripts are not run in a rehearsal); "
-        .. "the later steps are not rehearsed either"):format(e.file)
+      return ("  legacy script %s: rehearsed in a network namespace of its own, its requests served from the "
+        .. "rehearsal"):format(e.file)
     end
     return ("  legacy script %s would run here; its writes cannot be shown"):format(e.file)
   end,

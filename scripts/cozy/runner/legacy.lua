@@ -92,10 +92,11 @@ end
 -- by the C core (core/kubeconfig_write.c: secrets never pass through Lua),
 -- mode 0600 in a private directory that goes when the script has ended.
 -- Returns a to-be-closed handle: .path, .dir, .source.
+-- In a rehearsal (opts.endpoint): the endpoint's server, CA and token only.
 local function private_kubeconfig(opts)
   local transport = require "cozy.transport"
   local path, dir, source = transport.write_kubeconfig { kubeconfig = opts.kubeconfig, context = opts.context,
-    namespace = opts.namespace }
+    namespace = opts.namespace, endpoint = opts.endpoint, port = opts.endpoint and legacy.ENDPOINT_PORT }
   if path == nil then
     local e = dir
     if type(e) == "table" then
@@ -108,6 +109,17 @@ local function private_kubeconfig(opts)
     os.remove(k.dir)
   end })
 end
+
+-- The port of a rehearsal's endpoint in the script's own network namespace,
+-- where nothing else listens: the API server's usual one.
+legacy.ENDPOINT_PORT = 6443
+
+-- What a rehearsed script must not have: the in-cluster address (its
+-- namespace could not reach it anyway; a tool would try and fail unclearly)
+-- and proxies (the endpoint is the one address, reached directly).
+local REHEARSAL_UNSET = { KUBERNETES_SERVICE_HOST = true, KUBERNETES_SERVICE_PORT = true,
+  KUBERNETES_SERVICE_PORT_HTTPS = true, HTTPS_PROXY = true, HTTP_PROXY = true, ALL_PROXY = true, NO_PROXY = true,
+  https_proxy = true, http_proxy = true, all_proxy = true, no_proxy = true }
 
 -- The longest stderr line a failure quotes.
 legacy.QUOTE_BYTES = 300
@@ -138,21 +150,28 @@ end
 -- Runs migration m (kind "legacy"). opts: namespace, from, target,
 -- kubeconfig and context (the engine's --kubeconfig and --context, or nil:
 -- found as the engine finds them), log, timeout (--step-timeout, or nil:
--- the default), lock (the lease.Holder it runs under, or nil). Raises
--- unless the script exits 0 in time.
+-- the default), lock (the lease.Holder it runs under, or nil), rehearse
+-- (a rehearsal's client: the script runs in a network namespace of its own
+-- whose one address is the rehearsal's endpoint, its requests served by that
+-- client; cozy.kube.overlay_endpoint). Raises unless the script exits 0 in
+-- time; in a rehearsal where no namespace can be had, raises with field
+-- `unisolated` (why) and the script is not run.
 function legacy.run(m, opts)
   local vars = {
     NAMESPACE = opts.namespace,
     CURRENT_VERSION = tostring(opts.from),
     TARGET_VERSION = tostring(opts.target),
   }
-  local kubeconfig <close> = private_kubeconfig(opts)
+  local ep <close> = opts.rehearse and require("cozy.endpoint").new() or nil
+  local kubeconfig <close> = private_kubeconfig { kubeconfig = opts.kubeconfig, context = opts.context,
+    namespace = opts.namespace, endpoint = ep }
   vars.KUBECONFIG = kubeconfig.path
   -- outside a cluster's pod configuration, a tool that reads the in-cluster
   -- variables (client-go's InClusterConfig) would reach the pod's cluster,
   -- not the engine's: they are left out (in-cluster, they name the same one)
   local unset = kubeconfig.source ~= "in-cluster"
     and { KUBERNETES_SERVICE_HOST = true, KUBERNETES_SERVICE_PORT = true } or nil
+  if ep then unset = REHEARSAL_UNSET end
   local log = opts.log
   log:info("running legacy script", { file = m.file })
   -- from its own directory, so `$(dirname "$0")/lib/...` and plain `lib/...` both work
@@ -167,7 +186,12 @@ function legacy.run(m, opts)
       log:info(line, { stream = stream })
     end
   end, { cwd = dir, deadline = sys.monotime() + limit, remove = { kubeconfig.path, kubeconfig.dir },
-    lock = opts.lock and function() return opts.lock:child_bounds() end })
+    lock = opts.lock and function() return opts.lock:child_bounds() end,
+    endpoint = ep and { server = ep, port = legacy.ENDPOINT_PORT,
+      serve = require("cozy.kube.overlay_endpoint").server(opts.rehearse, log) } })
+  if how == "refused" then
+    errors.raise("failed", ("legacy script %s not run: %s"):format(m.file, code), { unisolated = code })
+  end
   if how ~= "exit" or code ~= 0 or stopped then failure(m, how, code, stopped, limit, last_stderr) end
 end
 
