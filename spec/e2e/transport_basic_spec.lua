@@ -119,7 +119,7 @@ describe("cozy.kube basics (TLS + token)", function()
     assert.has_error(function() cms:update("team-a", "cm-00", "not a function") end,
       "update: the last argument must be a function")
     assert.has_error(function() kube.connect { kubeconfig = srv.kubeconfig, dry_run = "yes" } end,
-      'kube.connect: dry_run must be nil, "server" or "client", got "yes"')
+      'kube.connect: dry_run must be nil, "server", "client" or "rehearse", got "yes"')
   end)
 
   it("preserves big integers and empty arrays through a round trip", function()
