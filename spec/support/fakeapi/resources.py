@@ -102,3 +102,15 @@ def crd_type(crd):
                    spec.get("scope", "Namespaced") == "Namespaced", names.get("shortNames") or [],
                    names.get("categories") or [], status_sub=status_sub, custom=True,
                    list_kind=names.get("listKind"))
+
+
+def versioned(rt, version, obj):
+    """obj as the given version of rt serves it: apiVersion and kind set (a shallow
+    copy when they differ; the stored object is never mutated)."""
+    av = rt.api_version(version)
+    if obj.get("apiVersion") == av and obj.get("kind") == rt.kind:
+        return obj
+    o = dict(obj)
+    o["apiVersion"] = av
+    o["kind"] = rt.kind
+    return o
