@@ -4,6 +4,8 @@
 # (spec/README.md, "What every spec holds to"); cppcheck over core/ with the
 # checks below; gofmt and go vet over the Go test tooling (spec/support/go,
 # spec/support/tools, bench/clientgo); shellcheck over the shell scripts;
+# hack/python-lint.py over the Python (the fake API server's functions at
+# most 80 lines);
 # clang-format (.clang-format) over core/, fuzz/ and cmake/luac.c, checked,
 # not applied.
 # Exit 1 on any finding. `hack/lint.sh --fix` applies clang-format instead.
@@ -47,6 +49,21 @@ while IFS= read -r f; do
   [ -f "$f" ] && head -n1 "$f" | grep -qE '^#!.*[/ ](ba|da)?sh( |$)' && shell_files+=("$f")
 done < <(git ls-files hack deploy spec/support bench .ci)
 shellcheck "${shell_files[@]}" || status=1
+
+# Python: the fake API server and the other Python tools, found like the shell
+# files (by their .py name or a python shebang): hack/python-lint.py compiles
+# each, looks for names left undefined, and holds the fake's functions to 80
+# lines (spec/support/README.md, "Modules").
+echo "--- python"
+python_files=()
+while IFS= read -r f; do
+  [ -f "$f" ] || continue
+  case "$f" in
+    *.py) python_files+=("$f") ;;
+    *) head -n1 "$f" | grep -qE '^#!.*python' && python_files+=("$f") ;;
+  esac
+done < <(git ls-files hack deploy spec bench .ci)
+python3 hack/python-lint.py "${python_files[@]}" || status=1
 
 echo "--- clang-format"
 sources=(core/*.c core/*.h fuzz/*.c cmake/*.c)
