@@ -9,7 +9,8 @@
 **       core/retry_policy.c and transport.retry_policy)
 **   -- err (config problems) = { file=, field=, message= }
 **   t:info()   --> { server=, namespace=, source=, context=, cluster=, user=,
-**                    insecure=, auth=, token_file=, max_attempts=, max_time=, ... }
+**                    insecure=, auth=, token_file=, max_attempts=, max_time=,
+**                    retry_policy= (its name), ... }
 **                    (no secret in it)
 **   t:request(method, path, { query=, body=, content_type=, retry_safe=,
 **                              timeout=, max_attempts=, max_time=,
