@@ -4,11 +4,13 @@
 **   local t, err = transport.new{ kubeconfig=, context=, request_timeout=30,
 **       connect_timeout=10, qps=1000, burst=2000, token_refresh=60,
 **       max_response_bytes=256 MiB, exec_timeout=60,
-**       retry = { max_attempts=10, max_time=120, base_delay=0.25, max_delay=30,
-**                 refused_time=5 } }
+**       retry = "request" } (a named retry policy, or a table: its `name`'s
+**       values, "request"'s without one, overridden by its fields; see
+**       core/retry_policy.c and transport.retry_policy)
 **   -- err (config problems) = { file=, field=, message= }
 **   t:info()   --> { server=, namespace=, source=, context=, cluster=, user=,
-**                    insecure=, auth=, token_file=, max_attempts=, max_time=, ... }
+**                    insecure=, auth=, token_file=, max_attempts=, max_time=,
+**                    retry_policy= (its name), ... }
 **                    (no secret in it)
 **   t:request(method, path, { query=, body=, content_type=, retry_safe=,
 **                              timeout=, max_attempts=, max_time=,
@@ -30,6 +32,9 @@
 **   t:close()  (also __gc and __close; closes the client's batches too)
 **   transport.config{ kubeconfig=, context= } --> { namespace=, source=,
 **     context=, server= }: the configuration found, nothing connected
+**   transport.retry_policy(name [, overrides]), transport.backoff(policy,
+**     n [, u]): the named retry policies and the one backoff formula
+**     (core/retry_policy.c)
 **   transport.write_kubeconfig{ kubeconfig=, context=, namespace= } -->
 **     path, dir, source: that configuration as a kubeconfig of one context, for a
 **     legacy script (core/kubeconfig_write.c); with endpoint = a cozy.endpoint
@@ -274,22 +279,11 @@ static int t_new(lua_State *L) {
     if (max > 1e15) return luaL_error(L, "option 'max_response_bytes' must be <= 1e15");
     t->max_response_bytes = (size_t)max;
   }
-  t->retry.max_attempts = 10;
-  t->retry.max_time = 120;
-  t->retry.base_delay = 0.25;
-  t->retry.max_delay = 30;
-  t->retry.refused_time = COZY_REFUSED_TIME_DEFAULT;
+  /* a named policy (retry_policy.c), "request" unless the caller names another */
   lua_getfield(L, 1, "retry");
-  if (lua_istable(L, -1)) {
-    int r = lua_gettop(L);
-    t->retry.max_attempts = (int)opt_number(L, r, "max_attempts", 10, 1);
-    t->retry.max_time = opt_number(L, r, "max_time", 120, 0);
-    t->retry.base_delay = opt_number(L, r, "base_delay", 0.25, 0);
-    t->retry.max_delay = opt_number(L, r, "max_delay", 30, 0);
-    t->retry.refused_time = opt_number(L, r, "refused_time", COZY_REFUSED_TIME_DEFAULT, 0);
-  } else if (!lua_isnil(L, -1)) {
-    return luaL_error(L, "option 'retry' must be a table");
-  }
+  if (lua_isnil(L, -1)) t->retry = *cozy_retry_policy_find("request");
+  else if (lua_type(L, -1) == LUA_TSTRING || lua_istable(L, -1)) cozy_retry_policy_read(L, -1, &t->retry);
+  else return luaL_error(L, "option 'retry' must be a retry policy's name or a table");
   lua_pop(L, 1);
   {
     double exec_timeout = opt_number(L, 1, "exec_timeout", COZY_EXEC_TIMEOUT_DEFAULT, 0.001);
@@ -357,6 +351,7 @@ static int t_info(lua_State *L) {
   lua_pushinteger(L, t->retry.max_attempts);
   lua_setfield(L, -2, "max_attempts");
   set_num(L, "max_time", t->retry.max_time);
+  set_str(L, "retry_policy", t->retry.name);
   lua_pushinteger(L, (lua_Integer)t->max_response_bytes);
   lua_setfield(L, -2, "max_response_bytes");
   return 1;
@@ -445,6 +440,7 @@ static int t_request(lua_State *L) {
       rc = cozy_http_perform(t, rq.method, url, rq.body, rq.body_len, rq.ctype, cozy_attempt_begin(t, &a),
                              rq.read || rq.retry_safe, &status);
       next = cozy_after_attempt(L, t, &rq, &a, &t->x, rc, status);
+      if (next == COZY_AFTER_REFRESH) next = cozy_refresh_after_401(L, t);
       record(L, t, a.n, next == COZY_AFTER_REPLAY || next == COZY_AFTER_RETRY);
       if (next == COZY_AFTER_DONE || next == COZY_AFTER_STOP) break;
       if (next == COZY_AFTER_REPLAY) continue;
@@ -568,8 +564,12 @@ static int t_write_kubeconfig(lua_State *L) {
   return 3;
 }
 
-static const luaL_Reg funcs[] = {
-    {"new", t_new}, {"config", t_config}, {"write_kubeconfig", t_write_kubeconfig}, {NULL, NULL}};
+static const luaL_Reg funcs[] = {{"new", t_new},
+                                 {"config", t_config},
+                                 {"write_kubeconfig", t_write_kubeconfig},
+                                 {"retry_policy", cozy_lua_retry_policy},
+                                 {"backoff", cozy_lua_backoff},
+                                 {NULL, NULL}};
 
 int luaopen_cozy_transport(lua_State *L) {
   if (luaL_newmetatable(L, TRANSPORT_MT)) {

@@ -29,13 +29,38 @@
 ** the whole budget of 5xx and 429, which a live server answered. */
 #define COZY_REFUSED_TIME_DEFAULT 5.0
 
+/* retry_policy.c: the engine's named retry policies and its one backoff
+** formula, shared by the transport's retries (transport_retry.c) and Lua's
+** (transport.backoff: the update engine, the lock's wait). */
+
+/* How the waits between tries grow: before retry n (n >= 1),
+** min(base_delay * factor^(n-1), max_delay) * (1 - jitter/2 + jitter*u)
+** for a draw u in [0, 1). */
+struct cozy_backoff {
+  double base_delay; /* the first wait, before jitter */
+  double factor; /* growth per retry (>= 1) */
+  double max_delay; /* cap of one wait before jitter; a transport also cuts a jittered wait and an honoured
+                       Retry-After to it */
+  double jitter; /* the spread: 1 is [0.5, 1.5) of the wait, 0 none */
+};
+double cozy_backoff_delay(const struct cozy_backoff *b, int n, double u);
+
 struct cozy_retry_policy {
+  const char *name; /* the named policy it is (or was overridden from) */
   int max_attempts; /* including the first */
   double max_time; /* seconds from the first attempt; no retry starts after it */
-  double base_delay; /* first backoff without Retry-After */
-  double max_delay; /* cap of one backoff and of an honoured Retry-After */
+  struct cozy_backoff backoff; /* the wait without Retry-After */
   double refused_time; /* seconds from the first attempt within which a refused connection is retried */
 };
+/* The policy of that name, NULL if none. */
+const struct cozy_retry_policy *cozy_retry_policy_find(const char *name);
+/* Reads the policy at idx: a name, or a table (its `name`'s policy, "request"
+** without one, overridden by its other fields); raises a clear error for an
+** unknown name, an unknown field or a bad value. */
+void cozy_retry_policy_read(lua_State *L, int idx, struct cozy_retry_policy *p);
+void cozy_retry_policy_push(lua_State *L, const struct cozy_retry_policy *p);
+int cozy_lua_retry_policy(lua_State *L); /* transport.retry_policy(name [, overrides]) */
+int cozy_lua_backoff(lua_State *L); /* transport.backoff(policy, n [, u]) */
 
 /* One answer as it arrives: body, Retry-After and Warning headers. */
 struct cozy_response {
@@ -184,7 +209,9 @@ struct cozy_attempts {
 enum cozy_after {
   COZY_AFTER_DONE, /* an answer (or a failure) to hand over */
   COZY_AFTER_STOP, /* the caller's watch ended it: never retried */
-  COZY_AFTER_REPLAY, /* a 401 with a re-readable token: re-read, send again now */
+  COZY_AFTER_REFRESH, /* a 401 with a credential that can be read again: the driver reads it
+                         (cozy_refresh_after_401), which says DONE or REPLAY */
+  COZY_AFTER_REPLAY, /* send again now */
   COZY_AFTER_RETRY /* transient: send again after a->delay */
 };
 
@@ -193,9 +220,18 @@ enum cozy_after {
 enum cozy_after cozy_after_attempt(lua_State *L, struct cozy_transport *t, const struct cozy_request *rq,
                                    struct cozy_attempts *a, const struct cozy_exchange *x, CURLcode rc,
                                    long status);
-/* Before an attempt goes: re-reads a token file that is due, and returns the
-** libcurl timeout of the attempt from what is left until a->deadline. */
+/* The drivers' side of credentials (transport_http.c; t:request's loop in transport.c and
+** the batch driver in transport_multi.c call these; the retry judge never
+** reads a credential). */
+/* Before an attempt goes: re-reads a token file that is due or runs an exec
+** plugin whose credential expired, and returns the libcurl timeout of the
+** attempt from what is left until a->deadline. */
 double cozy_attempt_begin(struct cozy_transport *t, const struct cozy_attempts *a);
+/* The judge said COZY_AFTER_REFRESH (its attempts entry on top of L): reads
+** the credential again and returns COZY_AFTER_REPLAY, or COZY_AFTER_DONE when
+** an exec plugin failed (the 401 stands; the entry gets the plugin's reason
+** as credential_error). */
+enum cozy_after cozy_refresh_after_401(lua_State *L, struct cozy_transport *t);
 /* before_attempt, asked before every attempt: the caller pushes the
 ** function and cozy_push_before_info's table, calls it its own way, and
 ** reads the one result with cozy_before_answer (which pops it). That returns

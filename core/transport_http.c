@@ -76,6 +76,35 @@ int cozy_http_reload_token(struct cozy_transport *t) {
   return 0;
 }
 
+/* The drivers own credentials: t:request's loop and the batch driver call
+** these around the retry judge (transport_retry.c), which only decides. */
+
+double cozy_attempt_begin(struct cozy_transport *t, const struct cozy_attempts *a) {
+  double left;
+  if (t->kc.exec != NULL) {
+    /* client-go: the plugin's credential is kept until its
+    ** expirationTimestamp (none: until a 401) */
+    if (cozy_exec_expired(t->kc.exec)) cozy_http_reload_token(t);
+  } else if (t->kc.token_file && t->token_refresh > 0 &&
+             cozy_monotime() - t->token_read_at >= t->token_refresh)
+    cozy_http_reload_token(t);
+  /* what is left of the attempt's time; never 0, which libcurl reads as "no timeout" */
+  left = a->deadline > 0 ? a->deadline - cozy_monotime() : 0;
+  if (a->deadline > 0 && left < 0.002) left = 0.002;
+  return left;
+}
+
+enum cozy_after cozy_refresh_after_401(lua_State *L, struct cozy_transport *t) {
+  if (cozy_http_reload_token(t) != 0 && t->kc.exec != NULL) {
+    /* the plugin failed: the 401 stands, with the plugin's reason (a token
+    ** file that cannot be read keeps the old token: it was valid when read) */
+    lua_pushstring(L, t->cred_error);
+    lua_setfield(L, -2, "credential_error");
+    return COZY_AFTER_DONE;
+  }
+  return COZY_AFTER_REPLAY;
+}
+
 /* libcurl hands over the body as decoded (gunzipped, de-chunked), so the
 ** limit here counts what we keep, whatever the framing or the encoding. */
 size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud) {

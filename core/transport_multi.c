@@ -377,6 +377,8 @@ static void process_result(lua_State *L, int m_idx, struct cozy_multi *m, struct
   j->rc = rc;
   j->status = status;
   next = cozy_after_attempt(L, m->t, &j->rq, &j->a, x, rc, status);
+  /* a 401 the judge finds worth a replay: the credential is the driver's to read */
+  if (next == COZY_AFTER_REFRESH) next = cozy_refresh_after_401(L, m->t);
   add_attempt(L, m_idx, j, j->a.n);
   if (next == COZY_AFTER_STOP) {
     /* the attempt's time was cut to the watch's deadline (or a signal came):

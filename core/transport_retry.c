@@ -5,6 +5,10 @@
 ** to wait, what a watch's stop means, what before_attempt may answer, and
 ** the attempts entries a caller reads. The two callers differ only in how
 ** they wait: t:request sleeps, a batch parks the job and runs the others.
+** The judge decides and never acts: credentials are the drivers' to read
+** again (cozy_attempt_begin, cozy_refresh_after_401 in transport_http.c),
+** and the waits' formula and bounds are the client's retry policy
+** (retry_policy.c).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,14 +66,10 @@ static void push_attempt(lua_State *L, const struct cozy_exchange *x, CURLcode r
   lua_setfield(L, -2, "elapsed_s");
 }
 
+/* The wait before retry n: the policy's backoff (retry_policy.c), jittered
+** by the client's own generator. */
 static double backoff(struct cozy_transport *t, int n) {
-  double d = t->retry.base_delay;
-  double jitter;
-  while (--n > 0 && d < t->retry.max_delay) d *= 2;
-  if (d > t->retry.max_delay) d = t->retry.max_delay;
-  /* jitter in [0.5, 1.5): spreads clients that failed together */
-  jitter = 0.5 + (double)rand_r(&t->seed) / ((double)RAND_MAX + 1.0);
-  return d * jitter;
+  return cozy_backoff_delay(&t->retry.backoff, n, (double)rand_r(&t->seed) / ((double)RAND_MAX + 1.0));
 }
 
 /* Whether attempt n (ended at `elapsed` s from the first) may be retried
@@ -81,7 +81,7 @@ static int within_bounds(struct cozy_transport *t, const struct cozy_request *rq
   double limit = rq->max_time;
   if (rc == CURLE_COULDNT_CONNECT && t->retry.refused_time < limit) limit = t->retry.refused_time;
   *delay = r->retry_after >= 0 && rc == CURLE_OK ? r->retry_after : backoff(t, n);
-  if (*delay > t->retry.max_delay) *delay = t->retry.max_delay;
+  if (*delay > t->retry.backoff.max_delay) *delay = t->retry.backoff.max_delay;
   return !(n >= rq->max_attempts || elapsed + *delay > limit);
 }
 
@@ -118,21 +118,6 @@ double cozy_attempt_deadline(const struct cozy_transport *t, double now, double 
       (d == 0 || t->watch->deadline < d))
     d = t->watch->deadline;
   return d;
-}
-
-double cozy_attempt_begin(struct cozy_transport *t, const struct cozy_attempts *a) {
-  double left;
-  if (t->kc.exec != NULL) {
-    /* client-go: the plugin's credential is kept until its
-    ** expirationTimestamp (none: until a 401) */
-    if (cozy_exec_expired(t->kc.exec)) cozy_http_reload_token(t);
-  } else if (t->kc.token_file && t->token_refresh > 0 &&
-             cozy_monotime() - t->token_read_at >= t->token_refresh)
-    cozy_http_reload_token(t);
-  /* what is left of the attempt's time; never 0, which libcurl reads as "no timeout" */
-  left = a->deadline > 0 ? a->deadline - cozy_monotime() : 0;
-  if (a->deadline > 0 && left < 0.002) left = 0.002;
-  return left;
 }
 
 /* Why the watch ended the attempt, COZY_GO if it did not (into a->stop). */
@@ -174,17 +159,12 @@ enum cozy_after cozy_after_attempt(lua_State *L, struct cozy_transport *t, const
     retry = transient && (rq->read || rq->retry_safe || unsent);
   } else if (status == 401 && !a->did_401 && (t->kc.token_file || t->kc.exec)) {
     /* the token may have been rotated under us (a token file re-written, an
-    ** exec plugin's credential revoked): read it again and try once more */
+    ** exec plugin's credential revoked): worth reading it again and trying
+    ** once more. The driver reads it (cozy_refresh_after_401): the judge
+    ** only decides. */
     a->did_401 = 1;
-    if (cozy_http_reload_token(t) != 0 && t->kc.exec != NULL) {
-      /* the plugin failed: the 401 stands, with the plugin's reason */
-      push_attempt(L, x, rc, status, NULL, elapsed);
-      lua_pushstring(L, t->cred_error);
-      lua_setfield(L, -2, "credential_error");
-      return COZY_AFTER_DONE;
-    }
     push_attempt(L, x, rc, status, NULL, elapsed);
-    return COZY_AFTER_REPLAY;
+    return COZY_AFTER_REFRESH;
   } else if (status_transient(status)) {
     retry = status == 429 || rq->read || rq->retry_safe;
   }

@@ -169,7 +169,7 @@ function runner.recorder(opts, log, namespace, identity, off)
     identity = identity, log = log, pod = os.getenv("POD_NAME"), pod_namespace = os.getenv("POD_NAMESPACE"),
     connect = function()
       return runner.connect(opts, log, { request_timeout = events.REQUEST_TIMEOUT,
-        retry = { max_attempts = events.RETRY.attempts, max_time = events.RETRY.time } })
+        retry = "events" })
     end }
 end
 
@@ -181,7 +181,7 @@ local function release_lock(holder, client, opts, namespace, identity, log)
   holder:stop()
   proc.reset_signal()
   local quick_ok, quick = pcall(runner.connect, opts, log,
-    { request_timeout = 5, retry = { max_attempts = 2, max_time = 5 } })
+    { request_timeout = 5, retry = "release" })
   lease.release(quick_ok and quick or client, { namespace = namespace, identity = identity, log = log })
 end
 runner.release_lock = release_lock
@@ -620,9 +620,9 @@ function Run:record_failure(err)
   proc.reset_signal()
   local quick
   local ok, werr = pcall(function()
-    -- a Retry-After is cut to 1 s: the record must not hold a stopping Job
-    quick = runner.connect(self.opts, self.log, { request_timeout = 5,
-      retry = { max_attempts = 2, max_time = 5, max_delay = 1 } })
+    -- the "record" retry policy: quick, a Retry-After cut to 1 s, so that
+    -- the record cannot hold a stopping Job
+    quick = runner.connect(self.opts, self.log, { request_timeout = 5, retry = "record" })
     quick.gate = self.client.gate
     local cms = quick:resource("v1", "configmaps", { kind = "ConfigMap" })
     local rec = stamp.failure_record(a.m, a.from, a.started, self.identity, outcome, cause)

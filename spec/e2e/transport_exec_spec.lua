@@ -167,6 +167,30 @@ describe("exec credential plugins", function()
     c:close()
   end)
 
+  -- the same rule in the batch driver (core/transport_multi.c), which an
+  -- update's PATCH goes through: the judge asks for the refresh, the driver
+  -- runs the plugin and ends the request with its reason
+  it("after a 401 to a batch's write, a plugin that fails leaves the 401 final, with its reason", function()
+    local fail_if = dir .. "/fail-batch"
+    local c = support.connect(srv, { kubeconfig = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN),
+      FAIL_IF = fail_if }), log = captured.log })
+    local cms = c:resource("v1", "configmaps")
+    local base = cms:get("cozy-system", "settings")
+    support.write_file(fail_if, "")
+    srv:faults { { method = "PATCH", path = "configmaps/settings", times = 1, status = { code = 401 } } }
+    local ok, err = pcall(cms.update, cms, base, function(o)
+      o.data.mode = "batch"
+      return o
+    end)
+    assert.is_false(ok)
+    assert.equal(401, err.code)
+    assert.same({ "status" }, srv:fired())
+    assert.equal(1, #err.attempts) -- no replay with the credential it could not renew
+    assert.matches("exec plugin .*plugin%.sh: exited with status 3", err.attempts[1].credential_error)
+    assert.equal("prod", cms:get("cozy-system", "settings").data.mode)
+    c:close()
+  end)
+
   it("kills a plugin that hangs, its children too, at exec_timeout", function()
     local pids = dir .. "/pids-hang"
     local err = connect_err(kubeconfig(srv, { MODE = "hang", PIDS = pids }), { exec_timeout = 0.5 })

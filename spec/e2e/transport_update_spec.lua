@@ -131,7 +131,7 @@ describe("cozy.kube update", function()
 
   it("gives up after the bounded number of attempts with a Conflict", function()
     client:close()
-    client = support.connect(srv, { log = captured.log, update = { attempts = 3, base_delay = 0.001 } })
+    client = support.connect(srv, { log = captured.log, update = { max_attempts = 3, base_delay = 0.001 } })
     cms = client:resource("v1", "configmaps")
     -- another client writes between every read and write of ours
     local wrote = {}

@@ -113,7 +113,7 @@ end
 harness.CONNECT = {
   qps = 1000, burst = 1000, request_timeout = 10,
   retry = { max_attempts = 3, max_time = 5, base_delay = 0.01, max_delay = 0.05 },
-  update = { attempts = 8, base_delay = 0.001, factor = 2, max_delay = 0.01, jitter = 0.5 },
+  update = { max_attempts = 8, base_delay = 0.001, factor = 2, max_delay = 0.01, jitter = 0.5 },
 }
 
 local Harness = {}

@@ -6,7 +6,7 @@ local update = require "cozy.kube.update"
 local kerrors = require "cozy.kube.errors"
 local json = require "cozy.json"
 
-local POLICY = { attempts = 3, base_delay = 0.01, factor = 3, max_delay = 2, jitter = 0 }
+local POLICY = { max_attempts = 3, base_delay = 0.01, factor = 3, max_delay = 2, jitter = 0 }
 
 local function cm(name, rv, data)
   return json.decode(json.encode { apiVersion = "v1", kind = "ConfigMap",
@@ -137,7 +137,7 @@ describe("Change:settle", function()
     local resource = stand_in({ a = cm("a", "8") }, {})
     local ch = change(resource, cm("a", "7"), "2")
     local delays = {}
-    for _ = 1, POLICY.attempts - 1 do
+    for _ = 1, POLICY.max_attempts - 1 do
       ch:request()
       ch:settle(false, api_error(409))
       delays[#delays + 1] = ch.delay

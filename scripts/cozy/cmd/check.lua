@@ -130,7 +130,7 @@ function M.collect(opts, log)
   end
 
   -- reachable? asked with few retries: a preflight should answer quickly
-  local probe = runner.connect(opts, log, { retry = { max_attempts = 2, max_time = 10 } })
+  local probe = runner.connect(opts, log, { retry = "probe" })
   local ok, version = pcall(probe.get_path, probe, "/version")
   report.reachable = ok
   if not ok then

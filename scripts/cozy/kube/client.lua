@@ -25,11 +25,6 @@ client.defaults = {
   page_limit = 500,
   -- changes of an update_each in flight at once (docs/transport.md, "Parallel writes")
   concurrency = 8,
-  -- the update loop: client-go's DefaultBackoff is 4 steps of 10 ms x5
-  -- (jitter 0.1); we allow more attempts, grow slower and cap the wait, so a
-  -- busy object (a VM whose status virt-controller keeps writing) still gets
-  -- its change in without multi-second sleeps.
-  update = { attempts = 8, base_delay = 0.01, factor = 3, max_delay = 2, jitter = 0.5 },
 }
 
 local JSON = "application/json"
@@ -83,9 +78,8 @@ function client.connect(opts)
   local info = t:info()
   local options = {}
   for _, k in ipairs(plain_keys) do options[k] = opts[k] end
-  local policy = {}
-  for k, v in pairs(client.defaults.update) do policy[k] = v end
-  for k, v in pairs(opts.update or {}) do policy[k] = v end
+  -- the update engine's conflicts: the "conflict" retry policy (core/retry_policy.c)
+  local policy = transport.retry_policy("conflict", opts.update)
   local self = setmetatable({
     namespace = info.namespace,
     server = info.server,

@@ -23,6 +23,7 @@
 -- client dry run keeps back ends at once with its locally computed answer.
 local json = require "cozy.json"
 local sys = require "cozy.sys"
+local transport = require "cozy.transport"
 local errors = require "cozy.kube.errors"
 local patch = require "cozy.kube.patch"
 
@@ -37,15 +38,16 @@ function update.uncertain(attempts)
 end
 local uncertain = update.uncertain
 
--- The one backoff between attempts: growing by policy.factor from
--- policy.base_delay, capped at policy.max_delay, jittered, and never past
--- `deadline` (cozy.sys monotonic time; nil: none). Returns a function that
--- gives the next wait.
+-- The waits between attempts: the policy's backoff (a retry policy,
+-- transport.retry_policy; the client's is "conflict"), computed by the
+-- engine's one formula (transport.backoff, core/retry_policy.c) with a draw
+-- of math.random, and never past `deadline` (cozy.sys monotonic time; nil:
+-- none). Returns a function that gives the next wait.
 function update.backoff(policy, deadline)
-  local delay = policy.base_delay
+  local n = 0
   return function()
-    local d = math.min(delay, policy.max_delay) * (1 - policy.jitter / 2 + policy.jitter * math.random())
-    delay = delay * policy.factor
+    n = n + 1
+    local d = transport.backoff(policy, n)
     if deadline then d = math.max(0, math.min(d, deadline - sys.monotime())) end
     return d
   end
@@ -72,7 +74,7 @@ update.Change = Change
 function update.new(o)
   local c = o.resource.client
   o.policy = c.update_policy
-  o.attempts = o.attempts or o.policy.attempts
+  o.attempts = o.attempts or o.policy.max_attempts
   o.attempt, o.conflicts, o.maybe_applied, o.state = 1, 0, false, "ready"
   o.wait = update.backoff(o.policy, o.deadline)
   return setmetatable(o, Change)

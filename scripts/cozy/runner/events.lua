@@ -18,6 +18,7 @@ local errors = require "cozy.errors"
 local kerrors = require "cozy.kube.errors"
 local lease = require "cozy.runner.lease"
 local sys = require "cozy.sys"
+local transport = require "cozy.transport"
 local text = require "cozy.text"
 
 local events = {}
@@ -26,10 +27,13 @@ events.CONTROLLER = "cozystack.io/cozy-migrate"
 events.NOTE_LIMIT = 1024
 -- kube-apiserver's limit on reportingInstance, action and reason
 events.FIELD_LIMIT = 128
--- one Event's bounds: an answer within REQUEST_TIMEOUT seconds, at most
--- RETRY.attempts attempts, no retry after RETRY.time seconds
+-- one Event's bounds: an answer within REQUEST_TIMEOUT seconds, and the
+-- "events" retry policy's attempts and time (core/retry_policy.c), also
+-- asked of each create as its retry budget (RETRY), so that they hold
+-- whatever client `connect` gives
 events.REQUEST_TIMEOUT = 5
-events.RETRY = { attempts = 2, time = 2 }
+local POLICY = transport.retry_policy("events")
+events.RETRY = { attempts = POLICY.max_attempts, time = POLICY.max_time }
 
 local WARNING = { StepFailed = true, LockTakenOver = true }
 

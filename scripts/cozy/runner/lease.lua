@@ -28,6 +28,7 @@ local json = require "cozy.json"
 local kerrors = require "cozy.kube.errors"
 local proc = require "cozy.proc"
 local sys = require "cozy.sys"
+local transport = require "cozy.transport"
 local update = require "cozy.kube.update"
 
 local lease = {}
@@ -340,9 +341,10 @@ function lease.renew_loop(payload, chan)
   connect.log = log
   -- a renewal is worth retrying only within its interval: after that the
   -- next one is due, and the main state stops (and joins this thread) when
-  -- renewals fall behind, so no request may outlive the interval by much
+  -- renewals fall behind, so no request may outlive the interval by much;
+  -- the "renewal" retry policy, its time and longest wait the interval's
   connect.request_timeout = math.max(1, math.min(connect.request_timeout or 30, interval))
-  connect.retry = { max_attempts = 3, max_time = interval, base_delay = 0.1, max_delay = interval / 2 }
+  connect.retry = transport.retry_policy("renewal", { max_time = interval, max_delay = interval / 2 })
   local client = kube.connect(connect)
   local leases = leases_of(client)
   -- the lease counts from before the request that took it (lease.acquire),
