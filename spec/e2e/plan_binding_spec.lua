@@ -22,19 +22,6 @@ local function fixture()
   })
 end
 
--- every object's identity and resourceVersion: "nothing written" is that none changed, came or went
-local function state(h)
-  local out = {}
-  for _, o in ipairs(h:objects()) do
-    if o.kind ~= "Lease" then
-      out[#out + 1] = ("%s %s/%s %s"):format(o.kind, o.metadata.namespace or "", o.metadata.name,
-        o.metadata.resourceVersion)
-    end
-  end
-  table.sort(out)
-  return out
-end
-
 -- the run's writes to the cluster, leaving out the lock's Lease: "METHOD path"
 local function migration_writes(h)
   local out = {}
@@ -106,13 +93,13 @@ describe("a saved plan binds the run", function()
     assert.equal(0, p.code, p.stdout .. p.stderr)
     local cms = configmaps(h)
     cms:change(cms:get("cozy-system", "cozystack-version"), function(c) c.data.note = "moved" end)
-    local before = state(h)
+    local before = support.stored_versions(h, { Lease = true })
     h:mark()
     local r = h:cli(support.args(h.srv, DIR .. "bind", "run", "--plan", path))
     assert.equal(1, r.code, r.stdout .. r.stderr)
     assert.matches("the version ConfigMap cozy%-system/cozystack%-version changed since it was planned", r.stderr)
     assert.same({}, h:writes())
-    assert.same(before, state(h))
+    assert.same(before, support.stored_versions(h, { Lease = true }))
   end)
 
   it("refuses to start naming an object the plan read that changed since", function()
@@ -120,13 +107,13 @@ describe("a saved plan binds the run", function()
     assert.equal(0, p.code, p.stdout .. p.stderr)
     local cms = configmaps(h)
     cms:change(cms:get("cozy-system", "src"), function(c) c.data.token = "rotated" end)
-    local before = state(h)
+    local before = support.stored_versions(h, { Lease = true })
     h:mark()
     local r = h:cli(support.args(h.srv, DIR .. "bind", "run", "--plan", path))
     assert.equal(1, r.code, r.stdout .. r.stderr)
     assert.matches("/api/v1/namespaces/cozy%-system/configmaps/src changed since the plan read it", r.stderr)
     assert.same({}, h:writes())
-    assert.same(before, state(h))
+    assert.same(before, support.stored_versions(h, { Lease = true }))
   end)
 
   it("refuses to start when an object a listed selector now matches appeared", function()

@@ -7,7 +7,6 @@
 local fake = require "spec.support.fake"
 local files = require "spec.helpers.files"
 local harness = require "spec.helpers"
-local json = require "cozy.json"
 local support = require "spec.helpers.cli"
 
 local DIR = "spec/fixtures/plan_legacy_rehearsal/"
@@ -23,29 +22,6 @@ local function fixture(version)
   })
 end
 
--- every object's identity and resourceVersion: "nothing written" is that none changed, came or went
-local function state(h)
-  local out = {}
-  for _, o in ipairs(h:objects()) do
-    out[#out + 1] = ("%s %s/%s %s"):format(o.kind, o.metadata.namespace or "", o.metadata.name,
-      o.metadata.resourceVersion)
-  end
-  table.sort(out)
-  return out
-end
-
-local function events(stdout)
-  local out = {}
-  for _, line in ipairs(support.lines(stdout)) do out[#out + 1] = json.decode(line) end
-  return out
-end
-
-local function of_type(evs, t)
-  local out = {}
-  for _, e in ipairs(evs) do if e.type == t then out[#out + 1] = e end end
-  return out
-end
-
 local function plan(h, dir, env, ...)
   local e = { PATH = PATH }
   for k, v in pairs(env or {}) do e[k] = v end
@@ -59,7 +35,7 @@ local function nothing_written(h, before)
       assert.matches("dryRun=All", req.query or "", 1, true, req.method .. " " .. req.path)
     end
   end
-  assert.same(before, state(h))
+  assert.same(before, support.stored_versions(h))
 end
 
 -- a legacy script: `body` (shell lines) then, unless `stamps` is false, the
@@ -96,7 +72,7 @@ return {
 
 local function step_writes(evs, n)
   local out = {}
-  for _, w in ipairs(of_type(evs, "write")) do
+  for _, w in ipairs(support.of_type(evs, "write")) do
     if w.step == n then out[#out + 1] = ("%s %s %s"):format(w.method, w.path, w.verdict) end
   end
   return out
@@ -108,12 +84,12 @@ describe("plan rehearses a legacy script", function()
   after_each(function() if dir then files.rm_rf(dir) end dir = nil end)
 
   it("serves its kubectl from the overlay: its writes listed and judged, the next step sees them", function()
-    local before = state(h)
+    local before = support.stored_versions(h)
     h:mark()
     local r = plan(h, DIR .. "writes", nil, "--log-format", "json")
     assert.equal(0, r.code, r.stdout .. r.stderr)
-    local evs = events(r.stdout)
-    assert.is_true(of_type(evs, "legacy")[1].rehearsal)
+    local evs = support.json_lines(r.stdout)
+    assert.is_true(support.of_type(evs, "legacy")[1].rehearsal)
     -- the script's writes, as the step's: judged by the server
     local cv = "/api/v1/namespaces/cozy-system/configmaps/cozystack-version"
     assert.same({ "POST /api/v1/namespaces/cozy-system/configmaps admitted",
@@ -124,14 +100,14 @@ describe("plan rehearses a legacy script", function()
     -- its kubectl read back what it created from the overlay
     assert.matches('"msg":"yes","stream":"stdout"', r.stderr, 1, true)
     -- step 2 was decided by the script's stamp, and saw what it created and patched
-    local rehearsed = of_type(evs, "rehearsed")
+    local rehearsed = support.of_type(evs, "rehearsed")
     assert.same({ 1, 2 }, { rehearsed[1].number, rehearsed[2].number })
-    local w2 = of_type(evs, "write")
+    local w2 = support.of_type(evs, "write")
     local label
     for _, w in ipairs(w2) do if w.step == 2 and w.body.metadata and w.body.metadata.labels then label = w end end
     assert.same({ seen = "yes-yes" }, label.body.metadata.labels)
     assert.equal("admitted", label.verdict)
-    local summary = of_type(evs, "summary")[1]
+    local summary = support.of_type(evs, "summary")[1]
     assert.same({ 2, 0, 0, 0 }, { summary.rehearsal.steps_exact, summary.rehearsal.steps_inexact,
       summary.rehearsal.steps_not_rehearsed, summary.failures })
     nothing_written(h, before)
@@ -141,19 +117,19 @@ describe("plan rehearses a legacy script", function()
     dir = support.migration_dir { ["1-leaves"] = script([[
 kubectl -n "$NAMESPACE" patch configmap old --type merge -p '{"data":{"patched":"left"}}'
 echo "WARN: leaving CURRENT_VERSION at 1 for retry on next upgrade."]], false), ["2-label.lua"] = LABEL }
-    local before = state(h)
+    local before = support.stored_versions(h)
     h:mark()
     -- by default the run goes on: so does the rehearsal, step 2 seeing the script's patch
     local r = plan(h, dir, nil, "--log-format", "json")
     assert.equal(0, r.code, r.stdout .. r.stderr)
-    local evs = events(r.stdout)
+    local evs = support.json_lines(r.stdout)
     assert.matches("step did not stamp: the version stays", r.stderr, 1, true)
     local labels
-    for _, w in ipairs(of_type(evs, "write")) do
+    for _, w in ipairs(support.of_type(evs, "write")) do
       if w.step == 2 and w.body.metadata then labels = w.body.metadata.labels end
     end
     assert.same({ seen = "left" }, labels)
-    assert.equal(0, #of_type(evs, "not_rehearsed"))
+    assert.equal(0, #support.of_type(evs, "not_rehearsed"))
     -- under --strict-stamp the run would fail at step 1: the rehearsal says so, and goes no further
     r = plan(h, dir, nil, "--strict-stamp")
     assert.equal(1, r.code, r.stdout .. r.stderr)
@@ -232,7 +208,7 @@ kubectl -n "$NAMESPACE" get configmap old -w -o jsonpath='{.data.patched}{"\n"}'
     dir = support.migration_dir { ["1-creates"] = script([[
 kubectl -n "$NAMESPACE" create configmap made-by-create --from-literal=made=created
 kubectl -n "$NAMESPACE" get configmap made-by-create -o jsonpath='{.data.made}{"\n"}']]) }
-    local before = state(h)
+    local before = support.stored_versions(h)
     h:mark()
     local r = plan(h, dir, nil, "--log-format", "json")
     if not h.srv.real then
@@ -243,9 +219,9 @@ kubectl -n "$NAMESPACE" get configmap made-by-create -o jsonpath='{.data.made}{"
       return
     end
     assert.equal(0, r.code, r.stdout .. r.stderr)
-    local evs = events(r.stdout)
+    local evs = support.json_lines(r.stdout)
     local created
-    for _, w in ipairs(of_type(evs, "write")) do
+    for _, w in ipairs(support.of_type(evs, "write")) do
       if w.method == "POST" then created = w end
     end
     assert.same({ "/api/v1/namespaces/cozy-system/configmaps", "admitted", { made = "created" } },
@@ -256,7 +232,7 @@ kubectl -n "$NAMESPACE" get configmap made-by-create -o jsonpath='{.data.made}{"
 
   it("does not run a script where no network namespace can be had; later steps are not rehearsed", function()
     dir = support.migration_dir { ["1-marks"] = script('touch "$(dirname "$0")/ran"'), ["2-label.lua"] = LABEL }
-    local before = state(h)
+    local before = support.stored_versions(h)
     -- a user namespace of the spec's own that may create none, and no CAP_SYS_ADMIN: as in most pods
     local args = {}
     for _, a in ipairs(support.args(h.srv, dir, "plan")) do args[#args + 1] = q(a) end

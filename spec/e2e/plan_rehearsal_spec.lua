@@ -17,40 +17,17 @@ local function fixture()
   })
 end
 
--- every object's identity and resourceVersion: "nothing written" is that none changed, came or went
-local function state(h)
-  local out = {}
-  for _, o in ipairs(h:objects()) do
-    out[#out + 1] = ("%s %s/%s %s"):format(o.kind, o.metadata.namespace or "", o.metadata.name,
-      o.metadata.resourceVersion)
-  end
-  table.sort(out)
-  return out
-end
-
-local function events(stdout)
-  local out = {}
-  for _, line in ipairs(support.lines(stdout)) do out[#out + 1] = json.decode(line) end
-  return out
-end
-
-local function of_type(evs, t)
-  local out = {}
-  for _, e in ipairs(evs) do if e.type == t then out[#out + 1] = e end end
-  return out
-end
-
 describe("plan rehearses the pending range", function()
   local h = harness.fake { fixtures = { fixture() } }
 
   it("shows step 2 what step 1 created, deleted and re-created, and writes nothing", function()
-    local before = state(h)
+    local before = support.stored_versions(h)
     h:mark()
     local r = h:cli(support.args(h.srv, DIR .. "range", "plan", "--log-format", "json"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
-    local evs = events(r.stdout)
+    local evs = support.json_lines(r.stdout)
     -- step 2 found both objects step 1 made (the new namespace's and the re-created one) by their label
-    local writes = of_type(evs, "write")
+    local writes = support.of_type(evs, "write")
     local labelled = {}
     for _, w in ipairs(writes) do
       assert.equal("admitted", w.verdict, json.encode(w))
@@ -61,19 +38,19 @@ describe("plan rehearses the pending range", function()
     table.sort(labelled)
     assert.same({ "/api/v1/namespaces/cozy-system/configmaps/old",
       "/api/v1/namespaces/rehearsal-made/configmaps/made" }, labelled)
-    local rehearsed = of_type(evs, "rehearsed")
+    local rehearsed = support.of_type(evs, "rehearsed")
     assert.equal(2, #rehearsed)
     -- the configmap of a namespace only the rehearsal holds is validated in a stand-in namespace: said so
     assert.is_false(rehearsed[1].exact)
     assert.matches("validated in namespace cozy%-system", rehearsed[1].why[1])
-    local summary = of_type(evs, "summary")[1]
+    local summary = support.of_type(evs, "summary")[1]
     assert.same({ steps_exact = 0, steps_inexact = 2, steps_not_rehearsed = 0, writes_admitted = #writes,
       writes_refused = 0, writes_not_validated = 0, created = 2, changed = 2, deleted = 0 }, summary.rehearsal)
     -- nothing written: every request a read or a dryRun=All write, no object changed, came or went
     for _, req in ipairs(h:requests()) do
       if req.method ~= "GET" then assert.equal("dryRun=All", req.query, req.method .. " " .. req.path) end
     end
-    assert.same(before, state(h))
+    assert.same(before, support.stored_versions(h))
   end)
 
   it("stamps each step in the overlay: step 2's stamp tests the version step 1's stamp made", function()
@@ -97,7 +74,7 @@ describe("plan rehearses the pending range", function()
   end)
 
   it("exits 1 naming the step and the server's message when the server refuses a write", function()
-    local before = state(h)
+    local before = support.stored_versions(h)
     local r = h:cli(support.args(h.srv, DIR .. "refused", "plan"))
     assert.equal(1, r.code, r.stdout .. r.stderr)
     assert.matches("step 1 %(1%-refused%) would fail: POST /api/v1/namespaces/cozy%-system/configmaps%?dryRun=All: "
@@ -105,7 +82,7 @@ describe("plan rehearses the pending range", function()
     assert.matches("\n    refused by the server: [^\n]+", r.stdout)
     assert.matches("step 2: 2%-after %(lua%): not rehearsed: step 1%-refused would fail", r.stdout)
     assert.matches("steps 0 exact, 0 inexact, 1 not rehearsed; writes 0 admitted, 1 refused", r.stdout)
-    assert.same(before, state(h))
+    assert.same(before, support.stored_versions(h))
   end)
 
   it("exits 1 naming the server's refusal of a fault rule #fakeonly", function()

@@ -229,6 +229,36 @@ function cli.lease_object(holder, renewed, duration)
       acquireTime = renewed, leaseTransitions = 0 } }
 end
 
+-- Every stored object's identity and resourceVersion ("Kind ns/name rv"),
+-- sorted, leaving out the kinds `skip` names ({ Lease = true }): "nothing
+-- written" is that this list did not change. server: anything with
+-- :objects() (a fake or real server, a harness).
+function cli.stored_versions(server, skip)
+  local out = {}
+  for _, o in ipairs(server:objects()) do
+    if not (skip and skip[o.kind]) then
+      out[#out + 1] = ("%s %s/%s %s"):format(o.kind, o.metadata.namespace or "", o.metadata.name,
+        o.metadata.resourceVersion)
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+-- The JSON lines of a command's stdout (--log-format json), decoded; and
+-- those of one event type.
+function cli.json_lines(stdout)
+  local out = {}
+  for _, line in ipairs(cli.lines(stdout)) do out[#out + 1] = require("cozy.json").decode(line) end
+  return out
+end
+
+function cli.of_type(events, t)
+  local out = {}
+  for _, e in ipairs(events) do if e.type == t then out[#out + 1] = e end end
+  return out
+end
+
 -- The runner's requests in the server's log (not the spec's own), optionally
 -- of one method and with a path matching a Lua pattern.
 function cli.runner_requests(srv, method, path)
