@@ -246,6 +246,15 @@ local CASES = {
       after = NS .. "/configmaps/cm-a" } } },
   { "dryRun=All delete", steps = {
     { "DELETE", NS .. "/configmaps/cm-a?dryRun=All", after = NS .. "/configmaps/cm-a" } } },
+  -- kubectl's delete: its options in a body, which the server then reads
+  -- alone (the query's dryRun ignored: the object is deleted) ...
+  { "delete with a DeleteOptions body and dryRun=All in the query", steps = {
+    { "DELETE", NS .. "/configmaps/cm-b?dryRun=All", body = '{"propagationPolicy":"Background"}',
+      after = NS .. "/configmaps/cm-b" } } },
+  -- ... and a dry run when the body says so
+  { "delete with dryRun in its DeleteOptions body", steps = {
+    { "DELETE", NS .. "/configmaps/cm-a", body = '{"propagationPolicy":"Background","dryRun":["All"]}',
+      after = NS .. "/configmaps/cm-a" } } },
   { "Lease create", steps = {
     { "POST", LEASES, body = (function() local l = lease("runner-b", nil, 0); l.metadata.name = "fresh"; return l end)(),
       after = LEASES .. "/fresh" } } },

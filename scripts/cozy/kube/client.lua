@@ -160,6 +160,23 @@ local function admit(self, method, path, query, write)
   if self.gate then self.gate:admit(method, path, query, write, (self._internal or 0) > 0) end
 end
 
+-- A write made a dry run for the server: dryRun=All in its query and, for a
+-- DELETE that carries DeleteOptions (kubectl always sends one), in the body
+-- too: kube-apiserver reads a delete's options from its body when it has
+-- one and then ignores the query, so a query alone would delete for real.
+-- Returns the new query and body; the caller's are left as they were.
+local function dry_run_request(method, query, body)
+  query = table.move(query, 1, #query, 1, {})
+  query[#query + 1] = { "dryRun", "All" }
+  if method == "DELETE" and type(body) == "table" then
+    local options = {}
+    for k, v in pairs(body) do options[k] = v end
+    options.dryRun = json.array { "All" }
+    body = setmetatable(options, getmetatable(body))
+  end
+  return query, body
+end
+
 -- Every write a dry run shows (kept back, judged by the server, or
 -- rehearsed) reaches the observer here, once, with its body redacted as the
 -- -v=8 trace shows it (the write itself keeps the body it was given): no
@@ -222,14 +239,10 @@ function Client:prepare(method, path, spec)
       method, path, body = rehearsed.method, rehearsed.path, rehearsed.body
       ctype = body ~= nil and (rehearsed.ctype or JSON) or nil
     end
-    if write then
-      query = table.move(query, 1, #query, 1, {})
-      query[#query + 1] = { "dryRun", "All" }
-    end
+    if write then query, body = dry_run_request(method, query, body) end
   end
   if write and self.dry_run == "server" then
-    query = table.move(query, 1, #query, 1, {})
-    query[#query + 1] = { "dryRun", "All" }
+    query, body = dry_run_request(method, query, body)
     -- sent for the server to judge, and shown on its way out, as a client
     -- dry run shows the writes it keeps back
     record_write(self, method, path, query, ctype, body)

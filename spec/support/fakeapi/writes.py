@@ -277,9 +277,18 @@ class WritesMixin:
             raise err_bad_request("DeleteOptions must be a JSON object")
         return opts
 
+    @staticmethod
+    def delete_dry_run(req, opts, query_dry):
+        """A delete's dryRun, as kube-apiserver reads it: from the DeleteOptions
+        body when the request has one (the query's dryRun is then ignored),
+        else from the query."""
+        if req.body and req.body.strip():
+            return "All" in (opts.get("dryRun") or [])
+        return query_dry
+
     def delete(self, req, rt, version, ns, name, dry):
         opts = self.delete_options(req)
-        dry = dry or "All" in (opts.get("dryRun") or [])
+        dry = self.delete_dry_run(req, opts, dry)
         st = self.state
         with st.lock:
             old = self.current(rt, ns, name)
@@ -328,7 +337,7 @@ class WritesMixin:
 
     def delete_collection(self, req, rt, version, ns, dry):
         opts = self.delete_options(req)
-        dry = dry or "All" in (opts.get("dryRun") or [])
+        dry = self.delete_dry_run(req, opts, dry)
         with self.state.lock:
             matched, _ = self.select(req, rt, ns)
             items = []
