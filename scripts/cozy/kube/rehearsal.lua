@@ -145,6 +145,19 @@ local function namespace_for(state, t, ns, method, shown)
     :format(what(t.group, t.plural), ns, t.name or "", state.stand_in)
 end
 
+-- A create sent as it is, or, when its namespace exists only in the
+-- overlay, sent to the stand-in namespace (marked inexact; the overlay
+-- keeps the object in its own namespace: restore_namespace).
+local function create_in_namespace(state, t, body, send, method, shown)
+  local ns, why = namespace_for(state, t, t.ns, method, shown)
+  if ns ~= t.ns then
+    send.body = patch.deepcopy(body)
+    send.body.metadata.namespace = ns
+    send.path, send.restore_namespace, send.inexact = collection(t, ns), t.ns, why
+  end
+  return send
+end
+
 -- The request that validates `result` (an object the overlay holds, e.g.
 -- after a patch applied here): a dry-run PUT carrying the live object's
 -- resourceVersion, or, when only the overlay holds the object, a dry-run
@@ -283,13 +296,7 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
     send.op = "put"
     if t.name == nil then
       -- generateName: the server names it; its namespace may still need the stand-in
-      local ns, why = namespace_for(state, t, t.ns, method, shown)
-      if ns ~= t.ns then
-        send.body = patch.deepcopy(body)
-        send.body.metadata.namespace = ns
-        send.path, send.restore_namespace, send.inexact = collection(t, ns), t.ns, why
-      end
-      return send
+      return create_in_namespace(state, t, body, send, method, shown)
     end
     local e = ov:entry(t.group, t.plural, t.ns, t.name)
     if e and e.state == "present" then refuse(method, shown, exists(t, t.name)) end
@@ -297,13 +304,7 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
       send.created, send.live = true, true
       return validation(state, t, e, body, send, method, shown)
     end
-    local ns, why = namespace_for(state, t, t.ns, method, shown)
-    if ns ~= t.ns then
-      send.body = patch.deepcopy(body)
-      send.body.metadata.namespace = ns
-      send.path, send.restore_namespace, send.inexact = collection(t, ns), t.ns, why
-    end
-    return send
+    return create_in_namespace(state, t, body, send, method, shown)
   end
   if t.name == nil then
     mark(state, ("%s %s: a collection write is not tracked in the overlay"):format(method, path))
