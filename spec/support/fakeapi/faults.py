@@ -102,6 +102,17 @@ def check_actions(r):
             ", ".join('"%s"' % m for m in CONTINUE_MODES), json.dumps(r["continue"])))
 
 
+def check_keys(name, value, keys):
+    """An action's object: a dict whose keys are among `keys`; raises the
+    rule's error naming them otherwise."""
+    if not isinstance(value, dict):
+        raise FaultRuleError("%s must be an object {%s}, got %s" % (name, ", ".join(keys), json.dumps(value)))
+    unknown = sorted(k for k in value if k not in keys)
+    if unknown:
+        raise FaultRuleError("unknown key%s in %s: %s (%s has: %s)" % (
+            "s" if len(unknown) > 1 else "", name, ", ".join('"%s"' % k for k in unknown), name, ", ".join(keys)))
+
+
 def check_status(s):
     """A status action: a code, or {code, reason, message, retry_after}."""
     if is_int(s):
@@ -109,10 +120,7 @@ def check_status(s):
     if not isinstance(s, dict):
         raise FaultRuleError("status must be a code or an object {%s}, got %s" % (
             ", ".join(STATUS_KEYS), json.dumps(s)))
-    unknown = sorted(k for k in s if k not in STATUS_KEYS)
-    if unknown:
-        raise FaultRuleError("unknown key%s in status: %s (status has: %s)" % (
-            "s" if len(unknown) > 1 else "", ", ".join('"%s"' % k for k in unknown), ", ".join(STATUS_KEYS)))
+    check_keys("status", s, STATUS_KEYS)
     if "code" in s and not (is_int(s["code"]) and 100 <= s["code"] <= 599):
         raise FaultRuleError("status.code must be an integer from 100 to 599, got %s" % json.dumps(s["code"]))
     for k in ("reason", "message"):
@@ -125,12 +133,7 @@ def check_status(s):
 
 def check_respond(a):
     """A respond action: {status, body, content_type}, sent as given."""
-    if not isinstance(a, dict):
-        raise FaultRuleError("respond must be an object {%s}, got %s" % (", ".join(RESPOND_KEYS), json.dumps(a)))
-    unknown = sorted(k for k in a if k not in RESPOND_KEYS)
-    if unknown:
-        raise FaultRuleError("unknown key%s in respond: %s (respond has: %s)" % (
-            "s" if len(unknown) > 1 else "", ", ".join('"%s"' % k for k in unknown), ", ".join(RESPOND_KEYS)))
+    check_keys("respond", a, RESPOND_KEYS)
     if "status" in a and not (is_int(a["status"]) and 100 <= a["status"] <= 599):
         raise FaultRuleError("respond.status must be an integer from 100 to 599, got %s" % json.dumps(a["status"]))
     if "content_type" in a and not (isinstance(a["content_type"], str) and a["content_type"]
@@ -141,12 +144,7 @@ def check_respond(a):
 
 def check_rotate_token(t):
     """A rotate_token action: {token[, file]}."""
-    if not isinstance(t, dict):
-        raise FaultRuleError("rotate_token must be an object {%s}, got %s" % (", ".join(ROTATE_KEYS), json.dumps(t)))
-    unknown = sorted(k for k in t if k not in ROTATE_KEYS)
-    if unknown:
-        raise FaultRuleError("unknown key%s in rotate_token: %s (rotate_token has: %s)" % (
-            "s" if len(unknown) > 1 else "", ", ".join('"%s"' % k for k in unknown), ", ".join(ROTATE_KEYS)))
+    check_keys("rotate_token", t, ROTATE_KEYS)
     if not (isinstance(t.get("token"), str) and t["token"] and header_safe(t["token"])):
         raise FaultRuleError("rotate_token.token must be a non-empty header value, got %s" %
                              json.dumps(t.get("token")))
@@ -158,12 +156,7 @@ def check_await(a):
     """An await holds the request until the log has `count` requests matching
     `method` (any when absent) and `path` (a regex searched in the decoded path),
     or until `timeout_ms` has passed."""
-    if not isinstance(a, dict):
-        raise FaultRuleError("await must be an object {%s}, got %s" % (", ".join(AWAIT_KEYS), json.dumps(a)))
-    unknown = sorted(k for k in a if k not in AWAIT_KEYS)
-    if unknown:
-        raise FaultRuleError("unknown key%s in await: %s (await has: %s)" % (
-            "s" if len(unknown) > 1 else "", ", ".join('"%s"' % k for k in unknown), ", ".join(AWAIT_KEYS)))
+    check_keys("await", a, AWAIT_KEYS)
     if "method" in a and a["method"] not in HTTP_METHODS:
         raise FaultRuleError("await.method %s is not an HTTP method" % json.dumps(a["method"]))
     if not isinstance(a.get("path"), str):
