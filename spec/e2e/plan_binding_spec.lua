@@ -50,6 +50,18 @@ local function planned_writes(doc)
   return out
 end
 
+-- run --plan PATH refused before it starts: exit 1 naming `pattern`, no
+-- write sent and nothing stored changed.
+local function refused_to_start(h, path, pattern)
+  local before = support.stored_versions(h, { Lease = true })
+  h:mark()
+  local r = h:cli(support.args(h.srv, DIR .. "bind", "run", "--plan", path))
+  assert.equal(1, r.code, r.stdout .. r.stderr)
+  assert.matches(pattern, r.stderr)
+  assert.same({}, h:writes())
+  assert.same(before, support.stored_versions(h, { Lease = true }))
+end
+
 local function configmaps(h)
   local cms = h:client():resource("v1", "configmaps")
   return cms
@@ -93,13 +105,7 @@ describe("a saved plan binds the run", function()
     assert.equal(0, p.code, p.stdout .. p.stderr)
     local cms = configmaps(h)
     cms:change(cms:get("cozy-system", "cozystack-version"), function(c) c.data.note = "moved" end)
-    local before = support.stored_versions(h, { Lease = true })
-    h:mark()
-    local r = h:cli(support.args(h.srv, DIR .. "bind", "run", "--plan", path))
-    assert.equal(1, r.code, r.stdout .. r.stderr)
-    assert.matches("the version ConfigMap cozy%-system/cozystack%-version changed since it was planned", r.stderr)
-    assert.same({}, h:writes())
-    assert.same(before, support.stored_versions(h, { Lease = true }))
+    refused_to_start(h, path, "the version ConfigMap cozy%-system/cozystack%-version changed since it was planned")
   end)
 
   it("refuses to start naming an object the plan read that changed since", function()
@@ -107,13 +113,7 @@ describe("a saved plan binds the run", function()
     assert.equal(0, p.code, p.stdout .. p.stderr)
     local cms = configmaps(h)
     cms:change(cms:get("cozy-system", "src"), function(c) c.data.token = "rotated" end)
-    local before = support.stored_versions(h, { Lease = true })
-    h:mark()
-    local r = h:cli(support.args(h.srv, DIR .. "bind", "run", "--plan", path))
-    assert.equal(1, r.code, r.stdout .. r.stderr)
-    assert.matches("/api/v1/namespaces/cozy%-system/configmaps/src changed since the plan read it", r.stderr)
-    assert.same({}, h:writes())
-    assert.same(before, support.stored_versions(h, { Lease = true }))
+    refused_to_start(h, path, "/api/v1/namespaces/cozy%-system/configmaps/src changed since the plan read it")
   end)
 
   it("refuses to start when an object a listed selector now matches appeared", function()
@@ -121,11 +121,7 @@ describe("a saved plan binds the run", function()
     assert.equal(0, p.code, p.stdout .. p.stderr)
     configmaps(h):create { apiVersion = "v1", kind = "ConfigMap",
       metadata = { name = "late", namespace = "cozy-system", labels = { app = "bind" } } }
-    h:mark()
-    local r = h:cli(support.args(h.srv, DIR .. "bind", "run", "--plan", path))
-    assert.equal(1, r.code, r.stdout .. r.stderr)
-    assert.matches("labelSelector=app=bind: cozy%-system/late appeared since the plan listed it", r.stderr)
-    assert.same({}, h:writes())
+    refused_to_start(h, path, "labelSelector=app=bind: cozy%-system/late appeared since the plan listed it")
   end)
 
   it("stops before the first write that differs, stamped only up to the last completed step", function()
