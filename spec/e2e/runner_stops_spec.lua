@@ -180,10 +180,9 @@ describe("stops that stop", function()
       assert.equal(1, support.version(srv))
     end)
 
-    -- The issue's run: the runner is killed with SIGKILL while its script
-    -- runs, the next runner takes the expired Lease and starts the same
-    -- step. The first copy (and its kubeconfig) must be gone by then.
-    it("does not outlive a runner killed with SIGKILL, nor run twice at once when the next runner takes over", function()
+    -- A runner running the guarded script under a 3 s lease, its script's
+    -- two pids known: the dir, the env, the runner and the pids.
+    local function first_copy()
       local dir = script_dir("guarded", GUARDED)
       finally(function() files.rm_rf(dir) end)
       local env = { COZY_MIGRATE_LEASE_SECONDS = "3" }
@@ -191,6 +190,25 @@ describe("stops that stop", function()
       finally(function() a:cleanup() end)
       local first = pids(dir .. "/pids", 2)
       assert.truthy(first, a:stderr())
+      return dir, env, a, first
+    end
+
+    -- The next runner takes the Lease over and runs the step again; the
+    -- script recorded two copies, neither overlapping the other.
+    local function second_copy_alone(dir, env)
+      local r = support.run(support.args(srv, dir, "run", "--lock-timeout", "30"), env)
+      assert.equal(0, r.code, r.stderr)
+      assert.matches("lock taken over from an expired holder", r.stderr)
+      local copies = support.lines(files.read(dir .. "/copies"))
+      assert.equal(2, #copies, files.read(dir .. "/copies"))
+      for _, line in ipairs(copies) do assert.not_matches("overlap", line) end
+    end
+
+    -- The issue's run: the runner is killed with SIGKILL while its script
+    -- runs, the next runner takes the expired Lease and starts the same
+    -- step. The first copy (and its kubeconfig) must be gone by then.
+    it("does not outlive a runner killed with SIGKILL, nor run twice at once when the next runner takes over", function()
+      local dir, env, a, first = first_copy()
       a:kill("KILL")
       assert.equal(128 + 9, a:wait(10).code)
       assert.truthy(all_gone(first), "the script's group outlived the runner")
@@ -198,12 +216,7 @@ describe("stops that stop", function()
       assert.truthy(support.poll(10, function() return files.read(kubeconfig) == nil end),
         "its kubeconfig stayed: " .. kubeconfig)
       files.write(dir .. "/stamp", "")
-      local r = support.run(support.args(srv, dir, "run", "--lock-timeout", "30"), env)
-      assert.equal(0, r.code, r.stderr)
-      assert.matches("lock taken over from an expired holder", r.stderr)
-      local copies = support.lines(files.read(dir .. "/copies"))
-      assert.equal(2, #copies, files.read(dir .. "/copies"))
-      for _, line in ipairs(copies) do assert.not_matches("overlap", line) end
+      second_copy_alone(dir, env)
       assert.equal(2, support.version(srv))
     end)
 
@@ -212,21 +225,10 @@ describe("stops that stop", function()
     -- by the time the lock is certainly no longer its own, before another
     -- runner may take the Lease over and run the script again.
     it("of a frozen runner is stopped before another runner can take the Lease over", function()
-      local dir = script_dir("guarded", GUARDED)
-      finally(function() files.rm_rf(dir) end)
-      local env = { COZY_MIGRATE_LEASE_SECONDS = "3" }
-      local a = support.start(support.args(srv, dir, "run"), env)
-      finally(function() a:cleanup() end)
-      local first = pids(dir .. "/pids", 2)
-      assert.truthy(first, a:stderr())
+      local dir, env, a, first = first_copy()
       a:kill("STOP")
       files.write(dir .. "/stamp", "")
-      local r = support.run(support.args(srv, dir, "run", "--lock-timeout", "30"), env)
-      assert.equal(0, r.code, r.stderr)
-      assert.matches("lock taken over from an expired holder", r.stderr)
-      local copies = support.lines(files.read(dir .. "/copies"))
-      assert.equal(2, #copies, files.read(dir .. "/copies"))
-      for _, line in ipairs(copies) do assert.not_matches("overlap", line) end
+      second_copy_alone(dir, env)
       assert.is_false(alive(first[1]) or alive(first[2]), "the frozen runner's script still runs")
       assert.equal(2, support.version(srv))
     end)
