@@ -29,7 +29,8 @@ local FIXTURE = support.fixture(1, {
 })
 
 -- Step 1 (Lua) changes what the later steps patch: the sidecar's image, MODE's value and a label of api; a
--- value and a new key of settings; a finalizer of guarded; and creates "fresh", which only the overlay holds.
+-- value and a new key of settings; a finalizer of guarded; and creates ConfigMap "fresh" and Deployment
+-- "made", which only the overlay holds.
 local CHANGE = [[
 return {
   description = "changes api, settings and guarded; creates fresh",
@@ -41,6 +42,7 @@ return {
     { verb = "update", group = "", resource = "configmaps" },
     { verb = "patch", group = "", resource = "configmaps" },
     { verb = "create", group = "", resource = "configmaps" },
+    { verb = "create", group = "apps", resource = "deployments" },
   },
   run = function(ctx)
     local deps = ctx.kube:resource("apps/v1", "deployments")
@@ -55,6 +57,12 @@ return {
     cms:change(cms:get(ctx.namespace, "guarded"), function(c) c.metadata.finalizers = { "example.com/one" } end)
     cms:create { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "fresh", namespace = ctx.namespace },
       data = { made = "yes" } }
+    deps:create { apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "made", namespace = ctx.namespace },
+      spec = { replicas = 1, selector = { matchLabels = { run = "made" } },
+        template = { metadata = { labels = { run = "made" } }, spec = { containers = {
+          { name = "app", image = "nginx:1.27", env = { { name = "A", value = "a" }, { name = "B", value = "b" },
+            { name = "C", value = "c" } } },
+          { name = "sidecar", image = "busybox:1.36" } } } } } }
   end,
 }
 ]]
@@ -125,6 +133,9 @@ describe("a rehearsal's three-way merge", function()
       [[kubectl -n "$NAMESPACE" patch configmap settings --type strategic -p '{"data":{"a":"3","c":"new"}}']],
       -- only the overlay holds fresh: a strategic merge without lists is its merge patch
       [[kubectl -n "$NAMESPACE" patch configmap fresh --type strategic -p '{"metadata":{"labels":{"l":"v"}}}']],
+      -- nor made: the engine merges its containers and env by name, in kube-apiserver's order
+      [[kubectl -n "$NAMESPACE" patch deployment made --type strategic -p '{"spec":{"template":{"spec":{"containers":[]]
+        .. [[{"name":"app","env":[{"name":"A","value":"1"},{"name":"N","value":"n"}]}]}}}}']],
       STAMP) }
     local planned = rehearse_and_run(a, b, dir)
     local api = predicted(b, planned, "Deployment", "api")
@@ -135,6 +146,11 @@ describe("a rehearsal's three-way merge", function()
     assert.same({ { name = "LEVEL", value = "two" }, { name = "MODE", value = "uno" } }, c[1].env)
     assert.same({ a = "3", b = "x", c = "new", keep = "yes" }, predicted(b, planned, "ConfigMap", "settings").data)
     assert.same({ l = "v" }, predicted(b, planned, "ConfigMap", "fresh").metadata.labels)
+    local made = predicted(b, planned, "Deployment", "made").spec.template.spec.containers
+    local env = {}
+    for _, e in ipairs(made[1].env) do env[#env + 1] = e.name .. "=" .. e.value end
+    assert.same({ "A=1", "N=n", "B=b", "C=c" }, env)
+    assert.equal("sidecar", made[2].name)
   end)
 
   it("marks a field both changed inexact, naming it: the finalizers an earlier step set and the patch adds to",
@@ -144,11 +160,16 @@ describe("a rehearsal's three-way merge", function()
           .. [[-p '{"metadata":{"finalizers":["example.com/two"]},"data":{"h":"2"}}']],
         -- a directive over what the earlier step changed
         [[kubectl -n "$NAMESPACE" patch configmap settings --type strategic -p '{"data":{"$patch":"replace","z":"1"}}']],
+        -- only the overlay holds made, and how the server merges tolerations is its schema's
+        [[kubectl -n "$NAMESPACE" patch deployment made --type strategic ]]
+          .. [[-p '{"spec":{"template":{"spec":{"tolerations":[{"key":"k","operator":"Exists"}]}}}}']],
         STAMP) }
       local planned = rehearse_and_run(a, b, dir)
       assert.matches("configmaps cozy%-system/guarded: a strategic merge patch of an object the rehearsal changed: "
         .. "both changed metadata%.finalizers %(three%-way merge%)", planned["ConfigMap guarded"].inexact)
       assert.matches("both changed data %(a patch directive%)", planned["ConfigMap settings"].inexact)
+      assert.matches("the object exists only in the rehearsal: the server cannot apply the patch to it, nor the "
+        .. "engine to the list spec%.template%.spec%.tolerations", planned["Deployment made"].inexact)
       -- what the run made: the finalizer merged into the earlier step's, which the plan could not know
       assert.same({ "example.com/two", "example.com/one" }, stored(b, "ConfigMap", "guarded").metadata.finalizers)
       assert.same({ z = "1" }, stored(b, "ConfigMap", "settings").data)

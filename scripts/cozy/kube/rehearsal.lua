@@ -23,8 +23,9 @@
 -- server's answer merged three-way with the overlay's version
 -- (cozy.kube.three_way; a conflict marks the object inexact), the result
 -- validated as above. Of an object only the overlay holds, the server
--- cannot apply one: a strategic merge patch without lists or directives is
--- applied as the merge patch it equals, exactly; any other is applied as a
+-- cannot apply one: a strategic merge patch whose lists are the by-name
+-- ones three_way knows is applied here (three_way.strategic) and validated
+-- by a dry-run create; any other, and an apply patch, is applied as a
 -- merge patch and the object marked inexact. A dry-run write
 -- refused with 403 (credentials that may read but not write) is applied
 -- here where it can be, and said "not validated by the server".
@@ -201,6 +202,27 @@ local function validation(state, t, e, result, send, method, shown)
   return send
 end
 
+-- A write's result computed here on the overlay's version `base`, as the
+-- run's server would settle it: a resourceVersion precondition judged
+-- against base's, name and namespace kept, a status write changing the
+-- status only. Returns the result, or raises the run's server's answer.
+local function settled(t, base, result, method, shown)
+  if type(result) ~= "table" or type(result.metadata) ~= "table" then
+    refuse(method, shown, status(422, "Invalid", PATCH_FAILED, {}))
+  end
+  local rv = result.metadata.resourceVersion
+  if rv ~= nil and rv ~= base.metadata.resourceVersion then refuse(method, shown, conflict(t, t.name)) end
+  result.metadata.resourceVersion = base.metadata.resourceVersion
+  result.metadata.name, result.metadata.namespace = base.metadata.name, base.metadata.namespace
+  if t.subresource == "status" then
+    -- a status write changes the status only
+    local whole = patch.deepcopy(base)
+    whole.status = result.status
+    result = whole
+  end
+  return result
+end
+
 -- A patch or update applied here to the overlay's version `base`: the
 -- result, or raises the run's server's answer (a failed op, a stale
 -- resourceVersion). Returns the result and why it is inexact.
@@ -216,26 +238,13 @@ local function apply_here(t, base, method, ctype, body, shown, as_merge_why)
     result = res
   else
     result = patch.merge_patch(base, body)
-    if ctype ~= MERGE_PATCH and as_merge_why ~= false then
+    if ctype ~= MERGE_PATCH then
       why = ("%s %s: a %s applied as a merge patch to the rehearsal's version (%s)")
         :format(what(t.group, t.plural), t.ns and (t.ns .. "/" .. t.name) or t.name, tostring(ctype),
           as_merge_why or "no three-way merge")
     end
   end
-  if type(result) ~= "table" or type(result.metadata) ~= "table" then
-    refuse(method, shown, status(422, "Invalid", PATCH_FAILED, {}))
-  end
-  local rv = result.metadata.resourceVersion
-  if rv ~= nil and rv ~= base.metadata.resourceVersion then refuse(method, shown, conflict(t, t.name)) end
-  result.metadata.resourceVersion = base.metadata.resourceVersion
-  result.metadata.name, result.metadata.namespace = base.metadata.name, base.metadata.namespace
-  if t.subresource == "status" then
-    -- a status write changes the status only
-    local whole = patch.deepcopy(base)
-    whole.status = result.status
-    result = whole
-  end
-  return result, why
+  return settled(t, base, result, method, shown), why
 end
 
 local function query_value(query, name)
@@ -260,11 +269,11 @@ local function merged_three_way(client, t, e, path, query, body, ctype, shown)
   if type(body) ~= "table" or patch.is_array(body) then return nil, "not an object" end
   if not e.live or e.created then
     -- the live server does not hold this object: it cannot apply the patch to it
-    if not apply and three_way.merge_patch_equivalent(body) then
-      -- no list and no directive: a strategic merge patch is the merge patch of the same document, exactly
-      return apply_here(t, e.obj, "PATCH", MERGE_PATCH, body, shown, false)
-    end
-    return nil, "the object exists only in the rehearsal: the server cannot apply the patch to it"
+    local only = "the object exists only in the rehearsal: the server cannot apply the patch to it"
+    if apply then return nil, only end
+    local result, cannot = three_way.strategic(e.obj, body, t.group)
+    if result == nil then return nil, only .. ", nor the engine to " .. cannot end
+    return settled(t, e.obj, result, "PATCH", shown)
   end
   local md = type(body.metadata) == "table" and body.metadata or nil
   if md and md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then

@@ -33,6 +33,9 @@
 -- rehearsal (its managedFields entry in O is not L's: the run would remove
 -- what that earlier apply set and this one leaves out).
 --
+-- three_way.strategic applies a strategic merge patch here, to an object
+-- only the overlay holds, where these lists are all it merges (below).
+--
 -- Server-set metadata (resourceVersion, managedFields, generation,
 -- creationTimestamp, uid, selfLink) is not merged: the overlay's is kept,
 -- and the validating write answers the server's.
@@ -234,16 +237,112 @@ local function applied_by(obj, manager)
   return nil
 end
 
--- Does the object hold lists or patch directives anywhere? (A strategic
--- merge patch without either is the JSON merge patch of the same document.)
-function three_way.merge_patch_equivalent(p)
-  if type(p) ~= "table" then return false end
-  if is_array(p) then return false end
-  for k, v in pairs(p) do
-    if type(k) == "string" and k:sub(1, 1) == "$" then return false end
-    if type(v) == "table" and not three_way.merge_patch_equivalent(v) then return false end
+-- A strategic merge patch applied here, to an object only the overlay
+-- holds (the server cannot apply it to an object it does not hold), where
+-- its semantics are known without the server's schema: object keys merged
+-- (null deletes), the by-name lists above merged by name (an element's
+-- `$patch: delete` removes it) and ordered as kube-apiserver orders them
+-- (apimachinery's normalizeElementOrder: the patch's elements in the
+-- patch's order, interleaved with the others in the original's order; an
+-- original element goes first only where both are in the original and it
+-- comes first there), a container's `args` and `command` replaced whole.
+-- Returns the result, or nil and why not: another list (its strategy is the
+-- server's schema's), or any other directive.
+local ATOMIC = { args = true, command = true }
+
+local function element_order(merged, patch_names, original_names)
+  local in_patch, where = {}, {}
+  for i, n in ipairs(patch_names) do in_patch[n] = i end
+  for i, n in ipairs(original_names) do where[n] = i end
+  local patched, server_only = {}, {}
+  for _, el in ipairs(merged) do
+    if in_patch[el.name] then patched[#patched + 1] = el else server_only[#server_only + 1] = el end
   end
-  return true
+  table.sort(patched, function(x, y) return in_patch[x.name] < in_patch[y.name] end)
+  table.sort(server_only, function(x, y) return (where[x.name] or 0) < (where[y.name] or 0) end)
+  local out, i, j = json.array {}, 1, 1
+  while i <= #server_only or j <= #patched do
+    local left, right = server_only[i], patched[j]
+    if right == nil or (left ~= nil and where[left.name] and where[right.name] and where[left.name] < where[right.name]) then
+      out[#out + 1] = left
+      i = i + 1
+    else
+      out[#out + 1] = right
+      j = j + 1
+    end
+  end
+  return out
+end
+
+local strategic
+
+local function strategic_named(target, p, path, by_name)
+  local original_names, by = named(target)
+  if original_names == nil then return nil, path .. " is not a list of named elements" end
+  local merged = json.array {}
+  for _, el in ipairs(type(target) == "table" and target or {}) do merged[#merged + 1] = deepcopy(el) end
+  local index = {}
+  for i, n in ipairs(original_names) do index[n] = i end
+  local patch_names, deleted = {}, {}
+  for _, pe in ipairs(p) do
+    if not is_map(pe) or type(pe.name) ~= "string" then return nil, path .. " has an element without a name" end
+    local sub = ("%s[name=%s]"):format(path, pe.name)
+    if pe["$patch"] == "delete" then
+      deleted[pe.name] = true
+    elseif pe["$patch"] ~= nil then
+      return nil, sub .. " has a $patch directive"
+    elseif by[pe.name] ~= nil then
+      local r, why = strategic(merged[index[pe.name]], pe, sub, by_name)
+      if r == nil then return nil, why end
+      merged[index[pe.name]] = r
+      patch_names[#patch_names + 1] = pe.name
+    else
+      local r, why = strategic(nil, pe, sub, by_name)
+      if r == nil then return nil, why end
+      merged[#merged + 1] = r
+      by[pe.name], index[pe.name] = r, #merged
+      patch_names[#patch_names + 1] = pe.name
+    end
+  end
+  local kept = json.array {}
+  for _, el in ipairs(merged) do
+    if not deleted[el.name] then kept[#kept + 1] = el end
+  end
+  return element_order(kept, patch_names, original_names)
+end
+
+function strategic(target, p, path, by_name)
+  local result = is_map(target) and deepcopy(target) or json.object {}
+  for k, v in pairs(p) do
+    local sub = path == "" and k or (path .. "." .. k)
+    if type(k) == "string" and k:sub(1, 1) == "$" then
+      return nil, ("the directive %s"):format(sub)
+    elseif v == null then
+      result[k] = nil
+    elseif is_map(v) then
+      local r, why = strategic(result[k], v, sub, by_name)
+      if r == nil then return nil, why end
+      result[k] = r
+    elseif type(v) == "table" then
+      if by_name and BY_NAME[k] then
+        local r, why = strategic_named(value(result[k]), v, sub, by_name)
+        if r == nil then return nil, why end
+        result[k] = r
+      elseif by_name and ATOMIC[k] then
+        result[k] = deepcopy(v)
+      else
+        return nil, ("the list %s (its merge strategy is the server's schema's)"):format(sub)
+      end
+    else
+      result[k] = v
+    end
+  end
+  return result
+end
+
+function three_way.strategic(obj, p, group)
+  if not is_map(p) then return nil, "the patch is not an object" end
+  return strategic(obj, p, "", BY_NAME_GROUPS[group or ""] == true)
 end
 
 -- Merges S (the server's answer to the patch on the live object L) with O
