@@ -186,6 +186,10 @@ describe("a rehearsal's three-way merge", function()
       "kubectl apply --server-side --force-conflicts --field-manager=migration -f - <<END",
       "apiVersion: v1", "kind: ConfigMap", "metadata:", "  name: settings", "  namespace: $NAMESPACE",
       "data:", "  a: \"4\"", "END",
+      -- fresh only the overlay holds: the server cannot apply to it, the engine does not know an apply's semantics
+      "kubectl apply --server-side --field-manager=migration -f - <<END",
+      "apiVersion: v1", "kind: ConfigMap", "metadata:", "  name: fresh", "  namespace: $NAMESPACE",
+      "data:", "  applied: \"yes\"", "END",
       STAMP) }
     if not a.srv.real then
       -- the fake takes no apply patch: the plan reports the server's refusal of it on the live object
@@ -207,5 +211,24 @@ describe("a rehearsal's three-way merge", function()
     assert.matches("a server%-side apply of an object the rehearsal changed: both changed data%.a",
       planned["ConfigMap settings"].inexact)
     assert.equal("4", stored(b, "ConfigMap", "settings").data.a)
+    assert.matches("a application/apply%-patch%+yaml applied as a merge patch to the rehearsal's version %(the object "
+      .. "exists only in the rehearsal: the server cannot apply the patch to it%)", planned["ConfigMap fresh"].inexact)
+    assert.same({ made = "yes", applied = "yes" }, stored(b, "ConfigMap", "fresh").data)
   end)
+
+  it("applies here what credentials that may not dry-run the patch send, marked inexact and not validated #fakeonly",
+    function()
+      a:deny { { verb = "patch", group = "apps", resource = "deployments" },
+        { verb = "update", group = "apps", resource = "deployments" } }
+      dir = support.migration_dir { ["1-change.lua"] = CHANGE, ["2-strategic"] = script(
+        [[kubectl -n "$NAMESPACE" patch deployment api --type strategic -p '{"metadata":{"labels":{"team":"x"}}}']],
+        STAMP) }
+      local before = support.stored_versions(a)
+      local p = cli(a, dir, "plan")
+      assert.same(before, support.stored_versions(a))
+      assert.equal(0, p.code, p.stdout .. p.stderr)
+      assert.matches("deployments%.apps cozy%-system/api: a application/strategic%-merge%-patch%+json applied as a "
+        .. "merge patch to the rehearsal's version %(the dry%-run patch of the live object was refused %(403%)%)", p.stdout)
+      assert.matches("not validated by the server: the dry%-run write was refused %(403%)", p.stdout)
+    end)
 end)
