@@ -290,6 +290,7 @@ local function merged_three_way(client, t, e, path, query, body, ctype, shown)
     if not errors.is_item_error(l) then error(l, 0) end
     return nil, "the live object could not be read: " .. l.message
   end
+  if type(l) ~= "table" or type(l.metadata) ~= "table" then return nil, "the live object read is not an object" end
   local sent = patch.deepcopy(body)
   sent.metadata = type(sent.metadata) == "table" and sent.metadata or json.object {}
   sent.metadata.resourceVersion = l.metadata.resourceVersion
