@@ -330,7 +330,8 @@ end
 
 -- opts: view (the step's client view), log (the engine's logger for the
 -- step), namespace, from, to, mode ("run"|"plan"|"check"), findings (the
--- engine's own array that ctx.finding appends plain copies to).
+-- engine's own array that ctx.finding appends plain copies to), params
+-- (name -> value) and files (key -> path): the step's resolved inputs.
 -- Returns the ctx a migration receives.
 function context.new(opts)
   local logger = opts.log
@@ -349,6 +350,9 @@ function context.new(opts)
     to = opts.to,
     mode = opts.mode or "run",
     findings = sandbox.view(seen, "ctx.findings"),
+    -- the migration's declared inputs (cozy.runner.parameters, cozy.runner.files)
+    params = sandbox.view(opts.params or {}, "ctx.params"),
+    files = require("cozy.runner.files").facade(opts.files or {}, seal, method, logger),
   }
   local outcome = opts.outcome
   ctx.outcome = outcome_recorder(outcome, logger)
