@@ -155,6 +155,11 @@ local function judge_of(opts)
   end, what
 end
 
+-- " (why)", or nothing when the condition said nothing
+local function because(why)
+  return why ~= nil and (" (" .. errors.safe_text(why) .. ")") or ""
+end
+
 -- "Kind ns/name"
 local function target(res, ns, name)
   return ("%s %s%s"):format(res.kind or res.plural, ns and (ns .. "/") or "", name)
@@ -238,11 +243,11 @@ function wait.run(res, ns, name, opts, log, mode)
     if met then
       log:write("info", ("wait for %s: met already"):format(subject))
     elseif view.rehearsal then
-      rehearsal.mark(view.rehearsal, ("waited on a controller's work: %s (%s)"):format(subject, errors.safe_text(why)))
-      log:write("info", ("wait for %s: not met in the rehearsal (%s): a controller's work, taken as done")
-        :format(subject, errors.safe_text(why)))
+      rehearsal.mark(view.rehearsal, ("waited on a controller's work: %s%s"):format(subject, because(why)))
+      log:write("info", ("wait for %s: not met in the rehearsal%s: a controller's work, taken as done")
+        :format(subject, because(why)))
     else
-      log:write("info", ("wait for %s: not met now (%s); not waited on in %s"):format(subject, errors.safe_text(why),
+      log:write("info", ("wait for %s: not met now%s; not waited on in %s"):format(subject, because(why),
         view.dry_run and "a dry run" or "check"))
     end
     return finish(state.obj, met)
@@ -253,12 +258,12 @@ function wait.run(res, ns, name, opts, log, mode)
   local path = res:collection_path(ns)
   while not met do
     if fatal then
-      errors.raise("migration", ("wait for %s: %s"):format(subject, errors.safe_text(why)))
+      errors.raise("migration", ("wait for %s: it never will%s"):format(subject, because(why)))
     end
     local remaining = deadline - sys.monotime()
     if remaining <= 0 then
-      errors.raise("migration", ("wait for %s: timed out after %ss (%s)"):format(subject, tostring(timeout),
-        errors.safe_text(why)), { waited = sys.monotime() - t0 })
+      errors.raise("migration", ("wait for %s: timed out after %ss%s"):format(subject, tostring(timeout),
+        because(why)), { waited = sys.monotime() - t0 })
     end
     local seconds = math.max(1, math.min(wait.MAX_WATCH, math.ceil(remaining)))
     local query = { { "watch", "true" }, { "fieldSelector", "metadata.name=" .. name },
