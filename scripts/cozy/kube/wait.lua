@@ -134,7 +134,7 @@ local function judge_of(opts)
   if opts.created then
     return function(obj) return obj ~= nil, "it does not exist" end, "created"
   end
-  local c, test, what = opts.condition, nil, nil
+  local c, test = opts.condition, nil
   if type(c) == "string" then
     test = condition_is(c)
   elseif type(c) == "table" then
@@ -147,7 +147,7 @@ local function judge_of(opts)
   else
     error("wait: condition must be a function(obj), a condition type or { type =, status = }", 4)
   end
-  what = described[test] or (type(opts.what) == "string" and opts.what) or "the condition met"
+  local what = described[test] or (type(opts.what) == "string" and opts.what) or "the condition met"
   return function(obj)
     if obj == nil then return false, "it does not exist" end
     local met, why, fatal = test(obj)
@@ -221,7 +221,7 @@ function wait.run(res, ns, name, opts, log, mode)
   end
   if not res.namespaced then ns = nil end
   local timeout = opts.timeout or wait.DEFAULT_TIMEOUT
-  if type(timeout) ~= "number" or not (timeout > 0) or timeout == math.huge then
+  if type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0 or timeout == math.huge then
     error("wait: timeout must be a positive number of seconds", 3)
   end
   local test, what = judge_of(opts)

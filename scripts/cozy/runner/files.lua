@@ -111,7 +111,7 @@ function files.facade(roots, seal, method, log)
     local wanted = rel and (root .. "/" .. rel) or root
     local real = sys.realpath(wanted)
     if real == nil then return nil, wanted end
-    if rel and not (real:sub(1, #real_root + 1) == real_root .. "/") then
+    if rel and real:sub(1, #real_root + 1) ~= real_root .. "/" then
       denied(("%s resolves to %s, outside the declared %s (%s)"):format(wanted, real, key, real_root))
     end
     return sys.stat(real), real
