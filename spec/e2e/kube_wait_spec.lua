@@ -81,6 +81,47 @@ describe("a wait", function()
     assert.equal(2, support.version(srv))
   end)
 
+  it("for a deletion, is met by a delete made after it started", function()
+    local p = start(([[
+return {
+  description = "waits for the gate to go",
+  permissions = { { verb = "list", resource = "configmaps" }, { verb = "watch", resource = "configmaps" } },
+  run = function(ctx)
+    local obj, info = ctx.kube:wait("configmaps", "gate", { namespace = "cozy-system", deleted = true, timeout = 120 })
+    ctx.log:info("wait returned", { gone = obj == nil, events = info.events })
+  end,
+}
+]]), "run")
+    assert.truthy(support.poll(30, function()
+      return p:stderr():find("waiting for ConfigMap cozy-system/gate deleted", 1, true) or p:done()
+    end), p:stderr())
+    local r = srv:request("DELETE", "/api/v1/namespaces/cozy-system/configmaps/gate")
+    assert.equal(200, r.status, r.body)
+    r = p:wait(60)
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("wait returned events=1 gone=true", r.stderr, 1, true)
+  end)
+
+  it("refuses a wait that asks for two things, or for a timeout that is not a positive number", function()
+    for _, opts in ipairs({ '{ namespace = "cozy-system", deleted = true, created = true }',
+        '{ namespace = "cozy-system", deleted = true, timeout = -1 }' }) do
+      dir = support.migration_dir { ["1-wait.lua"] = ([[
+return {
+  description = "asks badly",
+  permissions = { { verb = "list", resource = "configmaps" }, { verb = "watch", resource = "configmaps" } },
+  run = function(ctx) ctx.kube:wait("configmaps", "gate", %s) end,
+}
+]]):format(opts) }
+      local r = support.run(support.args(srv, dir, "run"))
+      files.rm_rf(dir)
+      assert.equal(1, r.code, r.stderr)
+      assert.matches(opts:find("created") and "wait: give exactly one of condition, deleted = true, created = true"
+        or "wait: timeout must be a positive number of seconds", r.stderr, 1, true)
+      assert.equal(1, support.version(srv))
+    end
+    dir = nil
+  end)
+
   it("returns at once, with no watch, when the condition already holds", function()
     make_ready()
     local p = start(migration(120), "run")

@@ -147,7 +147,7 @@ local function judge_of(opts)
   else
     error("wait: condition must be a function(obj), a condition type or { type =, status = }", 4)
   end
-  local what = described[test] or (type(opts.what) == "string" and opts.what) or "the condition met"
+  local what = described[test] or (type(opts.what) == "string" and errors.safe_text(opts.what)) or "to meet its condition"
   return function(obj)
     if obj == nil then return false, "it does not exist" end
     local met, why, fatal = test(obj)
