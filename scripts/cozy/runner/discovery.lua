@@ -9,6 +9,8 @@
 local errors = require "cozy.errors"
 local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
+local parameters = require "cozy.runner.parameters"
+local files = require "cozy.runner.files"
 
 local discovery = {}
 
@@ -25,7 +27,8 @@ end
 -- What a migration table may hold. `permissions` lets `check` ask the API
 -- server (SelfSubjectAccessReview) whether this runner may do what the
 -- migration needs.
-local allowed_keys = { description = true, run = true, check = true, walk = true, permissions = true, timeout = true }
+local allowed_keys = { description = true, run = true, check = true, walk = true, permissions = true, timeout = true,
+  parameters = true, files = true }
 
 -- A declared permission: what `check` asks and `rbac` grants.
 local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true,
@@ -39,7 +42,7 @@ local permission_keys = { verb = true, group = true, resource = true, subresourc
 local function plain_copy(v, file, depth)
   if type(v) ~= "table" then return v end
   if debug.getmetatable(v) ~= nil then invalid(file, "the migration table must be plain data: a table in it has a metatable") end
-  if depth > 3 then invalid(file, "the migration table is nested too deeply") end
+  if depth > 4 then invalid(file, "the migration table is nested too deeply") end
   local c = {}
   for k, x in next, v do c[k] = plain_copy(x, file, depth + 1) end
   return c
@@ -54,7 +57,7 @@ function discovery.validate_definition(def, file)
   def = plain_copy(def, file, 1)
   for k in pairs(def) do
     if not allowed_keys[k] then
-      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, walk, permissions, timeout)",
+      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, walk, permissions, timeout, parameters, files)",
         { tostring(k) })
     end
   end
@@ -97,6 +100,10 @@ function discovery.validate_definition(def, file)
       end
     end
   end
+  -- parameters and files (cozy.runner.parameters, cozy.runner.files)
+  local function invalid_here(message) invalid(file, message) end
+  parameters.validate(def.parameters, invalid_here)
+  files.validate(def.files, def.parameters, invalid_here)
   return def
 end
 

@@ -15,7 +15,9 @@ local context = require "cozy.runner.context"
 local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
 local gate = require "cozy.kube.gate"
+local files = require "cozy.runner.files"
 local json = require "cozy.json"
+local parameters = require "cozy.runner.parameters"
 local request = require "cozy.kube.request"
 local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
@@ -132,6 +134,12 @@ function step.execute(m, opts)
   local outcome = { counts = {}, warnings = {}, warnings_dropped = 0 }
   local result = { defined = fn ~= nil, findings = findings, outcome = outcome }
   if fn == nil then return true, nil, result end
+  -- its inputs, checked before anything of the step runs
+  local iok, values, roots = pcall(function()
+    local v = parameters.resolve(m)
+    return v, files.resolve(m, v)
+  end)
+  if not iok then return false, classify(values, m.name), result end
   -- A blocking finding in run or plan stops the step before its first
   -- write: every write is refused from then on, naming the findings that
   -- block it, and a step that ends without writing fails the same way.
@@ -162,6 +170,7 @@ function step.execute(m, opts)
   local ctx = context.new {
     view = view, log = opts.log:with { migration = m.name }, namespace = opts.namespace,
     from = m.number, to = m.number + 1, mode = mode, findings = findings, outcome = outcome,
+    params = values, files = roots,
   }
   if reporting then
     -- the engine's own ctx.finding, taken before the migration runs
