@@ -30,7 +30,8 @@ end
 -- to it (outside the cluster: what the plan cannot bind), patches later, then
 -- stamps 2 (kubectl apply, as the platform's scripts do). A refused write is
 -- said and the script goes on, so that only the engine keeps it from the
--- cluster. The word "skip" leaves `made` out. Step 2, Lua, labels `made`.
+-- cluster. The word "skip" leaves `made` out; a file `no-stamp` next to it,
+-- the stamp. Step 2, Lua, labels `made`.
 local SCRIPT = [[#!/bin/sh
 set -euo pipefail
 touch "$(dirname "$0")/ran"
@@ -51,6 +52,7 @@ data:
 END
 fi
 kubectl -n "$NAMESPACE" patch configmap later --type merge -p '{"data":{"after":"yes"}}' || echo "later refused"
+[ -e "$(dirname "$0")/no-stamp" ] && exit 0
 kubectl apply -f - <<END
 apiVersion: v1
 kind: ConfigMap
@@ -224,6 +226,46 @@ describe("run --plan with a legacy script", function()
     end
     assert.equal(1, #stamps)
     assert.not_matches("kubectl", stamps[1])
+  end)
+
+  it("fails a script that ends without its planned stamp, before the engine's record", function()
+    dir = migrations(h, "one")
+    local path = plan_file(h, dir)
+    files.write(dir .. "/no-stamp", "")
+    h:mark()
+    local r = cli(h, dir, "run", "--plan", path)
+    assert.equal(1, r.code, r.stdout .. r.stderr)
+    assert.matches("step 1 wrote fewer than planned: the planned write the script's stamp PATCH " .. CV:gsub("%-", "%%-")
+      .. "[^\n]* %(version 2%) was not made", r.stderr)
+    -- its writes before went through, as planned; the version stays, and no unstamped record says otherwise
+    assert.equal("a-one", h:object("ConfigMap", "cozy-system", "made").data.copied)
+    assert.equal(1, (support.version(h.srv)))
+    assert.equal("failed", last(h).result)
+  end)
+
+  it("forwards kubectl's protobuf create (kubectl create configmap) as its plan recorded it", function()
+    dir = support.migration_dir { ["1-creates"] = [[#!/bin/sh
+set -euo pipefail
+kubectl -n "$NAMESPACE" create configmap made-by-create --from-literal=made=created
+kubectl -n "$NAMESPACE" patch configmap cozystack-version --type merge -p '{"data":{"version":"2"}}'
+]] }
+    local path = support.tmpdir() .. "/plan.json"
+    local p = cli(h, dir, "plan", "--save", path)
+    if not h.srv.real then
+      -- the fake server reads no protobuf: the rehearsal's create is refused, so the plan binds nothing
+      assert.equal(1, p.code, p.stdout .. p.stderr)
+      local r = cli(h, dir, "run", "--plan", path)
+      assert.equal(2, r.code, r.stdout .. r.stderr)
+      assert.matches("were not rehearsed", r.stderr, 1, true)
+      return
+    end
+    assert.equal(0, p.code, p.stdout .. p.stderr)
+    h:mark()
+    local r = cli(h, dir, "run", "--plan", path)
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.same({ made = "created" }, h:object("ConfigMap", "cozy-system", "made-by-create").data)
+    assert.equal(2, (support.version(h.srv)))
+    assert.equal(2, last(h).writes)
   end)
 
   it("refuses to start when an object the script read changed since the plan, writing nothing", function()
