@@ -207,13 +207,18 @@ function Binding:read(path, qs, ok, body)
   if q.watch == "true" then return end
   local a = request.attributes("GET", path, {})
   if a.unroutable or a.non_resource or a.resource == nil then return end
-  if a.subresource ~= nil and a.subresource ~= "status" then return end
+  -- an object, its status, or another subresource that answers with its
+  -- object's resourceVersion (a Deployment's scale): what a step computed
+  -- from it is bound as much as what it computed from the object; one that
+  -- answers none (a pod's log, text) cannot be bound, nor a 404 of one
+  local other = a.subresource ~= nil and a.subresource ~= "status"
   if a.name ~= nil then
-    if self.reads[path] then return end
+    if self.reads[path] ~= nil then return end
     local rv
-    if ok and type(body) == "table" and type(body.metadata) == "table" then
+    if ok and type(body) == "table" and type(body.metadata) == "table"
+        and (not other or type(body.metadata.resourceVersion) == "string") then
       rv = body.metadata.resourceVersion
-    elseif not ok and type(body) == "table" and body.code == 404 then
+    elseif not ok and not other and type(body) == "table" and body.code == 404 then
       rv = false -- absent
     else
       return
@@ -222,7 +227,7 @@ function Binding:read(path, qs, ok, body)
     self.read_order[#self.read_order + 1] = path
     return
   end
-  if not ok or type(body) ~= "table" then return end
+  if other or not ok or type(body) ~= "table" then return end
   local key = path .. "\0" .. (q.labelSelector or "") .. "\0" .. (q.fieldSelector or "")
   local l = self.lists[key]
   if l == nil then
