@@ -175,6 +175,9 @@ describe("run --plan with a legacy script", function()
     assert.same({ 1, "1-copies", 4 }, { history[1].number, history[1].name, history[1].writes })
     -- a Lua step's writes are its own business (its outcome): no count
     assert.is_nil(history[2].writes)
+    local st = h:cli({ "status", "--no-builtin", "--migrations", dir })
+    assert.equal(0, st.code, st.stdout .. st.stderr)
+    assert.matches("1 %-> 2  1%-copies [^\n]*\n        script writes: 4 %(run %-%-plan%)\n  2 %-> 3  2%-label", st.stdout)
   end)
 
   it("stops the script before its first write that differs: unsent, nothing after it, exit 1", function()
