@@ -19,7 +19,9 @@
 -- dryRun=All for the server to judge, its answer kept in the overlay, so
 -- that each step sees what the earlier ones wrote; no lock is taken. A legacy
 -- script runs in a network namespace of its own whose only address is the
--- rehearsal's endpoint (runner/legacy.lua, cozy.kube.overlay_endpoint). What a run
+-- rehearsal's endpoint (runner/legacy.lua, cozy.kube.overlay_endpoint); in a
+-- run bound to a plan (`run --plan`) it runs the same way, its endpoint
+-- forwarding to the cluster, each write held to the plan's. What a run
 -- shows on stdout is the command's business: the runner hands each event
 -- to `report` (cmd/plan.lua prints them).
 local discovery = require "cozy.runner.discovery"

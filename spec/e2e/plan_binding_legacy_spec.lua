@@ -31,9 +31,11 @@ end
 -- stamps 2 (kubectl apply, as the platform's scripts do). A refused write is
 -- said and the script goes on, so that only the engine keeps it from the
 -- cluster. The word "skip" leaves `made` out; a file `no-stamp` next to it,
--- the stamp. Step 2, Lua, labels `made`.
+-- the stamp; a file `ignore-term` has it (and its kubectl) ignore SIGTERM.
+-- Step 2, Lua, labels `made`.
 local SCRIPT = [[#!/bin/sh
 set -euo pipefail
+if [ -e "$(dirname "$0")/ignore-term" ]; then trap '' TERM; fi
 touch "$(dirname "$0")/ran"
 curl -sk --max-time 5 "$(cat "$(dirname "$0")/live-url")/api/v1/namespaces/bound-probe" >/dev/null 2>&1 \
   && echo "reached the live server" || echo "the live server is unreachable"
@@ -209,6 +211,31 @@ describe("run --plan with a legacy script", function()
     local rec = last(h)
     assert.same({ "failed", "1-copies" }, { rec.result, rec.name })
     assert.matches("differs from the plan", rec.error.message, 1, true)
+  end)
+
+  it("answers a script that outlives the stop with the refusal, sending none of its later requests", function()
+    dir = migrations(h, "one")
+    local path = plan_file(h, dir)
+    files.write(dir .. "/suffix", "two")
+    -- SIGTERM ignored: its kubectl reads the answer, and the script goes on until it ends or gets SIGKILL
+    files.write(dir .. "/ignore-term", "")
+    h:mark()
+    local r = cli(h, dir, "run", "--plan", path)
+    assert.equal(1, r.code, r.stdout .. r.stderr)
+    -- the differing write answered with a clear Status, as kubectl prints it
+    assert.matches("Error from server (Forbidden): cozy-migrate run --plan: step 1's write differs from the plan: "
+      .. "expected the script's POST", r.stderr, 1, true)
+    -- the request after it answered the same, unsent
+    assert.matches("nothing more is sent", r.stderr, 1, true)
+    assert.matches("later refused", r.stderr, 1, true)
+    assert.matches("legacy script [^\n]*/1%-copies stopped: step 1's write differs from the plan", r.stderr)
+    assert.is_nil(h:object("ConfigMap", "cozy-system", "made"))
+    assert.is_nil(h:object("ConfigMap", "cozy-system", "later").data.after)
+    assert.same({ "PATCH /api/v1/namespaces/cozy-system/configmaps/old", "PATCH " .. CV }, migration_writes(h))
+    for _, req in ipairs(requests_after(h, "PATCH", "/api/v1/namespaces/cozy-system/configmaps/old")) do
+      assert.not_matches("/later", req)
+    end
+    assert.equal(1, (support.version(h.srv)))
   end)
 
   it("stops a script that skips a planned write at its stamp, which is not sent", function()
