@@ -17,8 +17,10 @@
 ** the token is answered 401 here; a chunked request body 400 (not
 ** supported); every other request is handed to serve{ method=, target=,
 ** headers = { lower-case name = value }, body = } -> status, content_type,
-** body, written back with that status. Single-threaded: the Lua state is
-** the runner's, used between two polls.
+** body, stop, written back with that status; a true `stop` asks that the
+** script be stopped once that answer is given (a run bound to a plan: the
+** script made a write the plan does not hold), which proc.spawn does.
+** Single-threaded: the Lua state is the runner's, used between two polls.
 */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -67,6 +69,7 @@ struct cozy_endpoint {
   size_t ca_len;
   char token[65];
   int listen_fd;
+  int stop; /* serve asked that the script be stopped */
   struct conn conns[COZY_ENDPOINT_MAX_CONNS];
 };
 
@@ -321,7 +324,7 @@ static const char *header(const struct request *r, const char *name, size_t *len
   return NULL;
 }
 
-/* Runs protected: serve{ method, target, headers, body } -> status, ctype, body */
+/* Runs protected: serve{ method, target, headers, body } -> status, ctype, body, stop */
 static int call_serve(lua_State *L) {
   const struct request *r = lua_touserdata(L, 2);
   const char *p = r->head, *end = r->head + r->head_len;
@@ -352,8 +355,8 @@ static int call_serve(lua_State *L) {
     p = eol ? eol + 1 : end;
   }
   lua_setfield(L, -2, "headers");
-  lua_call(L, 1, 3);
-  return 3;
+  lua_call(L, 1, 4);
+  return 4;
 }
 
 static void serve_one(lua_State *L, struct cozy_endpoint *ep, struct conn *c, const struct request *r,
@@ -363,7 +366,7 @@ static void serve_one(lua_State *L, struct cozy_endpoint *ep, struct conn *c, co
   char expect[80];
   int n = snprintf(expect, sizeof expect, "Bearer %s", ep->token), status;
   if (auth == NULL || alen != (size_t)n || CRYPTO_memcmp(auth, expect, (size_t)n) != 0) {
-    respond_status(c, 401, "Unauthorized", "the rehearsal endpoint wants its own bearer token");
+    respond_status(c, 401, "Unauthorized", "the engine's endpoint wants its own bearer token");
     return;
   }
   if (!lua_checkstack(L, 6)) {
@@ -373,12 +376,14 @@ static void serve_one(lua_State *L, struct cozy_endpoint *ep, struct conn *c, co
   lua_pushcfunction(L, call_serve);
   lua_pushvalue(L, serve);
   lua_pushlightuserdata(L, (void *)r);
-  if (lua_pcall(L, 2, 3, 0) != LUA_OK) {
+  if (lua_pcall(L, 2, 4, 0) != LUA_OK) {
     if (lua_isnil(L, errslot)) lua_replace(L, errslot);
     else lua_pop(L, 1);
-    respond_status(c, 500, "InternalError", "the rehearsal endpoint failed: see the engine's log");
+    respond_status(c, 500, "InternalError", "the engine's endpoint failed: see the engine's log");
     return;
   }
+  if (lua_toboolean(L, -1)) ep->stop = 1;
+  lua_pop(L, 1);
   status = (int)lua_tointeger(L, -3);
   out = lua_tolstring(L, -1, &blen);
   if (status < 100 || status > 599) status = 500;
@@ -421,7 +426,7 @@ static void serve_buffered(lua_State *L, struct cozy_endpoint *ep, struct conn *
     if ((v = header(&r, "Transfer-Encoding", &vlen)) != NULL) {
       c->closing = 1;
       respond_status(c, 400, "BadRequest",
-                     "the rehearsal endpoint does not take chunked request bodies: send a Content-Length");
+                     "the engine's endpoint does not take chunked request bodies: send a Content-Length");
       return;
     }
     if ((v = header(&r, "Content-Length", &vlen)) != NULL) {
@@ -508,6 +513,10 @@ void cozy_endpoint_handle(lua_State *L, struct cozy_endpoint *ep, const struct p
   }
 }
 
+int cozy_endpoint_stopping(const struct cozy_endpoint *ep) {
+  return ep->stop;
+}
+
 const char *cozy_endpoint_ca(const struct cozy_endpoint *ep, size_t *len) {
   *len = ep->ca_len;
   return ep->ca_pem;
@@ -544,7 +553,7 @@ static int ep_new(lua_State *L) {
   ep->listen_fd = -1;
   for (i = 0; i < COZY_ENDPOINT_MAX_CONNS; i++) ep->conns[i].fd = -1;
   luaL_setmetatable(L, ENDPOINT_MT); /* from here __gc frees what init makes */
-  if (endpoint_init(ep) != 0) return luaL_error(L, "rehearsal endpoint: cannot make its certificates");
+  if (endpoint_init(ep) != 0) return luaL_error(L, "the engine's endpoint: cannot make its certificates");
   return 1;
 }
 

@@ -1,5 +1,6 @@
-/* The rehearsal's overlay endpoint (core/endpoint.c), as proc.spawn serves
-** it while a legacy script runs in its own network namespace. */
+/* The engine's endpoint for a legacy script (core/endpoint.c): a
+** rehearsal's overlay, or a run bound to a plan forwarding to the cluster;
+** proc.spawn serves it while the script runs in its own network namespace. */
 #ifndef COZY_ENDPOINT_H
 #define COZY_ENDPOINT_H
 
@@ -26,5 +27,7 @@ int cozy_endpoint_fill(const struct cozy_endpoint *ep, struct pollfd *pfd, int m
 ** function at stack index serve; its first error is kept at errslot. */
 void cozy_endpoint_handle(lua_State *L, struct cozy_endpoint *ep, const struct pollfd *pfd, int n, int serve,
                           int errslot);
+/* Whether serve asked that the script be stopped (its fourth result). */
+int cozy_endpoint_stopping(const struct cozy_endpoint *ep);
 
 #endif

@@ -10,7 +10,7 @@
 **   (core/guardian.c) kills the group and removes the script's kubeconfig
 **   when the runner dies, SIGKILL included, or is frozen past those times.
 ** - spawn with opts.endpoint: the script runs in a network namespace of
-**   its own whose only address is the rehearsal's endpoint (core/endpoint.c),
+**   its own whose only address is the engine's endpoint (core/endpoint.c),
 **   served by the runner while the script runs; no namespace, no run.
 ** - trap/signalled: the stop flag of core/signals.c, for the runner's safe
 **   points (between steps, before each write).
@@ -136,7 +136,9 @@ static char **string_array(lua_State *L, int idx, const char *what) {
 ** loopback up and listens on 127.0.0.1:port there; the runner gets that
 ** socket (SCM_RIGHTS) and serves it (core/endpoint.c) while the script
 ** runs, which it execs only once the runner said go. Where no namespace
-** can be had the script is not run: spawn returns "refused" and why.
+** can be had the script is not run: spawn returns "refused" and why. A
+** serve that asks the script stopped (core/endpoint.c) has the group get
+** SIGTERM then SIGKILL after the grace (stopped = "endpoint").
 */
 #define LINE_CAP 65536 /* bytes held per stream: the longest line delivered whole */
 #define STOP_GRACE 5.0 /* seconds from SIGTERM to SIGKILL of the group */
@@ -709,7 +711,14 @@ static void supervise_loop(lua_State *L, struct spawn *sp) {
     if (sp->endpoint != NULL && !sp->exited)
       served = cozy_endpoint_fill(sp->endpoint, pfd + n, (int)(sizeof pfd / sizeof pfd[0]) - n);
     if (poll(pfd, (nfds_t)(n + served), (int)(wait * 1000)) <= 0) continue; /* EINTR: a signal, seen above */
-    if (served > 0) cozy_endpoint_handle(L, sp->endpoint, pfd + n, served, sp->serve, sp->errslot);
+    if (served > 0) {
+      cozy_endpoint_handle(L, sp->endpoint, pfd + n, served, sp->serve, sp->errslot);
+      /* a run bound to a plan: the script wrote what the plan does not hold */
+      if (sp->stop == COZY_GO && cozy_endpoint_stopping(sp->endpoint)) {
+        sp->stop = COZY_STOP_ENDPOINT;
+        signal_group(sp, SIGTERM, cozy_monotime());
+      }
+    }
     for (i = 0; i < 2; i++) {
       struct stream *st = &sp->st[i];
       int k;

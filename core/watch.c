@@ -97,7 +97,10 @@ struct cozy_watches *cozy_watches(lua_State *L) {
 }
 
 const char *cozy_stop_name(int reason) {
-  return reason == COZY_STOP_SIGNAL ? "signal" : reason == COZY_STOP_LOCK ? "lock" : "deadline";
+  return reason == COZY_STOP_SIGNAL  ? "signal"
+      : reason == COZY_STOP_LOCK     ? "lock"
+      : reason == COZY_STOP_ENDPOINT ? "endpoint"
+                                     : "deadline";
 }
 
 /* What the armed watches say: the hook's and proc.pending_stop's view. */

@@ -16,7 +16,8 @@ enum cozy_stop {
   COZY_GO = 0, /* nothing says stop */
   COZY_STOP_SIGNAL = 1, /* detail: the signal number */
   COZY_STOP_DEADLINE = 2, /* detail: seconds past the deadline */
-  COZY_STOP_LOCK = 3 /* a child's group only (proc.spawn): the lock may no longer be ours */
+  COZY_STOP_LOCK = 3, /* a child's group only (proc.spawn): the lock may no longer be ours */
+  COZY_STOP_ENDPOINT = 4 /* a child's group only: its endpoint's serve asked it stopped */
 };
 
 struct cozy_watch;
@@ -43,7 +44,7 @@ int cozy_watch_sleep(const struct cozy_watches *ws, double seconds, double *deta
 ** error, or "interrupted by signal N" / "deadline exceeded". `level` is the
 ** stack level whose position is `where` (1 from a C function). Never returns. */
 int cozy_watch_raise(lua_State *L, int reason, double detail, int level);
-const char *cozy_stop_name(int reason); /* "signal", "deadline", "lock" */
+const char *cozy_stop_name(int reason); /* "signal", "deadline", "lock", "endpoint" */
 
 /* From a signal handler (async-signal-safe): a stop may be due, hook the
 ** watched main thread. SIGALRM (the deadline timer) is handled in watch.c;

@@ -19,7 +19,9 @@
 -- dryRun=All for the server to judge, its answer kept in the overlay, so
 -- that each step sees what the earlier ones wrote; no lock is taken. A legacy
 -- script runs in a network namespace of its own whose only address is the
--- rehearsal's endpoint (runner/legacy.lua, cozy.kube.overlay_endpoint). What a run
+-- rehearsal's endpoint (runner/legacy.lua, cozy.kube.overlay_endpoint); in a
+-- run bound to a plan (`run --plan`) it runs the same way, its endpoint
+-- forwarding to the cluster, each write held to the plan's. What a run
 -- shows on stdout is the command's business: the runner hands each event
 -- to `report` (cmd/plan.lua prints them).
 local discovery = require "cozy.runner.discovery"
@@ -459,21 +461,27 @@ function Run:each_step(m, cm)
     self:emit { type = "legacy", number = m.number, name = m.name, file = m.file }
     cm = stamp.advance(self.cms, cm, self.at, to, record())
   else
-    -- in a rehearsal: run in a network namespace of its own, served from the overlay
+    -- in a rehearsal: run in a network namespace of its own, served from the overlay;
+    -- in a run bound to a plan: the same, forwarded, each write held to the plan's
     local rehearse = self.dry_run == "rehearse" and self.client or nil
+    local forward = bound and not self.planning and self.client or nil
     if rehearse then self:emit { type = "legacy", number = m.number, name = m.name, file = m.file, rehearsal = true } end
-    local ok, after, legacy_stamped = pcall(legacy.step, m, self.cms, { namespace = self.namespace, from = from,
-      target = self.target, at = self.at, strict = self.opts.strict_stamp,
+    local ok, after, legacy_stamped, writes = pcall(legacy.step, m, self.cms, { namespace = self.namespace,
+      from = from, target = self.target, at = self.at, strict = self.opts.strict_stamp,
       kubeconfig = self.opts.kubeconfig, context = self.opts.context, log = step_log,
-      timeout = self.opts.step_timeout, lock = self.lock.holder, rehearse = rehearse })
+      timeout = self.opts.step_timeout, lock = self.lock.holder, rehearse = rehearse, forward = forward })
     if not ok and rehearse then return self:legacy_unrehearsed(m, after, cm, step_log) end
     if not ok then error(self:step_failure(m, after), 0) end
     stamped = legacy_stamped
-    -- its history record: even when a signal came meanwhile, the stamp is done
+    self:bound_step_end(m)
+    -- its history record: even when a signal came meanwhile, the stamp is done.
+    -- In a bound run it counts the script's writes, which the engine sent for it
+    local rec = record()
+    if forward then rec.writes = writes end
     if stamped then
-      cm = stamp.record(self.cms, after, to, record())
+      cm = stamp.record(self.cms, after, to, rec)
     else
-      cm = self:unstamped(m, after, record(), ("%s exited 0 without stamping %d"):format(m.file, to), step_log)
+      cm = self:unstamped(m, after, rec, ("%s exited 0 without stamping %d"):format(m.file, to), step_log)
     end
   end
   if stamped then self.at = to end
@@ -692,8 +700,9 @@ function Run:bind()
 end
 
 -- What the plan must refuse to bind: the steps not rehearsed, or failing.
--- (A rehearsed legacy step is recorded as a step: planfile.load refuses
--- to bind it, naming it.)
+-- (A rehearsed legacy step is recorded as a step: its script's reads and
+-- writes went through the engine's endpoint, and a bound run holds the
+-- script to them the same way.)
 function Run:note_for_plan(e)
   if e.type == "not_rehearsed" or e.type == "failure" then
     local why = e.why or ("it would fail: " .. tostring(e.error))

@@ -159,6 +159,8 @@ local function text(st)
       if h.result == "unstamped" then
         add("        not stamped: the version stayed at %s (%s)", tostring(h.version), tostring(h.reason))
       end
+      -- a legacy script of a run bound to a plan: its writes, each held to the plan's
+      if h.writes ~= nil then add("        script writes: %s (run --plan)", tostring(h.writes)) end
       outcome_lines(add, h)
       ::next::
     end

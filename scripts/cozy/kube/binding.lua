@@ -20,6 +20,16 @@
 -- The engine's own stamp write is compared by the version it sets only
 -- (its history record holds times and the runner's identity).
 --
+-- A legacy script's writes come through the engine's endpoint (cozy.kube.
+-- overlay_endpoint), which marks them (Binding.script) for the time of each
+-- call: recorded with `script = true`, compared as any write. A script's
+-- own write of the version ConfigMap is compared as the engine's are, by
+-- the version it sets (a script may send the whole ConfigMap back, with the
+-- history records the run wrote at its own times), but it stays the
+-- script's: it matches only a planned script write, and a step that ends
+-- with one of them unmatched (a script that did not stamp as planned) wrote
+-- fewer than planned.
+--
 -- The plan keeps a write's body redacted as the -v=8 trace shows it (no
 -- Secret value) for display, and its digest for comparison.
 local json = require "cozy.json"
@@ -59,9 +69,12 @@ function Binding:end_step()
   self.step, self.current = nil, nil
 end
 
--- The version a stamp write sets (nil: a history record only).
+-- The version a stamp write sets (nil: a history record only, or none
+-- said): a JSON patch's op on it, else (merge, strategic merge or apply
+-- patch, update, create) the body's data.version.
 local function stamp_version(ctype, body)
-  if ctype ~= JSON_PATCH or type(body) ~= "table" then return nil end
+  if type(body) ~= "table" then return nil end
+  if ctype ~= JSON_PATCH then return type(body.data) == "table" and body.data.version or nil end
   for _, op in ipairs(body) do
     if type(op) == "table" and op.path == "/data/version" then return op.value end
     if type(op) == "table" and op.path == "/data" and type(op.value) == "table" then return op.value.version end
@@ -77,8 +90,9 @@ end
 -- The write as compared: { method, path, content_type, digest, stamp, version }.
 function Binding:key(method, path, qs, ctype, body)
   local shown = qs ~= "" and (path .. "?" .. qs) or path
+  local script = self.script or nil
   if path == self.stamp_path and self.step ~= nil then
-    return { method = method, path = shown, stamp = true, version = stamp_version(ctype, body) }
+    return { method = method, path = shown, stamp = true, version = stamp_version(ctype, body), script = script }
   end
   local b = body
   if type(b) == "table" then
@@ -91,7 +105,7 @@ function Binding:key(method, path, qs, ctype, body)
     end
   end
   return { method = method, path = shown, content_type = ctype,
-    digest = sha256(b == nil and "" or json.encode(b)) }
+    digest = sha256(b == nil and "" or json.encode(b)), script = script }
 end
 
 local function unescape(s)
@@ -101,6 +115,7 @@ end
 local function same(a, b)
   if a.stamp or b.stamp then
     return a.stamp == b.stamp and a.method == b.method and a.path == b.path and a.version == b.version
+      and (a.script or false) == (b.script or false)
   end
   return a.method == b.method and a.path == b.path and a.content_type == b.content_type and a.digest == b.digest
 end
@@ -108,9 +123,10 @@ end
 local function describe(w)
   if w == nil then return "no further write" end
   if w.stamp then
-    return ("the stamp %s %s%s"):format(w.method, w.path, w.version and (" (version " .. w.version .. ")") or "")
+    return ("the %sstamp %s %s%s"):format(w.script and "script's " or "", w.method, w.path,
+      w.version and (" (version " .. tostring(w.version) .. ")") or "")
   end
-  return ("%s %s%s (body sha256 %s)"):format(w.method, w.path,
+  return ("%s%s %s%s (body sha256 %s)"):format(w.script and "the script's " or "", w.method, w.path,
     w.content_type and ("  (" .. w.content_type .. ")") or "", w.digest and w.digest:sub(1, 12) or "-")
 end
 binding.describe = describe
@@ -134,7 +150,7 @@ function Binding:write(method, path, qs, ctype, body)
   if self.mode == "record" then
     local writes = self.steps[step].writes
     local w = { method = k.method, path = k.path, content_type = k.content_type, digest = k.digest,
-      stamp = k.stamp or nil, version = k.version }
+      stamp = k.stamp or nil, version = k.version, script = k.script }
     if not k.stamp and body ~= nil then
       w.body = type(body) == "table" and trace.redacted(body, request.is_secrets(path))
         or (request.is_secrets(path) and "<redacted>" or body)
@@ -169,12 +185,13 @@ function Binding:answered(token, obj)
   if type(rv) == "string" then self.rvs[rv] = token end
 end
 
--- In a checked run, at a step's end (before its stamp): every write the
--- plan holds for it was made. Raises naming the first missing one.
+-- In a checked run, at a step's end (before the engine's stamp): every
+-- write the plan holds for it was made, the script's stamp included.
+-- Raises naming the first missing one.
 function Binding:check_complete(number)
   if self.mode ~= "check" or self.current == nil then return end
   for i, w in ipairs(self.current.planned) do
-    if not self.current.matched[i] and not w.stamp then
+    if not self.current.matched[i] and (not w.stamp or w.script) then
       differs(self, ("step %d wrote fewer than planned: the planned write %s was not made"):format(number,
         describe(w)))
     end
@@ -190,13 +207,18 @@ function Binding:read(path, qs, ok, body)
   if q.watch == "true" then return end
   local a = request.attributes("GET", path, {})
   if a.unroutable or a.non_resource or a.resource == nil then return end
-  if a.subresource ~= nil and a.subresource ~= "status" then return end
+  -- an object, its status, or another subresource that answers with its
+  -- object's resourceVersion (a Deployment's scale): what a step computed
+  -- from it is bound as much as what it computed from the object; one that
+  -- answers none (a pod's log, text) cannot be bound, nor a 404 of one
+  local other = a.subresource ~= nil and a.subresource ~= "status"
   if a.name ~= nil then
-    if self.reads[path] then return end
+    if self.reads[path] ~= nil then return end
     local rv
-    if ok and type(body) == "table" and type(body.metadata) == "table" then
+    if ok and type(body) == "table" and type(body.metadata) == "table"
+        and (not other or type(body.metadata.resourceVersion) == "string") then
       rv = body.metadata.resourceVersion
-    elseif not ok and type(body) == "table" and body.code == 404 then
+    elseif not ok and not other and type(body) == "table" and body.code == 404 then
       rv = false -- absent
     else
       return
@@ -205,7 +227,7 @@ function Binding:read(path, qs, ok, body)
     self.read_order[#self.read_order + 1] = path
     return
   end
-  if not ok or type(body) ~= "table" then return end
+  if other or not ok or type(body) ~= "table" then return end
   local key = path .. "\0" .. (q.labelSelector or "") .. "\0" .. (q.fieldSelector or "")
   local l = self.lists[key]
   if l == nil then

@@ -1,14 +1,27 @@
--- What a legacy script's kubectl asks the rehearsal's endpoint, served
--- through the rehearsal client (docs/operations.md, "Rehearsals"). The
--- endpoint (core/endpoint.c) is the only address the script can reach; each
--- request it takes comes here as { method, target, headers, body } and goes
--- through the same Client:call the rehearsal's Lua steps use: reads merged
--- with the overlay, writes sent with dryRun=All and entering the overlay,
--- each write a verdict in the plan's write list. Discovery (/api, /apis,
--- /openapi, /version) is read from the live server. A watch is answered
--- with the merged list as ADDED events, then ends. What the overlay cannot
--- serve (exec, attach, port-forward, proxy, any upgrade) is answered 501
--- with a Status saying so, and the step marked inexact.
+-- What a legacy script's kubectl asks the engine's endpoint, served
+-- through the engine's client. The endpoint (core/endpoint.c) is the only
+-- address the script can reach; each request it takes comes here as
+-- { method, target, headers, body } and goes through the same Client:call
+-- the Lua steps use.
+--
+-- In a rehearsal (docs/operations.md, "Rehearsals") that client is the
+-- rehearsal's: reads merged with the overlay, writes sent with dryRun=All
+-- and entering the overlay, each write a verdict in the plan's write list.
+-- Discovery (/api, /apis, /openapi, /version) is read from the live server.
+-- A watch is answered with the merged list as ADDED events, then ends. What
+-- the overlay cannot serve (exec, attach, port-forward, proxy, any upgrade)
+-- is answered 501 with a Status saying so, and the step marked inexact.
+--
+-- In a run bound to a plan (`run --plan`; docs/operations.md, "A saved
+-- plan") it is the run's own client, forwarding to the live cluster: real
+-- writes, each held to the plan's (cozy.kube.binding) in Client:prepare
+-- before it is sent, as a Lua step's are. The script's requests are answered
+-- as its rehearsal answered them where the overlay did not serve them (a
+-- watch as a list, then ended; exec and the like 501), so that it makes the
+-- requests the plan holds. The first write the plan does not hold is not
+-- sent: it is answered 403 with the binding's reason, the script is stopped
+-- (serve's fourth result: proc.spawn stops its group), and every request
+-- after it is answered the same, unsent.
 local errors = require "cozy.kube.errors"
 local json = require "cozy.json"
 local rehearsal = require "cozy.kube.rehearsal"
@@ -33,22 +46,35 @@ local function query_of(qs)
   return out
 end
 
-local function status(code, reason, message)
+local function status(code, reason, message, stop)
   return code, JSON, json.encode(json.object { kind = "Status", apiVersion = "v1", metadata = json.object {},
-    status = "Failure", message = message, reason = reason, code = code })
+    status = "Failure", message = message, reason = reason, code = code }), stop
 end
 
 -- The answer for an error the client raised: the server's own Status (or
 -- the one the rehearsal answered as the run's server would), else a 502.
-local function failed(e)
+local function failed(e, forward)
   if errors.is_error(e) and type(e.code) == "number" and e.code >= 400 then
     return e.code, JSON, json.encode(json.object { kind = "Status", apiVersion = "v1", metadata = json.object {},
       status = "Failure", message = e.message, reason = e.reason, details = e.details, code = e.code })
   end
   if errors.is_error(e) then
-    return status(502, "BadGateway", "the rehearsal could not read the live cluster: " .. tostring(e.message))
+    return status(502, "BadGateway", (forward and "the engine could not reach the cluster: "
+      or "the rehearsal could not read the live cluster: ") .. tostring(e.message))
   end
   error(e, 0)
+end
+
+-- A run bound to a plan: the answer to a request the run refuses, unsent
+-- (the binding's reason), with the script asked stopped.
+local function refused(why)
+  return status(403, "Forbidden", "cozy-migrate run --plan: " .. why, true)
+end
+
+-- A request a rehearsal serves inexactly, marked so (a run bound to a plan
+-- has no rehearsal: it answers as the rehearsal did and marks nothing).
+local function mark(client, why)
+  if client.rehearsal then rehearsal.mark(client.rehearsal, why) end
 end
 
 local UNSERVED = { exec = "exec", attach = "attach", portforward = "port-forward", proxy = "proxy" }
@@ -72,7 +98,7 @@ local SERVER_SET = { "uid", "creationTimestamp", "resourceVersion", "managedFiel
 transcoded = function(client, method, path, query, raw, ctype)
   if method ~= "POST" then
     local why = ("%s %s: a protobuf body is taken for a create only"):format(method, path)
-    rehearsal.mark(client.rehearsal, why)
+    mark(client, why)
     local _, _, body = status(415, "UnsupportedMediaType", why)
     return 415, body
   end
@@ -97,25 +123,51 @@ local function discovery(path)
     or path == "/openapi" or path == "/livez" or path == "/readyz" or path == "/healthz"
 end
 
--- A serve function for the endpoint: client is the rehearsal client (its
--- dry_run "rehearse"), log the step's logger.
-function overlay_endpoint.server(client, log)
-  return function(req)
+-- A serve function for the endpoint, and its tally ({ writes = n }: the
+-- script's writes the engine sent for it, whatever the server answered).
+-- client: the rehearsal client (its dry_run "rehearse"), or, with
+-- opts.forward, a run's client bound to a plan (client.binding, "check");
+-- log: the step's logger.
+function overlay_endpoint.server(client, log, opts)
+  local forward = opts ~= nil and opts.forward == true
+  local tally = { writes = 0 }
+  local binding = client.binding
+  -- the one call every served request makes: in a run bound to a plan, a
+  -- write the plan does not hold raises in Client:prepare, unsent
+  local function call(method, path, spec)
+    -- the script's, for the binding (a plan being saved, or a bound run)
+    if binding then binding.script = true end
+    local ok, answer, code = pcall(client.call, client, method, path, spec)
+    if binding then binding.script = nil end
+    if not ok and forward and binding and binding.stopped then
+      if log then log:warn("the script's write is not sent, and the script is stopped: " .. binding.stopped) end
+      return nil, table.pack(refused(binding.stopped))
+    end
+    if request.is_write(method) then tally.writes = tally.writes + 1 end
+    return ok, answer, code
+  end
+  local serve = function(req)
     local path, qs = req.target:match("^([^?]*)%??(.*)$")
     local method = req.method
-    if log then log:debug("rehearsal endpoint request", { method = method, path = req.target }) end
+    if log then log:debug("script endpoint request", { method = method, path = req.target }) end
+    if forward and binding and binding.stopped then
+      return refused(binding.stopped .. "; nothing more is sent")
+    end
     local what = unserved(method, path, req.headers)
     if what then
-      local why = ("%s %s: the legacy script's %s cannot be rehearsed: the overlay serves no %s"):format(method,
-        path, what, what)
-      rehearsal.mark(client.rehearsal, why)
+      local why = forward
+        and ("%s %s: the legacy script's %s is not forwarded in a run bound to a plan: the engine could not hold "
+          .. "what it does to the plan (its rehearsal was answered the same)"):format(method, path, what)
+        or ("%s %s: the legacy script's %s cannot be rehearsed: the overlay serves no %s"):format(method, path,
+          what, what)
+      mark(client, why)
       return status(501, "NotImplemented", why)
     end
     local query = query_of(qs)
     if discovery(path) then
       if method ~= "GET" then return status(405, "MethodNotAllowed", method .. " " .. path) end
       local ok, body = pcall(function() return (client:call("GET", path, { query = query })) end)
-      if not ok then return failed(body) end
+      if not ok then return failed(body, forward) end
       return 200, JSON, json.encode(body)
     end
     local watch = false
@@ -135,7 +187,7 @@ function overlay_endpoint.server(client, log)
     elseif req.body ~= "" then
       local ok, decoded = pcall(json.decode, req.body)
       if not ok then
-        return status(415, "UnsupportedMediaType", "the rehearsal endpoint takes JSON (or protobuf) request bodies only")
+        return status(415, "UnsupportedMediaType", "the engine's endpoint takes JSON (or protobuf) request bodies only")
       end
       body = decoded
     end
@@ -145,8 +197,8 @@ function overlay_endpoint.server(client, log)
         if WATCH_ONLY[query[i][1]] then table.remove(query, i) end
       end
       local ok, list = pcall(function() return (client:call("GET", path, { query = query })) end)
-      if not ok then return failed(list) end
-      rehearsal.mark(client.rehearsal, ("watch of %s: answered with the rehearsal's state, then ended"):format(path))
+      if not ok then return failed(list, forward) end
+      mark(client, ("watch of %s: answered with the rehearsal's state, then ended"):format(path))
       local events = {}
       for _, item in ipairs(type(list) == "table" and type(list.items) == "table" and list.items or {}) do
         if list.kind and type(item) == "table" and item.kind == nil then
@@ -156,14 +208,15 @@ function overlay_endpoint.server(client, log)
       end
       return 200, JSON, #events > 0 and (table.concat(events, "\n") .. "\n") or ""
     end
-    local ok, answer, code = pcall(function()
-      return client:call(method, path, { query = query, body = body, content_type = body ~= nil and ctype or nil })
-    end)
-    if not ok then return failed(answer) end
+    local ok, answer, code = call(method, path, { query = query, body = body,
+      content_type = body ~= nil and ctype or nil })
+    if ok == nil then return table.unpack(answer, 1, answer.n) end -- refused: not sent
+    if not ok then return failed(answer, forward) end
     if code == nil or code == 0 then code = method == "POST" and 201 or 200 end
     if answer == nil then return code, JSON, "{}" end
     return code, JSON, json.encode(answer)
   end
+  return serve, tally
 end
 
 return overlay_endpoint

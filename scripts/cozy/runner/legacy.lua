@@ -153,16 +153,22 @@ end
 -- the default), lock (the lease.Holder it runs under, or nil), rehearse
 -- (a rehearsal's client: the script runs in a network namespace of its own
 -- whose one address is the rehearsal's endpoint, its requests served by that
--- client; cozy.kube.overlay_endpoint). Raises unless the script exits 0 in
--- time; in a rehearsal where no namespace can be had, raises with field
--- `unisolated` (why) and the script is not run.
+-- client; cozy.kube.overlay_endpoint), forward (a run's client bound to a
+-- plan: the same endpoint, each request forwarded to the cluster through
+-- that client, each write held to the plan's). Raises unless the script
+-- exits 0 in time; where no namespace can be had, raises with field
+-- `unisolated` (why) and the script is not run; in a bound run, raises
+-- naming the first write the plan does not hold (the script was stopped
+-- there). Returns the number of writes the engine sent for the script
+-- (nil when it talked to the cluster itself).
 function legacy.run(m, opts)
   local vars = {
     NAMESPACE = opts.namespace,
     CURRENT_VERSION = tostring(opts.from),
     TARGET_VERSION = tostring(opts.target),
   }
-  local ep <close> = opts.rehearse and require("cozy.endpoint").new() or nil
+  local through = opts.rehearse or opts.forward
+  local ep <close> = through and require("cozy.endpoint").new() or nil
   local kubeconfig <close> = private_kubeconfig { kubeconfig = opts.kubeconfig, context = opts.context,
     namespace = opts.namespace, endpoint = ep }
   vars.KUBECONFIG = kubeconfig.path
@@ -173,11 +179,15 @@ function legacy.run(m, opts)
     and { KUBERNETES_SERVICE_HOST = true, KUBERNETES_SERVICE_PORT = true } or nil
   if ep then unset = REHEARSAL_UNSET end
   local log = opts.log
-  log:info("running legacy script", { file = m.file })
+  log:info("running legacy script", { file = m.file, through = opts.forward and "the engine (run --plan)" or nil })
   -- from its own directory, so `$(dirname "$0")/lib/...` and plain `lib/...` both work
   local dir = m.path:match("^(.*)/[^/]*$") or "."
   local limit = step.timeout(m, opts.timeout)
   local last_stderr
+  local serve, tally
+  if ep then
+    serve, tally = require("cozy.kube.overlay_endpoint").server(through, log, { forward = opts.forward ~= nil })
+  end
   local how, code, stopped = proc.spawn(legacy.command(m), legacy.environment(vars, unset), function(stream, line)
     if stream == "stderr" then
       log:warn(line, { stream = stream })
@@ -187,19 +197,30 @@ function legacy.run(m, opts)
     end
   end, { cwd = dir, deadline = sys.monotime() + limit, remove = { kubeconfig.path, kubeconfig.dir },
     lock = opts.lock and function() return opts.lock:child_bounds() end,
-    endpoint = ep and { server = ep, port = legacy.ENDPOINT_PORT,
-      serve = require("cozy.kube.overlay_endpoint").server(opts.rehearse, log) } })
+    endpoint = ep and { server = ep, port = legacy.ENDPOINT_PORT, serve = serve } })
   if how == "refused" then
+    if opts.forward then
+      -- its writes would reach the cluster unseen: no script of a bound run talks to it directly
+      errors.raise("failed", ("legacy script %s not run: a run bound to a plan (--plan) holds a script's writes "
+        .. "to the plan's by serving its requests itself, in a network namespace of the script's own, and %s; "
+        .. "run without --plan where scripts cannot be isolated"):format(m.file, code), { unisolated = code })
+    end
     errors.raise("failed", ("legacy script %s not run: %s"):format(m.file, code), { unisolated = code })
   end
+  local differed = opts.forward and opts.forward.binding and opts.forward.binding.stopped
+  if differed then
+    -- whatever the script did after: its group was stopped, and nothing more was sent
+    errors.raise("failed", ("legacy script %s stopped: %s; its process group was stopped"):format(m.file, differed))
+  end
   if how ~= "exit" or code ~= 0 or stopped then failure(m, how, code, stopped, limit, last_stderr) end
+  return tally and tally.writes or nil
 end
 
 -- Runs legacy step m (from -> from+1) and reads what it stamped. opts as
 -- for legacy.run, plus cms (the ConfigMaps resource), at (the version
 -- stamped before it ran: below `from` when an earlier step left it) and
--- strict (--strict-stamp). Returns the ConfigMap as the script left it and
--- whether the script stamped from+1.
+-- strict (--strict-stamp). Returns the ConfigMap as the script left it,
+-- whether the script stamped from+1, and its writes (legacy.run's count).
 -- A script that exits 0 with the version where it was did not stamp: by
 -- default that is what run-migrations.sh lets pass (the platform's
 -- best-effort scripts leave the version on purpose so that the next
@@ -209,11 +230,11 @@ end
 function legacy.step(m, cms, opts)
   local to = opts.from + 1
   local at = opts.at or opts.from
-  legacy.run(m, opts)
+  local writes = legacy.run(m, opts)
   local after = stamp.read(cms, opts.namespace)
   local v = after and stamp.version_of(after)
-  if v == to then return after, true end
-  if v == at and not opts.strict then return after, false end
+  if v == to then return after, true, writes end
+  if v == at and not opts.strict then return after, false, writes end
   errors.raise("failed", ("legacy script %s exited 0 but did not stamp %d (version is %s)%s")
     :format(m.file, to, tostring(v), v == at and " and --strict-stamp is set" or ""), { migration = m.name })
 end

@@ -6,7 +6,7 @@
 --     "stamp": { "resourceVersion" },              the version ConfigMap as read
 --     "migrations": [ { number, name, kind, sha256 } ],   the pending range
 --     "steps": [ { number, name, writes: [ { method, path, content_type,
---                  digest, body (redacted), stamp, version } ] } ],
+--                  digest, body (redacted), stamp, version, script } ] } ],
 --     "not_rehearsed": [ { number, name, why } ],
 --     "reads": [ { path, resourceVersion, absent } ],
 --     "lists": [ { path, labelSelector, fieldSelector, complete, items: { key: rv } } ],
@@ -89,18 +89,6 @@ function planfile.load(path, o)
     for _, s in ipairs(doc.not_rehearsed) do names[#names + 1] = tostring(s.name) end
     bad(path, ("step(s) %s were not rehearsed (%s): a plan binds only rehearsed steps; run without --plan, "
       .. "or plan the range after them"):format(table.concat(names, ", "), tostring(doc.not_rehearsed[1].why)))
-  end
-  -- A legacy script is rehearsed through the engine's overlay endpoint, but
-  -- a run lets it talk to the API server itself: its writes could not be
-  -- held to the plan's, so a plan with one binds nothing.
-  local scripts = {}
-  for _, pm in ipairs(doc.migrations) do
-    if pm.kind == "legacy" then scripts[#scripts + 1] = tostring(pm.name) end
-  end
-  if #scripts > 0 then
-    bad(path, ("legacy script step(s) %s: a run does not yet route a script's requests through the engine, so "
-      .. "its writes cannot be held to the plan; run without --plan, or plan the range after them")
-      :format(table.concat(scripts, ", ")))
   end
   local by_number = {}
   for _, m in ipairs(o.set.migrations) do by_number[m.number] = m end
