@@ -17,6 +17,8 @@
 -- one-star backtrack, a regex as a Thompson NFA, Pike's simulation), so no
 -- pattern can make a match take exponential time, and both are pure Lua
 -- under the step's watch. Patterns are compiled once and kept (bounded).
+local validate = require "cozy.validate"
+
 local match = {}
 
 local MAX_PROGRAM = 10000 -- instructions a regex may compile to ({m,n} expands)
@@ -381,9 +383,7 @@ end
 -- against a few patterns, but may build a pattern per object.
 local cache, cached = { glob = {}, regex = {} }, 0
 local function compiled(kind, pattern, compile)
-  if type(pattern) ~= "string" then
-    error(("cozy.match: a %s must be a string, not a %s"):format(kind, type(pattern)), 3)
-  end
+  validate.arg(3, "cozy.match", "a " .. kind, pattern, "string", { show = "not" })
   local c = cache[kind][pattern]
   if c == nil then
     local ok, res = pcall(compile, pattern)
@@ -399,7 +399,7 @@ local function compiled(kind, pattern, compile)
 end
 
 local function subject(s)
-  if type(s) ~= "string" then error(("cozy.match: the name must be a string, not a %s"):format(type(s)), 3) end
+  validate.arg(3, "cozy.match", "the name", s, "string", { show = "not" })
   return s
 end
 
@@ -412,9 +412,8 @@ end
 -- Does name match any of the globs (an array; a single string is one glob)?
 function match.any(patterns, name)
   if type(patterns) == "string" then patterns = { patterns } end
-  if type(patterns) ~= "table" then
-    error(("cozy.match: any(globs, name): globs must be an array of strings, not a %s"):format(type(patterns)), 2)
-  end
+  validate.arg(2, "cozy.match: any(globs, name)", "globs", patterns, "table",
+    { says = "an array of strings", show = "not" })
   subject(name)
   for _, p in ipairs(patterns) do
     if glob_match(compiled("glob", p, compile_glob), name) then return true end

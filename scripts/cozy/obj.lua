@@ -3,6 +3,7 @@
 -- API server sends and never raises on a missing or mistyped field: a
 -- migration's rule reads like the description it implements.
 local json = require "cozy.json"
+local validate = require "cozy.validate"
 
 local obj = {}
 
@@ -161,7 +162,8 @@ end
 
 -- nil when key is a valid qualified name, else why not.
 function obj.key_error(key)
-  if type(key) ~= "string" then return ("a key must be a string, not a %s"):format(type(key)) end
+  local not_string = validate.why("a key", key, "string", { show = "not" })
+  if not_string then return not_string end
   local prefix, name = key:match("^([^/]*)/(.*)$")
   if prefix == nil then
     name = key
@@ -182,7 +184,8 @@ end
 
 -- nil when v is a valid label value ("" included), else why not.
 function obj.label_value_error(v)
-  if type(v) ~= "string" then return ("a label value must be a string, not a %s"):format(type(v)) end
+  local not_string = validate.why("a label value", v, "string", { show = "not" })
+  if not_string then return not_string end
   if v == "" then return nil end
   if #v > NAME_MAX then return ("%q: a label value must be no more than %d characters"):format(v, NAME_MAX) end
   if not name_part_ok(v) then return ("%q: a label value must be empty or consist of %s"):format(v, NAME_CHARS) end
@@ -207,7 +210,7 @@ end
 
 -- The map metadata[field] of o (a copy being edited), created when absent.
 local function map_of(o, field)
-  if type(o) ~= "table" then error("cozy.obj: the object must be a table", 3) end
+  validate.arg(3, "cozy.obj", "the object", o, "table")
   if type(o.metadata) ~= "table" then o.metadata = json.object {} end
   if type(o.metadata[field]) ~= "table" then o.metadata[field] = json.object {} end
   return o.metadata[field]
@@ -231,9 +234,7 @@ end
 
 function obj.set_annotation(o, key, value)
   checked_key("annotation", key)
-  if type(value) ~= "string" then
-    error(("cozy.obj: an annotation value must be a string, not a %s"):format(type(value)), 2)
-  end
+  validate.arg(2, "cozy.obj", "an annotation value", value, "string", { show = "not" })
   local map = map_of(o, "annotations")
   if map[key] == value then return false end
   map[key] = value
@@ -301,7 +302,7 @@ local function walk(v, fn, path)
 end
 
 function obj.walk(v, fn)
-  if type(fn) ~= "function" then error("obj.walk(v, fn): fn must be a function(value, path)", 2) end
+  validate.arg(2, "obj.walk(v, fn)", "fn", fn, "function", { says = "a function(value, path)" })
   return walk(v, fn, {})
 end
 

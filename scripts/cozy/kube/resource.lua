@@ -12,6 +12,7 @@ local patch = require "cozy.kube.patch"
 local projection = require "cozy.kube.projection"
 local request = require "cozy.kube.request"
 local update = require "cozy.kube.update"
+local validate = require "cozy.validate"
 
 local resource = {}
 
@@ -26,9 +27,8 @@ resource.Resource = Resource
 
 -- A resource of client c (Client:resource, whose caller an error names).
 function resource.new(c, api_version, plural, opts)
-  if type(api_version) ~= "string" or type(plural) ~= "string" then
-    error("resource(api_version, plural [, opts]) expects two strings", 3)
-  end
+  validate.args(3, "resource(api_version, plural [, opts])",
+    { { "api_version", api_version, "string" }, { "plural", plural, "string" } })
   opts = opts or {}
   local base = api_version:find("/", 1, true) and ("/apis/" .. api_version) or ("/api/" .. api_version)
   return setmetatable({
@@ -117,11 +117,12 @@ end
 
 -- opts of a single call: { absent = "skip" } makes an absent object (404
 -- with details.name) return nil instead of raising; nil or "fail" raises.
+local function with_absent(o)
+  return type(o) == "table" and (o.absent == nil or o.absent == "skip" or o.absent == "fail")
+end
 local function absent_opts(opts, what)
   if opts == nil then return false end
-  if type(opts) ~= "table" or (opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail") then
-    error(("%s: opts must be a table whose absent is \"skip\" or \"fail\""):format(what), 3)
-  end
+  validate.arg(3, what, "opts", opts, with_absent, { says = 'a table whose absent is "skip" or "fail"' })
   return opts.absent == "skip"
 end
 
@@ -153,7 +154,7 @@ end
 
 function Resource:find(...)
   local ns, name, opts = target(self, 2, ...)
-  if opts ~= nil and type(opts) ~= "table" then error("find: opts must be a table", 2) end
+  validate.arg(2, "find", "opts", opts, "table", true)
   self = budgeted(self, opts, 2)
   local ok, obj = pcall(self._get, self, ns, name)
   if ok then return obj end
@@ -168,14 +169,15 @@ end
 -- Returns the created object and true; with opts.exists = "skip" (create if
 -- absent) an object of that name that exists already is returned as it is,
 -- with false, instead of raising AlreadyExists.
+local function with_exists(o)
+  return type(o) == "table" and (o.exists == nil or o.exists == "skip" or o.exists == "fail")
+end
 function Resource:create(obj, opts)
   if type(obj) ~= "table" or type(obj.metadata) ~= "table" then
     error("create(obj): obj.metadata is required", 2)
   end
-  if opts ~= nil and (type(opts) ~= "table" or (opts.exists ~= nil and opts.exists ~= "skip"
-      and opts.exists ~= "fail")) then
-    error('create: opts must be a table whose exists is "skip" or "fail"', 2)
-  end
+  validate.arg(2, "create", "opts", opts, with_exists,
+    { optional = true, says = 'a table whose exists is "skip" or "fail"' })
   local if_absent = opts ~= nil and opts.exists == "skip"
   if if_absent and obj.metadata.name == nil then
     error('create: { exists = "skip" } needs obj.metadata.name (a generateName never exists)', 2)
@@ -235,7 +237,7 @@ end
 
 function Resource:merge_patch(...)
   local ns, name, p, opts = target(self, 2, ...)
-  if type(p) ~= "table" then error("merge_patch: the patch must be a table", 2) end
+  validate.arg(2, "merge_patch", "the patch", p, "table")
   local skip = absent_opts(opts, "merge_patch")
   self = budgeted(self, opts, 2)
   return unless_absent(skip, self._merge_patch, self, ns, name, p)
@@ -270,7 +272,7 @@ end
 
 function Resource:json_patch(...)
   local ns, name, ops, opts = target(self, 2, ...)
-  if type(ops) ~= "table" then error("json_patch: ops must be an array of operations", 2) end
+  validate.arg(2, "json_patch", "ops", ops, "table", { says = "an array of operations" })
   local skip = absent_opts(opts, "json_patch")
   self = budgeted(self, opts, 2)
   return unless_absent(skip, self._json_patch, self, ns, name, ops)
@@ -310,7 +312,7 @@ local function subject(self, level, what, a, ...)
   else
     ns, name, fn, opts = target(self, level + 1, a, ...)
   end
-  if type(fn) ~= "function" then error(("%s: the last argument must be a function"):format(what), level + 1) end
+  validate.arg(level + 1, what, "the last argument", fn, "function")
   return obj, ns, name, fn, absent_opts(opts, what), budgeted(self, opts, level + 1)
 end
 
@@ -363,8 +365,9 @@ function Resource:list(opts)
     decode_projection = { kind = true, apiVersion = true, metadata = true,
       items = { ["*"] = projection.new(project) } }
     project = nil
-  elseif project ~= nil and type(project) ~= "function" then
-    error("list: project must be an array of dotted paths or a function", 2)
+  else
+    validate.arg(2, "list", "project", project, "function",
+      { optional = true, says = "an array of dotted paths or a function" })
   end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
