@@ -19,6 +19,7 @@
 -- under the step's watch. Patterns are compiled once and kept (bounded).
 local validate = require "cozy.validate"
 
+---@class cozy.match
 local match = {}
 
 local MAX_PROGRAM = 10000 -- instructions a regex may compile to ({m,n} expands)
@@ -403,13 +404,19 @@ local function subject(s)
   return s
 end
 
--- Does the whole of name match the glob?
+--- Does the whole of name match the glob?
+---@param pattern string a glob, as the shell's `case` reads it
+---@param name string
+---@return boolean
 function match.glob(pattern, name)
   local toks = compiled("glob", pattern, compile_glob)
   return glob_match(toks, subject(name))
 end
 
--- Does name match any of the globs (an array; a single string is one glob)?
+--- Does name match any of the globs (an array; a single string is one glob)?
+---@param patterns string|string[] globs
+---@param name string
+---@return boolean
 function match.any(patterns, name)
   if type(patterns) == "string" then patterns = { patterns } end
   validate.arg(2, "cozy.match: any(globs, name)", "globs", patterns, "table",
@@ -421,14 +428,20 @@ function match.any(patterns, name)
   return false
 end
 
--- Does the regular expression match somewhere in name (grep -E)?
+--- Does the regular expression match somewhere in name (grep -E)?
+---@param re string an extended regular expression (a linear-time subset of grep -E's)
+---@param name string
+---@return boolean
 function match.regex(re, name)
   local prog = compiled("regex", re, compile_regex)
   return regex_search(prog, subject(name))
 end
 
--- Raises unless pattern is a valid glob (or regex, kind = "regex"): to
--- check a migration's patterns once, up front, before anything is read.
+--- Raises unless pattern is a valid glob (or regex, kind = "regex"): to
+--- check a migration's patterns once, up front, before anything is read.
+---@param pattern string
+---@param kind? "glob"|"regex" default "glob"
+---@return string pattern
 function match.check(pattern, kind)
   if kind == "regex" then
     compiled("regex", pattern, compile_regex)

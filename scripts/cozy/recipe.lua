@@ -4,6 +4,22 @@
 -- shell (docs/engine-api.md, "Recipes"). Pure Lua over ctx; in the sandbox.
 local validate = require "cozy.validate"
 
+---@class cozy.Permission a grant a migration declares in `permissions`
+---@field verb string
+---@field group? string "" the core group
+---@field resource string the plural
+---@field namespace? string
+---@field check_only? boolean
+
+---@class cozy.MigrationTable what a migration file returns (docs/engine-api.md, "The migration table")
+---@field description string
+---@field permissions? cozy.Permission[]
+---@field timeout? number seconds
+---@field run? fun(ctx: cozy.Ctx)
+---@field check? fun(ctx: cozy.Ctx)
+---@field walk? fun(ctx: cozy.Ctx)
+
+---@class cozy.recipe
 local recipe = {}
 
 -- The core group's resources: a name without a group must be one of them,
@@ -47,6 +63,10 @@ end
 --- time, like the recipes'.
 ---   permissions = recipe.permissions("kuberneteses.apps.cozystack.io", { "list", "get", "patch" })
 --- opts: namespace (the grant's), check_only (as a permission's own field).
+---@param resources string|string[] plural (core) or plural.group, or a list of them
+---@param verbs string[] lowercase verbs ("get", "list", "patch", ...)
+---@param opts? { namespace?: string, check_only?: boolean }
+---@return cozy.Permission[]
 function recipe.permissions(resources, verbs, opts)
   if type(resources) ~= "table" then resources = { resources } end
   validate.arg(2, "cozy.recipe: permissions(resource, verbs)", "verbs", verbs, is_list, { says = "a list of verbs" })
@@ -71,6 +91,8 @@ end
 --- when there is something to delete; an API the server does not serve (a CRD
 --- not installed) and an absent object are nothing to do, logged; an object
 --- deleted between the read and the delete is done.
+---@param spec { [1]: string, name: string, namespace?: string, description: string, timeout?: number } the resource (plural or plural.group) and the object
+---@return cozy.MigrationTable migration
 function recipe.delete(spec)
   validate.arg(2, "cozy.recipe: delete{...}", "its argument", spec, "table", { show = "got" })
   local name, plural, group = spec.name, parse(spec[1])

@@ -5,7 +5,8 @@
 -- what it must be (a type name, a list of them, or a predicate) and whether
 -- it may be absent. What it must be is a type name (type()'s, or "integer",
 -- "non-empty string"), a list of them (any one), { one_of = { values } } (one
--- of these values), or a predicate (a function returning true when it is). A value that is not what it must be raises
+-- of these values), or a predicate (a function returning true when it is).
+-- A value that is not what it must be raises
 --
 --   <where>: <name> must be <what>[, not <value> | , got <value>]
 --
@@ -55,14 +56,16 @@ local function says_of(expected)
   return table.concat(words, ", ", 1, #words - 1) .. " or " .. words[#words]
 end
 
--- How a value is shown after "not"/"got": a string quoted (cut), else its type.
-local function shown(v)
+--- How a value is shown after "not"/"got": a string quoted (cut), else its type.
+---@param v any
+---@return string
+function validate.shown(v)
   if type(v) == "string" then
     return #v > 60 and ("%q..."):format(v:sub(1, 60)) or ("%q"):format(v)
   end
   return "a " .. type(v)
 end
-validate.shown = shown
+local shown = validate.shown
 
 local function accepts(value, expected)
   local t = type(expected)
@@ -110,7 +113,8 @@ end
 ---@param where string|nil what is checked ("update_each(items, edit, opts)"), the message's prefix
 ---@param name string the argument as the message names it
 ---@param value any
----@param expected cozy.validate.expected a type name ("table", "integer", "non-empty string", ...), a list of them, { one_of = { values } }, or a predicate
+---@param expected cozy.validate.expected a type name ("table", "integer", "non-empty string", ...),
+--- a list of them, { one_of = { values } }, or a predicate
 ---@param more? boolean|cozy.validate.more true: optional
 ---@return any value the value, checked
 function validate.arg(level, where, name, value, expected, more)

@@ -325,7 +325,8 @@ end
 -- opts: view (the step's client view), log (the engine's logger for the
 -- step), namespace, from, to, mode ("run"|"plan"|"check"), findings (the
 -- engine's own array that ctx.finding appends plain copies to).
--- Returns the ctx a migration receives.
+-- Returns the ctx a migration receives (its LuaCATS class: types/cozy/ctx.lua).
+---@return cozy.Ctx
 function context.new(opts)
   local logger = opts.log
   local findings = opts.findings or {}
