@@ -4,7 +4,8 @@
 -- its parameters, and every field of a ctx built as the runner builds it
 -- (and of the tables it hands out: ctx.kube, a resource, a pager, ctx.log, a
 -- progress bar, a queue, a join) is declared in types/cozy/ctx.lua, each
--- function with its block. A function added without one fails here.
+-- function with its block, and nothing is declared there that ctx lacks. A
+-- function added without one fails here.
 local context = require "cozy.runner.context"
 local files = require "spec.helpers.files"
 
@@ -155,6 +156,10 @@ describe("LuaCATS annotations of ctx (types/cozy/ctx.lua)", function()
       if why then gaps[#gaps + 1] = ("%s.%s: %s"):format(class, k, why) end
     end
     assert.is_true(n > 0, class .. " has no fields")
+    -- and nothing declared that ctx does not have: completion offers only what is there
+    for name in pairs(defs[c.var] or {}) do
+      if t[name] == nil then gaps[#gaps + 1] = ("%s.%s: declared, not in ctx"):format(class, name) end
+    end
     table.sort(gaps)
     return gaps
   end

@@ -129,7 +129,7 @@ local function resource_facade(res, logger, warned)
     end
     return counts, failures
   end)
-  for _, name in ipairs({ "get", "find", "create", "merge_patch", "json_patch", "delete", "update", "change",
+  for _, name in ipairs({ "get", "find", "create", "apply", "merge_patch", "json_patch", "delete", "update", "change",
       "read_back", "path", "collection_path" }) do
     local fn = res[name]
     r[name] = method(r, function(...) return fn(res, ...) end)
