@@ -342,7 +342,10 @@ obj.SERVER_SET_METADATA = { "resourceVersion", "uid", "generation", "creationTim
 ---@param opts? { keep_status?: boolean }
 ---@return cozy.Object copy
 function obj.clean(o, opts)
-  if type(o) ~= "table" then error("obj.clean: expects an object (a table), got " .. type(o), 2) end
+  validate.args(2, "obj.clean(o, opts)", {
+    { "o", o, "table", { says = "an object (a table)", show = "got" } },
+    { "opts", opts, "table", true },
+  })
   local c = json.copy(o)
   if type(c.metadata) == "table" then
     for _, k in ipairs(obj.SERVER_SET_METADATA) do c.metadata[k] = nil end

@@ -134,6 +134,17 @@ describe("server-side apply", function()
     assert.is_nil(h:object("ConfigMap", "cozy-system", "app"))
   end)
 
+  it("in check: a finding naming the object and the applied fields, nothing sent", function()
+    h:reset { cli.fixture(1, { cli.configmap("app", { keep = "x" }) }) }
+    local res = h:migrate(load(MIGRATION), { mode = "check" })
+    assert.no_writes()
+    assert.equal(1, #res.findings)
+    assert.equal("would patch configmaps cozy-system/app", res.findings[1].message)
+    assert.equal("app", res.findings[1].fields.name)
+    assert.matches('"data":{"color":"blue"}', res.findings[1].fields.change, 1, true)
+    assert.same({ keep = "x" }, h:object("ConfigMap", "cozy-system", "app").data)
+  end)
+
   it("refuses an apply without a field manager or a name before sending anything", function()
     local cms = configmaps()
     assert.has_error(function() cms:apply(app { color = "x" }, {}) end,

@@ -1,7 +1,8 @@
 -- The migration API's LuaCATS annotations (as lua-language-server reads
 -- them; docs/authoring.md, "Editor completion"): every function cozy.obj,
--- cozy.match and cozy.recipe export has an annotation block naming each of
--- its parameters, and every field of a ctx built as the runner builds it
+-- cozy.match, cozy.recipe, cozy.base64 and cozy.validate export has an
+-- annotation block naming each of its parameters, and every field of a ctx
+-- built as the runner builds it
 -- (and of the tables it hands out: ctx.kube, a resource, a pager, ctx.log, a
 -- progress bar, a queue, a join) is declared in types/cozy/ctx.lua, each
 -- function with its block, and nothing is declared there that ctx lacks. A
@@ -78,6 +79,7 @@ local MODULES = {
   { "cozy.obj", "scripts/cozy/obj.lua", "obj" },
   { "cozy.match", "scripts/cozy/match.lua", "match" },
   { "cozy.recipe", "scripts/cozy/recipe.lua", "recipe" },
+  { "cozy.base64", "scripts/cozy/base64.lua", "base64" },
   { "cozy.validate", "scripts/cozy/validate.lua", "validate" },
 }
 

@@ -61,10 +61,8 @@ function client.connect(opts)
   opts = opts or {}
   validate.arg(2, "kube.connect", "options", opts, "table")
   local dry = opts.dry_run
-  if dry ~= nil and dry ~= "server" and dry ~= "client" and dry ~= "rehearse" then
-    error(("kube.connect: dry_run must be nil, \"server\", \"client\" or \"rehearse\", got %q")
-      :format(tostring(dry)), 2)
-  end
+  validate.arg(2, "kube.connect", "dry_run", dry, { one_of = { "server", "client", "rehearse" } },
+    { optional = true, says = 'nil, "server", "client" or "rehearse"', show = "got" })
   local t, cerr = transport.new {
     kubeconfig = opts.kubeconfig, context = opts.context,
     request_timeout = opts.request_timeout or client.defaults.request_timeout,

@@ -175,9 +175,8 @@ local function with_exists(o)
   return type(o) == "table" and (o.exists == nil or o.exists == "skip" or o.exists == "fail")
 end
 function Resource:create(obj, opts)
-  if type(obj) ~= "table" or type(obj.metadata) ~= "table" then
-    error("create(obj): obj.metadata is required", 2)
-  end
+  validate.arg(2, "create(obj)", "obj", obj, "table")
+  validate.arg(2, "create(obj)", "obj.metadata", obj.metadata, "table")
   validate.arg(2, "create", "opts", opts, with_exists,
     { optional = true, says = 'a table whose exists is "skip" or "fail"' })
   local if_absent = opts ~= nil and opts.exists == "skip"
