@@ -245,9 +245,8 @@ function Resource:apply(obj, opts)
   validate.arg(2, "apply(obj, opts)", "opts", opts, apply_options,
     { says = "a table { field_manager = a name of 1 to 128 bytes, force = nil or a boolean }" })
   local body = fill_type(self, patch.deepcopy(obj), self.kind)
-  if type(body.kind) ~= "string" then
-    error(("apply(obj, opts): obj.kind is required (%s has no kind known to the client)"):format(self.plural), 2)
-  end
+  validate.arg(2, "apply(obj, opts)", "obj.kind", body.kind, "string",
+    { says = ("a string (%s has no kind known to the client)"):format(self.plural) })
   local ns, name = body.metadata.namespace, body.metadata.name
   if self.namespaced and ns == nil then
     error(("apply(obj, opts): %s is namespaced and obj.metadata.namespace is not set"):format(self.plural), 2)
