@@ -106,6 +106,34 @@ describe("server-side apply", function()
     assert.matches('conflict with "team-c"', err.message, 1, true)
   end)
 
+  it("words conflicts and records managers as kube-apiserver does: the message, its causes, managedFields", function()
+    local cms = configmaps()
+    cms:apply(app { a = "1", b = "2" }, { field_manager = "team-a" })
+    cms:apply(app { c = "1" }, { field_manager = "team-z" })
+    local ok, err = pcall(cms.apply, cms, app { a = "9", b = "8", c = "7" }, { field_manager = "team-b" })
+    assert.is_false(ok)
+    assert.equal('Apply failed with 3 conflicts: conflicts with "team-a":\n- .data.a\n- .data.b\n'
+      .. 'conflicts with "team-z":\n- .data.c', err.message)
+    assert.same({
+      { field = ".data.a", message = 'conflict with "team-a"', reason = "FieldManagerConflict" },
+      { field = ".data.b", message = 'conflict with "team-a"', reason = "FieldManagerConflict" },
+      { field = ".data.c", message = 'conflict with "team-z"', reason = "FieldManagerConflict" },
+    }, err.details.causes)
+    ok, err = pcall(cms.apply, cms, app { a = "9" }, { field_manager = "team-b" })
+    assert.equal('Apply failed with 1 conflict: conflict with "team-a": .data.a', err.message)
+    local fields = {}
+    for _, e in ipairs(h:object("ConfigMap", "cozy-system", "app").metadata.managedFields) do
+      fields[e.manager] = { e.operation, e.apiVersion, e.fieldsType, e.fieldsV1 }
+    end
+    assert.same({
+      ["team-a"] = { "Apply", "v1", "FieldsV1", { ["f:data"] = { ["f:a"] = {}, ["f:b"] = {} } } },
+      ["team-z"] = { "Apply", "v1", "FieldsV1", { ["f:data"] = { ["f:c"] = {} } } },
+    }, fields)
+    -- team-a no longer applies b, which it alone owned: b goes, team-z's c stays
+    cms:apply(app { a = "1" }, { field_manager = "team-a" })
+    assert.same({ a = "1", c = "1" }, h:object("ConfigMap", "cozy-system", "app").data)
+  end)
+
   it("from a migration: the gate admits it as a patch, and the object is created and read back", function()
     local ran = h:migrate(load(MIGRATION))
     assert.same({ applied = "blue", read = "blue", kept = "none" }, ran.outcome.counts)

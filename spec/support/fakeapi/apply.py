@@ -99,21 +99,22 @@ def owners(obj):
 
 
 def conflicts(current, applied, paths, manager, others):
-    """[(manager, apiVersion, path)] of the fields another manager owns with another value."""
+    """[(manager, path)] of the fields another manager owns with another value."""
     out = []
-    for other, (version, owned) in sorted(others.items()):
+    for other, (_, owned) in sorted(others.items()):
         if other == manager:
             continue
         for p in sorted(paths):
             if any(overlaps(p, q) for q in owned) and value_at(current, p) != value_at(applied, p):
-                out.append((other, version, p))
+                out.append((other, p))
     return out
 
 
 def err_apply_conflict(found):
-    """409 as the real server words it (sigs.k8s.io/structured-merge-diff's conflicts)."""
-    causes = [{"type": "FieldManagerConflict", "message": 'conflict with "%s" using %s' % (m, v),
-               "field": "." + ".".join(p)} for m, v, p in found]
+    """409 as the real server words it (structured-merge-diff's conflicts, an apply
+    manager named by its name alone, as the apiserver's printManager does)."""
+    causes = [{"reason": "FieldManagerConflict", "message": 'conflict with "%s"' % m,
+               "field": "." + ".".join(p)} for m, p in found]
     if len(found) == 1:
         text = "Apply failed with 1 conflict: %s: %s" % (causes[0]["message"], causes[0]["field"])
     else:
