@@ -13,7 +13,8 @@
 -- positioned at the line that called the checked function (as Lua's own
 -- argument errors are), never at the engine's: `level` counts as error()'s
 -- does from the function that calls the validator (2, its caller, is the
--- usual). In a step, such a message is what the step executor turns into the
+-- usual), and frames of the engine's own above it are passed over (a
+-- migration's call through ctx's wrappers names the migration's line). In a step, such a message is what the step executor turns into the
 -- engine's one error shape (cozy.errors, kind "migration", naming the
 -- migration), as any error("...") a migration raises.
 --
@@ -85,6 +86,27 @@ end
 
 local shows = { ["not"] = ", not ", got = ", got " }
 
+-- Raises message at `level` (counted from the validator's caller, as
+-- error()'s), moved up past the engine's own frames (chunks of scripts/cozy/,
+-- and C functions between them): the line named is the first outside the
+-- engine that led to the call, a migration's through ctx's wrappers and
+-- proxies, however many engine frames lie between. When every frame above
+-- is the engine's (engine code calling engine code), `level` stands.
+local function raise(message, level)
+  local at = level + 2 -- from here: 1 raise, 2 the validator, 3 its caller
+  local probe = at
+  while true do
+    local info = debug.getinfo(probe, "S")
+    if info == nil then
+      probe = at
+      break
+    end
+    if info.what ~= "C" and not info.source:find("^@scripts/cozy/") then break end
+    probe = probe + 1
+  end
+  error(message, probe)
+end
+
 -- The message for a value `name` that is not `expected` (more: see validate.arg).
 local function message(where, name, value, expected, more)
   local says = more.says or (type(expected) ~= "function" and says_of(expected)) or "valid"
@@ -121,7 +143,7 @@ function validate.arg(level, where, name, value, expected, more)
   more = normalized(more)
   if value == nil and more.optional then return value end
   if accepts(value, expected) then return value end
-  error(message(where, name, value, expected, more), level + 1)
+  raise(message(where, name, value, expected, more), level)
 end
 
 --- Why a value is not what it must be ("<name> must be <what>..."), or nil
@@ -150,7 +172,7 @@ function validate.args(level, where, tuples)
     local more = normalized(tuple[4])
     local value = tuple[2]
     if not (value == nil and more.optional) and not accepts(value, tuple[3]) then
-      error(message(where, tuple[1], value, tuple[3], more), level + 1)
+      raise(message(where, tuple[1], value, tuple[3], more), level)
     end
   end
 end

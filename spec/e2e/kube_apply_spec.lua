@@ -120,6 +120,7 @@ describe("server-side apply", function()
       { field = ".data.c", message = 'conflict with "team-z"', reason = "FieldManagerConflict" },
     }, err.details.causes)
     ok, err = pcall(cms.apply, cms, app { a = "9" }, { field_manager = "team-b" })
+    assert.is_false(ok)
     assert.equal('Apply failed with 1 conflict: conflict with "team-a": .data.a', err.message)
     local fields = {}
     for _, e in ipairs(h:object("ConfigMap", "cozy-system", "app").metadata.managedFields) do
@@ -160,6 +161,20 @@ describe("server-side apply", function()
     ran = h:migrate(load(MIGRATION), { mode = "plan", client = kube.connect(o) })
     assert.same({ applied = "blue", read = "blue", kept = "none" }, ran.outcome.counts)
     assert.is_nil(h:object("ConfigMap", "cozy-system", "app"))
+  end)
+
+  it("in a client dry run: recorded with its field manager, answered with the fields merged locally, nothing sent",
+      function()
+    h:reset { cli.fixture(1, { cli.configmap("app", { keep = "x" }) }) }
+    local ran = h:migrate(load(MIGRATION), { mode = "plan" })
+    assert.no_writes()
+    assert.equal("blue", ran.outcome.counts.applied)
+    assert.equal(1, #ran.writes)
+    local w = ran.writes[1]
+    assert.equal("PATCH", w.method)
+    assert.equal("application/apply-patch+yaml", w.content_type)
+    assert.same({ fieldManager = "team-a" }, w.query)
+    assert.same({ color = "blue" }, w.body.data)
   end)
 
   it("in check: a finding naming the object and the applied fields, nothing sent", function()

@@ -73,6 +73,33 @@ describe("cozy.validate.arg", function()
   end)
 end)
 
+describe("cozy.validate's position past the engine's frames", function()
+  it("names the first line outside scripts/cozy/, however many engine wrappers lie between", function()
+    local function checked(opts) validate.arg(2, "checked(opts)", "opts", opts, "table") end
+    -- two wrappers that are the engine's (by their chunk's name), neither a tail call
+    local wrap = assert(load("local f = ...; return function(x) local r = f(x); return r end",
+      "@scripts/cozy/wrapper.lua"))
+    local twice = wrap(wrap(checked))
+    local line = debug.getinfo(1, "l").currentline + 1
+    local ok, err = pcall(function() local _ = twice(5) end)
+    assert.is_false(ok)
+    assert.equal(("%s:%d: checked(opts): opts must be a table"):format(THIS_FILE, line), err)
+  end)
+
+  it("keeps the level given when every frame above is the engine's", function()
+    local run = assert(load([[
+      local validate = require "cozy.validate"
+      local function checked(v) validate.arg(2, "f(v)", "v", v, "string") end
+      local function engine() checked(1) end
+      local ok, err = pcall(engine)
+      return err
+    ]], "@scripts/cozy/inner.lua"))
+    -- run as a coroutine's body: the engine chunk is the stack's last frame
+    -- (no spec frame above it), so the level given names its line 3
+    assert.equal("scripts/cozy/inner.lua:3: f(v): v must be a string", coroutine.wrap(run)())
+  end)
+end)
+
 describe("cozy.validate.args", function()
   it("checks each tuple in order, a tuple's nil value included, and names the first that fails", function()
     local function f(a, b, c)
