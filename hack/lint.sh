@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Lint, as CI runs it (hack/test.sh): luacheck over the Lua runtime, the
-# migrations and the specs (.luacheckrc); hack/spec-lint.lua over the specs
+# Lint, as CI runs it (hack/test.sh): luacheck over the Lua runtime, its
+# LuaCATS definitions (types/), the migrations and the specs (.luacheckrc); hack/spec-lint.lua over the specs
 # (spec/README.md, "What every spec holds to"); cppcheck over core/ with the
 # checks below; gofmt and go vet over the Go test tooling (spec/support/go,
 # spec/support/tools, bench/clientgo); shellcheck over the shell scripts;
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 status=0
 echo "--- luacheck"
-luacheck --no-color -q scripts migrations spec bench deploy || status=1
+luacheck --no-color -q scripts migrations spec bench deploy types || status=1
 echo "--- spec-lint"
 lua5.4 hack/spec-lint.lua || status=1
 

@@ -7,6 +7,9 @@
 -- canonically, so what a migration reads from a Secret always decodes. Pure
 -- Lua: under the step's watch like the migration's own code, linear in the
 -- input.
+local validate = require "cozy.validate"
+
+---@class cozy.base64
 local base64 = {}
 
 local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -14,9 +17,7 @@ local value_of = {}
 for i = 1, #ALPHABET do value_of[ALPHABET:byte(i)] = i - 1 end
 
 local function check_string(fn, s)
-  if type(s) ~= "string" then
-    error(("cozy.base64.%s: expects a string, got %s"):format(fn, type(s)), 3)
-  end
+  validate.arg(3, "cozy.base64." .. fn, "its argument", s, "string", { show = "got" })
 end
 
 -- The alphabet's character for the 6-bit group of v at bit offset `shift`.
@@ -26,6 +27,8 @@ local function char_at(v, shift)
 end
 
 --- s (any bytes) as base64 text.
+---@param s string
+---@return string
 function base64.encode(s)
   check_string("encode", s)
   local out, n = {}, #s
@@ -50,6 +53,8 @@ end
 
 --- The bytes base64 text s stands for; raises on anything that is not
 --- canonical base64 (no white space, no URL-safe alphabet).
+---@param s string
+---@return string
 function base64.decode(s)
   check_string("decode", s)
   local n = #s

@@ -17,6 +17,9 @@
 -- one-star backtrack, a regex as a Thompson NFA, Pike's simulation), so no
 -- pattern can make a match take exponential time, and both are pure Lua
 -- under the step's watch. Patterns are compiled once and kept (bounded).
+local validate = require "cozy.validate"
+
+---@class cozy.match
 local match = {}
 
 local MAX_PROGRAM = 10000 -- instructions a regex may compile to ({m,n} expands)
@@ -381,9 +384,7 @@ end
 -- against a few patterns, but may build a pattern per object.
 local cache, cached = { glob = {}, regex = {} }, 0
 local function compiled(kind, pattern, compile)
-  if type(pattern) ~= "string" then
-    error(("cozy.match: a %s must be a string, not a %s"):format(kind, type(pattern)), 3)
-  end
+  validate.arg(3, "cozy.match", "a " .. kind, pattern, "string", { show = "not" })
   local c = cache[kind][pattern]
   if c == nil then
     local ok, res = pcall(compile, pattern)
@@ -399,22 +400,27 @@ local function compiled(kind, pattern, compile)
 end
 
 local function subject(s)
-  if type(s) ~= "string" then error(("cozy.match: the name must be a string, not a %s"):format(type(s)), 3) end
+  validate.arg(3, "cozy.match", "the name", s, "string", { show = "not" })
   return s
 end
 
--- Does the whole of name match the glob?
+--- Does the whole of name match the glob?
+---@param pattern string a glob, as the shell's `case` reads it
+---@param name string
+---@return boolean
 function match.glob(pattern, name)
   local toks = compiled("glob", pattern, compile_glob)
   return glob_match(toks, subject(name))
 end
 
--- Does name match any of the globs (an array; a single string is one glob)?
+--- Does name match any of the globs (an array; a single string is one glob)?
+---@param patterns string|string[] globs
+---@param name string
+---@return boolean
 function match.any(patterns, name)
   if type(patterns) == "string" then patterns = { patterns } end
-  if type(patterns) ~= "table" then
-    error(("cozy.match: any(globs, name): globs must be an array of strings, not a %s"):format(type(patterns)), 2)
-  end
+  validate.arg(2, "cozy.match: any(globs, name)", "globs", patterns, "table",
+    { says = "an array of strings", show = "not" })
   subject(name)
   for _, p in ipairs(patterns) do
     if glob_match(compiled("glob", p, compile_glob), name) then return true end
@@ -422,14 +428,20 @@ function match.any(patterns, name)
   return false
 end
 
--- Does the regular expression match somewhere in name (grep -E)?
+--- Does the regular expression match somewhere in name (grep -E)?
+---@param re string an extended regular expression (a linear-time subset of grep -E's)
+---@param name string
+---@return boolean
 function match.regex(re, name)
   local prog = compiled("regex", re, compile_regex)
   return regex_search(prog, subject(name))
 end
 
--- Raises unless pattern is a valid glob (or regex, kind = "regex"): to
--- check a migration's patterns once, up front, before anything is read.
+--- Raises unless pattern is a valid glob (or regex, kind = "regex"): to
+--- check a migration's patterns once, up front, before anything is read.
+---@param pattern string
+---@param kind? "glob"|"regex" default "glob"
+---@return string pattern
 function match.check(pattern, kind)
   if kind == "regex" then
     compiled("regex", pattern, compile_regex)

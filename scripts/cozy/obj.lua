@@ -3,7 +3,25 @@
 -- API server sends and never raises on a missing or mistyped field: a
 -- migration's rule reads like the description it implements.
 local json = require "cozy.json"
+local validate = require "cozy.validate"
 
+---@class cozy.Object: table a decoded Kubernetes object (cozy.json tables)
+---@field apiVersion? string
+---@field kind? string
+---@field metadata? cozy.ObjectMeta
+---@field spec? table
+---@field status? table
+
+---@class cozy.ObjectMeta: table
+---@field name? string
+---@field namespace? string
+---@field uid? string
+---@field labels? table<string, string>
+---@field annotations? table<string, string>
+
+---@alias cozy.Path string|(string|integer)[] a dotted path ("spec.template.spec") or an array of steps
+
+---@class cozy.obj
 local obj = {}
 
 local null = json.null
@@ -28,11 +46,14 @@ local function steps(path)
   return s
 end
 
--- The value at a dotted path ("spec.template.spec"), or nil as soon as a
--- step is missing or not a table (JSON null included). Array elements are
--- reached with numbers: get(vm, "spec.template.spec.volumes.1.name"). The
--- path may be an array of steps instead, each a key or an index as it is:
--- get(o, { "metadata", "labels", "apps.cozystack.io/application.name" }).
+--- The value at a dotted path ("spec.template.spec"), or nil as soon as a
+--- step is missing or not a table (JSON null included). Array elements are
+--- reached with numbers: get(vm, "spec.template.spec.volumes.1.name"). The
+--- path may be an array of steps instead, each a key or an index as it is:
+--- get(o, { "metadata", "labels", "apps.cozystack.io/application.name" }).
+---@param o any an object (or any value: nil when it is not a table)
+---@param path cozy.Path
+---@return any|nil value the value, nil when absent or JSON null
 function obj.get(o, path)
   local s = steps(path)
   for i = 1, #s do
@@ -43,14 +64,19 @@ function obj.get(o, path)
   return o
 end
 
--- The array at a dotted path, or an empty one: `for _, v in ipairs(obj.list(vm, "..."))`.
+--- The array at a dotted path, or an empty one: `for _, v in ipairs(obj.list(vm, "..."))`.
+---@param o any
+---@param path cozy.Path
+---@return any[] array the array there, or a new empty one
 function obj.list(o, path)
   local v = obj.get(o, path)
   if type(v) ~= "table" then return {} end
   return v
 end
 
--- "namespace/name" (or "name" for a cluster-scoped object).
+--- "namespace/name" (or "name" for a cluster-scoped object).
+---@param o cozy.Object
+---@return string key "namespace/name" or "name"
 function obj.key(o)
   local md = type(o) == "table" and type(o.metadata) == "table" and o.metadata or {}
   local name = tostring(md.name)
@@ -58,16 +84,22 @@ function obj.key(o)
   return name
 end
 
--- Just what names o (apiVersion, kind, metadata name, namespace, uid): to keep
--- for a finding or a log line without holding the whole object.
+--- Just what names o (apiVersion, kind, metadata name, namespace, uid): to keep
+--- for a finding or a log line without holding the whole object.
+---@param o cozy.Object
+---@return cozy.Object identity apiVersion, kind and metadata's name, namespace and uid
 function obj.identity(o)
   local md = type(o) == "table" and type(o.metadata) == "table" and o.metadata or {}
   return { apiVersion = o and o.apiVersion, kind = o and o.kind,
            metadata = { name = md.name, namespace = md.namespace, uid = md.uid } }
 end
 
--- The controller ownerReference of o, optionally only of `kind` (and of an
--- apiVersion in `group`): { apiVersion, kind, name, uid, ... } or nil.
+--- The controller ownerReference of o, optionally only of `kind` (and of an
+--- apiVersion in `group`): { apiVersion, kind, name, uid, ... } or nil.
+---@param o cozy.Object
+---@param kind? string the owner's kind
+---@param group? string the owner's API group
+---@return table|nil ref the ownerReference
 function obj.controller_of(o, kind, group)
   for _, ref in ipairs(obj.list(o, "metadata.ownerReferences")) do
     if type(ref) == "table" and ref.controller == true and (kind == nil or ref.kind == kind)
@@ -78,9 +110,12 @@ function obj.controller_of(o, kind, group)
   return nil
 end
 
--- A table of the items by fn(item) (default: obj.key), for joins; fn may be
--- a path instead (`"name"`, `"metadata.uid"`). A later item with the same key
--- replaces an earlier one.
+--- A table of the items by fn(item) (default: obj.key), for joins; fn may be
+--- a path instead (`"name"`, `"metadata.uid"`). A later item with the same key
+--- replaces an earlier one.
+---@param items any[]
+---@param fn? string|fun(item: any): any a path, or the key of an item (default obj.key)
+---@return table<any, any> index
 function obj.index_by(items, fn)
   if type(fn) == "string" then
     local path = fn
@@ -99,9 +134,12 @@ local function is_zero(v)
   return v == nil or v == false or v == "" or v == 0 or v == null
 end
 
--- Equality as Kubernetes compares API objects: an absent scalar equals its
--- zero value (false, "", 0, null), so `hotpluggable: false` written out
--- equals it left out; tables compare member by member.
+--- Equality as Kubernetes compares API objects: an absent scalar equals its
+--- zero value (false, "", 0, null), so `hotpluggable: false` written out
+--- equals it left out; tables compare member by member.
+---@param a any
+---@param b any
+---@return boolean
 function obj.equal(a, b)
   if type(a) ~= "table" or type(b) ~= "table" then
     if is_zero(a) and is_zero(b) then return true end
@@ -116,9 +154,13 @@ function obj.equal(a, b)
   return true
 end
 
--- Appends items to the array at a dotted path (or an array of steps) of o (a copy being edited),
--- creating the array and any object above it that is absent (or null).
--- Returns the array.
+--- Appends items to the array at a dotted path (or an array of steps) of o (a copy being edited),
+--- creating the array and any object above it that is absent (or null).
+--- Returns the array.
+---@param o cozy.Object a copy being edited
+---@param path cozy.Path
+---@param items any[]
+---@return any[] array the array, items appended
 function obj.append(o, path, items)
   local parts = {}
   if type(path) == "table" then
@@ -159,9 +201,12 @@ local function subdomain_ok(s)
   return true
 end
 
--- nil when key is a valid qualified name, else why not.
+--- nil when key is a valid qualified name, else why not.
+---@param key any a label or annotation key
+---@return string|nil why nil when the key is valid
 function obj.key_error(key)
-  if type(key) ~= "string" then return ("a key must be a string, not a %s"):format(type(key)) end
+  local not_string = validate.why("a key", key, "string", { show = "not" })
+  if not_string then return not_string end
   local prefix, name = key:match("^([^/]*)/(.*)$")
   if prefix == nil then
     name = key
@@ -180,9 +225,12 @@ function obj.key_error(key)
   return nil
 end
 
--- nil when v is a valid label value ("" included), else why not.
+--- nil when v is a valid label value ("" included), else why not.
+---@param v any a label value
+---@return string|nil why nil when the value is valid
 function obj.label_value_error(v)
-  if type(v) ~= "string" then return ("a label value must be a string, not a %s"):format(type(v)) end
+  local not_string = validate.why("a label value", v, "string", { show = "not" })
+  if not_string then return not_string end
   if v == "" then return nil end
   if #v > NAME_MAX then return ("%q: a label value must be no more than %d characters"):format(v, NAME_MAX) end
   if not name_part_ok(v) then return ("%q: a label value must be empty or consist of %s"):format(v, NAME_CHARS) end
@@ -207,18 +255,31 @@ end
 
 -- The map metadata[field] of o (a copy being edited), created when absent.
 local function map_of(o, field)
-  if type(o) ~= "table" then error("cozy.obj: the object must be a table", 3) end
+  validate.arg(3, "cozy.obj", "the object", o, "table")
   if type(o.metadata) ~= "table" then o.metadata = json.object {} end
   if type(o.metadata[field]) ~= "table" then o.metadata[field] = json.object {} end
   return o.metadata[field]
 end
 
--- Labels and annotations of an object: read as they are, written on a copy
--- being edited (change, update_each), keys and label values checked first.
--- set_* returns true when it changed the value; remove_* when there was one.
+--- Labels and annotations of an object: read as they are, written on a copy
+--- being edited (change, update_each), keys and label values checked first.
+--- set_* returns true when it changed the value; remove_* when there was one.
+--- The value of label `key` of o, or nil.
+---@param o cozy.Object
+---@param key string
+---@return string|nil
 function obj.label(o, key) return value_of(o, "labels", key) end
+--- The value of annotation `key` of o, or nil.
+---@param o cozy.Object
+---@param key string
+---@return string|nil
 function obj.annotation(o, key) return value_of(o, "annotations", key) end
 
+--- Sets label `key` of o (a copy being edited); raises on a key or value the API server would refuse.
+---@param o cozy.Object
+---@param key string
+---@param value string
+---@return boolean changed
 function obj.set_label(o, key, value)
   checked_key("label", key)
   local why = obj.label_value_error(value)
@@ -229,11 +290,14 @@ function obj.set_label(o, key, value)
   return true
 end
 
+--- Sets annotation `key` of o (a copy being edited); raises on a key the API server would refuse.
+---@param o cozy.Object
+---@param key string
+---@param value string
+---@return boolean changed
 function obj.set_annotation(o, key, value)
   checked_key("annotation", key)
-  if type(value) ~= "string" then
-    error(("cozy.obj: an annotation value must be a string, not a %s"):format(type(value)), 2)
-  end
+  validate.arg(2, "cozy.obj", "an annotation value", value, "string", { show = "not" })
   local map = map_of(o, "annotations")
   if map[key] == value then return false end
   map[key] = value
@@ -247,11 +311,19 @@ local function remove(o, field, key)
   return true
 end
 
+--- Removes label `key` of o (a copy being edited).
+---@param o cozy.Object
+---@param key string
+---@return boolean removed whether there was one
 function obj.remove_label(o, key)
   checked_key("label", key)
   return remove(o, "labels", key)
 end
 
+--- Removes annotation `key` of o (a copy being edited).
+---@param o cozy.Object
+---@param key string
+---@return boolean removed whether there was one
 function obj.remove_annotation(o, key)
   checked_key("annotation", key)
   return remove(o, "annotations", key)
@@ -262,12 +334,18 @@ end
 obj.SERVER_SET_METADATA = { "resourceVersion", "uid", "generation", "creationTimestamp",
   "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink" }
 
--- A deep copy of o without what the API server sets: the metadata above and,
--- unless opts.keep_status, `status` (a create ignores it; its controller
--- writes it). What remains is what a create of the copy would send: a new
--- name or namespace is the caller's to set. o itself is not changed.
+--- A deep copy of o without what the API server sets: the metadata above and,
+--- unless opts.keep_status, `status` (a create ignores it; its controller
+--- writes it). What remains is what a create of the copy would send: a new
+--- name or namespace is the caller's to set. o itself is not changed.
+---@param o cozy.Object
+---@param opts? { keep_status?: boolean }
+---@return cozy.Object copy
 function obj.clean(o, opts)
-  if type(o) ~= "table" then error("obj.clean: expects an object (a table), got " .. type(o), 2) end
+  validate.args(2, "obj.clean(o, opts)", {
+    { "o", o, "table", { says = "an object (a table)", show = "got" } },
+    { "opts", opts, "table", true },
+  })
   local c = json.copy(o)
   if type(c.metadata) == "table" then
     for _, k in ipairs(obj.SERVER_SET_METADATA) do c.metadata[k] = nil end
@@ -300,12 +378,18 @@ local function walk(v, fn, path)
   return replaced
 end
 
+--- jq's walk(f) over v (see walk above): a new document; v is not changed.
+---@param v any
+---@param fn fun(value: any, path: (string|integer)[]): any nil keeps the value
+---@return any document
 function obj.walk(v, fn)
-  if type(fn) ~= "function" then error("obj.walk(v, fn): fn must be a function(value, path)", 2) end
+  validate.arg(2, "obj.walk(v, fn)", "fn", fn, "function", { says = "a function(value, path)" })
   return walk(v, fn, {})
 end
 
--- The names of the items ("a,b,c"), for log lines.
+--- The names of the items ("a,b,c"), for log lines.
+---@param items any[] objects or names
+---@return string names "a,b,c"
 function obj.names(items)
   local names = {}
   for i, item in ipairs(items) do names[i] = tostring(type(item) == "table" and item.name or item) end

@@ -2,6 +2,24 @@
 -- scripts (`kubectl delete ... --ignore-not-found`): the migration table,
 -- its permissions and its walk, so that such a port is as short as its
 -- shell (docs/engine-api.md, "Recipes"). Pure Lua over ctx; in the sandbox.
+local validate = require "cozy.validate"
+
+---@class cozy.Permission a grant a migration declares in `permissions`
+---@field verb string
+---@field group? string "" the core group
+---@field resource string the plural
+---@field namespace? string
+---@field check_only? boolean
+
+---@class cozy.MigrationTable what a migration file returns (docs/engine-api.md, "The migration table")
+---@field description string
+---@field permissions? cozy.Permission[]
+---@field timeout? number seconds
+---@field run? fun(ctx: cozy.Ctx)
+---@field check? fun(ctx: cozy.Ctx)
+---@field walk? fun(ctx: cozy.Ctx)
+
+---@class cozy.recipe
 local recipe = {}
 
 -- The core group's resources: a name without a group must be one of them,
@@ -19,9 +37,12 @@ local function refuse(level, fmt, ...)
   error("cozy.recipe: " .. fmt:format(...), level + 1)
 end
 
+local function is_list(v) return type(v) == "table" and #v > 0 end
+local function is_word(v) return type(v) == "string" and v:match("^[a-z]+$") ~= nil end
+
 -- "plural" (core) or "plural.group" → plural, group; raises on anything else.
 local function parse(name)
-  if type(name) ~= "string" then refuse(3, "the resource (item 1) must be a string, got %s", type(name)) end
+  validate.arg(3, "cozy.recipe", "the resource (item 1)", name, "string", { show = "got" })
   local plural, group = name:match("^([a-z0-9-]+)%.([a-z0-9.-]+)$")
   if plural == nil then plural, group = name:match("^([a-z0-9-]+)$"), "" end
   if plural == nil then
@@ -42,16 +63,20 @@ end
 --- time, like the recipes'.
 ---   permissions = recipe.permissions("kuberneteses.apps.cozystack.io", { "list", "get", "patch" })
 --- opts: namespace (the grant's), check_only (as a permission's own field).
+---@param resources string|string[] plural (core) or plural.group, or a list of them
+---@param verbs string[] lowercase verbs ("get", "list", "patch", ...)
+---@param opts? { namespace?: string, check_only?: boolean }
+---@return cozy.Permission[]
 function recipe.permissions(resources, verbs, opts)
   if type(resources) ~= "table" then resources = { resources } end
-  if type(verbs) ~= "table" or #verbs == 0 then refuse(2, "permissions(resource, verbs): verbs must be a list of verbs") end
-  if opts ~= nil and type(opts) ~= "table" then refuse(2, "permissions(resource, verbs, opts): opts must be a table") end
+  validate.arg(2, "cozy.recipe: permissions(resource, verbs)", "verbs", verbs, is_list, { says = "a list of verbs" })
+  validate.arg(2, "cozy.recipe: permissions(resource, verbs, opts)", "opts", opts, "table", true)
   opts = opts or {}
   local out = {}
   for _, resource in ipairs(resources) do
     local plural, group = parse(resource)
     for i, verb in ipairs(verbs) do
-      if type(verb) ~= "string" or not verb:match("^[a-z]+$") then refuse(2, "permissions: verb %d must be a lowercase word", i) end
+      validate.arg(2, "cozy.recipe: permissions", ("verb %d"):format(i), verb, is_word, { says = "a lowercase word" })
       out[#out + 1] = { verb = verb, group = group, resource = plural, namespace = opts.namespace, check_only = opts.check_only }
     end
   end
@@ -66,13 +91,17 @@ end
 --- when there is something to delete; an API the server does not serve (a CRD
 --- not installed) and an absent object are nothing to do, logged; an object
 --- deleted between the read and the delete is done.
+---@param spec { [1]: string, name: string, namespace?: string, description: string, timeout?: number } the resource (plural or plural.group) and the object
+---@return cozy.MigrationTable migration
 function recipe.delete(spec)
-  if type(spec) ~= "table" then refuse(2, "delete{...}: expected a table, got %s", type(spec)) end
+  validate.arg(2, "cozy.recipe: delete{...}", "its argument", spec, "table", { show = "got" })
   local name, plural, group = spec.name, parse(spec[1])
-  if type(name) ~= "string" or name == "" then refuse(2, "delete{...}: name must be a non-empty string") end
-  if type(spec.description) ~= "string" then refuse(2, "delete{...}: description must be a string") end
   local ns = spec.namespace
-  if ns ~= nil and (type(ns) ~= "string" or ns == "") then refuse(2, "delete{...}: namespace must be a non-empty string") end
+  validate.args(2, "cozy.recipe: delete{...}", {
+    { "name", name, "non-empty string" },
+    { "description", spec.description, "string" },
+    { "namespace", ns, "non-empty string", true },
+  })
   local where = ns and (ns .. "/" .. name) or name
 
   return {

@@ -113,7 +113,7 @@ describe("cozy.kube basics (TLS + token)", function()
   end)
 
   it("rejects misuse with argument errors, not API errors", function()
-    assert.has_error(function() cms:create { data = {} } end, "create(obj): obj.metadata is required")
+    assert.has_error(function() cms:create { data = {} } end, "create(obj): obj.metadata must be a table")
     assert.has_error(function() cms:create { metadata = { name = "x" } } end,
       "create(obj): configmaps is namespaced and obj.metadata.namespace is not set")
     assert.has_error(function() cms:update("team-a", "cm-00", "not a function") end,

@@ -28,6 +28,6 @@ describe("obj.clean", function()
 
   it("takes an object without metadata, and refuses what is not a table", function()
     assert.same({ kind = "X" }, obj.clean({ kind = "X", status = {} }))
-    assert.has_error(function() obj.clean("x") end, "obj.clean: expects an object (a table), got string")
+    assert.has_error(function() obj.clean("x") end, 'obj.clean(o, opts): o must be an object (a table), got "x"')
   end)
 end)

@@ -19,6 +19,9 @@ local API_VERSION, PLURAL = "v1", "configmaps"   -- TODO: the objects this migra
 -- difference, and nothing when there is none (so a second run changes
 -- nothing). It decides from the object it is given: after a conflict the
 -- engine re-reads it and hands over a fresh copy. Returns true when it changed it.
+-- (The ---@ lines are LuaCATS types for editors: docs/authoring.md, "Editor completion".)
+---@param obj cozy.Object
+---@return boolean|nil changed
 local function change(obj)
   -- TODO: your change. To see the spec go green, uncomment this example:
   -- if not obj.metadata.labels.done then obj.metadata.labels.done = "yes"; return true end
@@ -43,6 +46,7 @@ return {
   -- One walk for run, plan and check: in check, every write it would make is
   -- a finding ("would patch ...") and nothing is sent. A risk is a
   -- ctx.finding("warn", ...), what must stop the upgrade ctx.finding("block", ...).
+  ---@param ctx cozy.Ctx
   walk = function(ctx)
     local objects = ctx.kube:resource(API_VERSION, PLURAL)
     -- each change guarded by a test of its resourceVersion, several in flight

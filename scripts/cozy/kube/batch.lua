@@ -5,6 +5,7 @@ local budget = require "cozy.kube.budget"
 local errors = require "cozy.kube.errors"
 local projection = require "cozy.kube.projection"
 local update = require "cozy.kube.update"
+local validate = require "cozy.validate"
 
 local batch = {}
 
@@ -19,19 +20,16 @@ local function each_args(items, edit, opts)
   elseif type(items) == "table" and (items[1] ~= nil or next(items) == nil) then
     local i = 0
     pull = function() i = i + 1 return items[i] end
-  elseif type(items) ~= "function" then
-    error("update_each(items, edit, opts): items must be an array, a list or a function returning the next item", 3)
+  else
+    validate.arg(3, "update_each(items, edit, opts)", "items", items, "function",
+      { says = "an array, a list or a function returning the next item" })
   end
-  if type(edit) ~= "function" then error("update_each: edit must be a function", 3) end
-  if opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail" then
-    error("update_each: opts.absent must be \"skip\" or \"fail\"", 3)
-  end
-  if opts.on_error ~= nil and opts.on_error ~= "stop" and opts.on_error ~= "continue" then
-    error("update_each: opts.on_error must be \"stop\" or \"continue\"", 3)
-  end
-  if opts.project ~= nil and type(opts.project) ~= "table" then
-    error("update_each: opts.project must be an array of dotted paths", 3)
-  end
+  validate.args(3, "update_each", {
+    { "edit", edit, "function" },
+    { "opts.absent", opts.absent, { one_of = { "skip", "fail" } }, true },
+    { "opts.on_error", opts.on_error, { one_of = { "stop", "continue" } }, true },
+    { "opts.project", opts.project, "table", { optional = true, says = "an array of dotted paths" } },
+  })
   return pull, opts.project and projection.new(opts.project)
 end
 

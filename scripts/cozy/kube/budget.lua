@@ -11,6 +11,7 @@
 -- when its answer is read, so the batch together never retries more than
 -- the pool, in parallel too.
 local sys = require "cozy.sys"
+local validate = require "cozy.validate"
 
 local budget = {}
 
@@ -33,7 +34,7 @@ end
 function budget.new(retry, batch, level)
   if retry == nil then return nil end
   level = (level or 1) + 1
-  if type(retry) ~= "table" then error("retry must be a table { attempts =, time = }", level) end
+  validate.arg(level, nil, "retry", retry, "table", { says = "a table { attempts =, time = }" })
   for k in pairs(retry) do
     local scope = keys[k]
     if scope == nil or (scope == "batch" and not batch) then
@@ -41,15 +42,14 @@ function budget.new(retry, batch, level)
         :format(tostring(k), batch and "attempts, time, batch_retries, batch_time" or "attempts, time"), level)
     end
   end
-  if retry.attempts ~= nil and not count(retry.attempts, 1) then
-    error("retry.attempts must be an integer of at least 1 (the first attempt included)", level)
-  end
-  if retry.batch_retries ~= nil and not count(retry.batch_retries, 0) then
-    error("retry.batch_retries must be an integer of at least 0", level)
-  end
-  for _, k in ipairs { "time", "batch_time" } do
-    if retry[k] ~= nil and not seconds(retry[k]) then error(("retry.%s must be a number of seconds"):format(k), level) end
-  end
+  validate.args(level, nil, {
+    { "retry.attempts", retry.attempts, function(v) return count(v, 1) end,
+      { optional = true, says = "an integer of at least 1 (the first attempt included)" } },
+    { "retry.batch_retries", retry.batch_retries, function(v) return count(v, 0) end,
+      { optional = true, says = "an integer of at least 0" } },
+    { "retry.time", retry.time, seconds, { optional = true, says = "a number of seconds" } },
+    { "retry.batch_time", retry.batch_time, seconds, { optional = true, says = "a number of seconds" } },
+  })
   return setmetatable({
     attempts = retry.attempts, time = retry.time, pool = retry.batch_retries,
     ends = retry.batch_time and sys.monotime() + retry.batch_time,

@@ -14,6 +14,7 @@ local rehearsal = require "cozy.kube.rehearsal"
 local resource = require "cozy.kube.resource"
 local trace = require "cozy.kube.trace"
 local text = require "cozy.text"
+local validate = require "cozy.validate"
 
 local client = {}
 
@@ -58,12 +59,10 @@ end
 
 function client.connect(opts)
   opts = opts or {}
-  if type(opts) ~= "table" then error("kube.connect: options must be a table", 2) end
+  validate.arg(2, "kube.connect", "options", opts, "table")
   local dry = opts.dry_run
-  if dry ~= nil and dry ~= "server" and dry ~= "client" and dry ~= "rehearse" then
-    error(("kube.connect: dry_run must be nil, \"server\", \"client\" or \"rehearse\", got %q")
-      :format(tostring(dry)), 2)
-  end
+  validate.arg(2, "kube.connect", "dry_run", dry, { one_of = { "server", "client", "rehearse" } },
+    { optional = true, says = 'nil, "server", "client" or "rehearse"', show = "got" })
   local t, cerr = transport.new {
     kubeconfig = opts.kubeconfig, context = opts.context,
     request_timeout = opts.request_timeout or client.defaults.request_timeout,
@@ -371,9 +370,8 @@ end
 -- version the server does not know (404) is "not served"; any other error
 -- raises: an unreachable server is never read as an absent API.
 function Client:served(api_version, plural)
-  if type(api_version) ~= "string" or type(plural) ~= "string" then
-    error("served(api_version, plural) expects two strings", 2)
-  end
+  validate.args(2, "served(api_version, plural)",
+    { { "api_version", api_version, "string" }, { "plural", plural, "string" } })
   local cache = self._discovery
   local resources = cache[api_version]
   if resources == nil then

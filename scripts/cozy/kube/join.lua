@@ -8,19 +8,19 @@
 -- what is still kept. (docs/engine-api.md, "Helpers for migrations")
 local json = require "cozy.json"
 local obj = require "cozy.obj"
+local validate = require "cozy.validate"
 
 local join = {}
 
 -- A function returning the next item of an array, a list (anything with a
 -- next method: a pager or its facade) or a function.
 local function puller(items, what)
+  validate.arg(3, nil, what, items, { "function", "table" },
+    { says = "an array, a list or a function returning the next item" })
   if type(items) == "function" then return items end
-  if type(items) == "table" and type(items.next) == "function" then return function() return items:next() end end
-  if type(items) == "table" then
-    local i = 0
-    return function() i = i + 1 return items[i] end
-  end
-  error(("%s must be an array, a list or a function returning the next item"):format(what), 3)
+  if type(items.next) == "function" then return function() return items:next() end end
+  local i = 0
+  return function() i = i + 1 return items[i] end
 end
 
 -- A queue of (object, value) pairs, first in first out.
@@ -66,10 +66,10 @@ Join.__index = Join
 
 function join.new(left, right, opts)
   opts = opts or {}
-  if type(opts.key) ~= "function" then error("join(left, right, opts): opts.key must be a function", 2) end
-  if opts.left_key ~= nil and type(opts.left_key) ~= "function" then
-    error("join(left, right, opts): opts.left_key must be a function", 2)
-  end
+  validate.args(2, "join(left, right, opts)", {
+    { "opts.key", opts.key, "function" },
+    { "opts.left_key", opts.left_key, "function", true },
+  })
   local self = setmetatable({ pull = puller(left, "join: left"), kept = {}, left_key = opts.left_key or obj.key }, Join)
   local pull_right = puller(right, "join: right")
   for item in pull_right do

@@ -12,6 +12,7 @@
 -- discovery failure raises, as for Client:served: an unreachable server is
 -- never read as an absent API.
 local errors = require "cozy.kube.errors"
+local validate = require "cozy.validate"
 
 local names = {}
 
@@ -120,14 +121,17 @@ local function find_in(c, cache, word, g, version)
   return nil
 end
 
+-- A name kubectl would take for a resource ("pvc", "deployments.apps"), and
+-- one for an API group ("" the core group).
+local function is_resource_name(v) return type(v) == "string" and v ~= "" and not v:find("[%s/]") end
+local function is_group_name(v) return type(v) == "string" and not v:find("[%s/]") end
+
 -- Resolves `name` for client c (its discovery answers cached in `cache` for
 -- the client's life). Returns a table { api_version, plural, kind,
 -- namespaced, group, version }, or nil and why it is absent.
 function names.resolve(c, cache, name)
-  if type(name) ~= "string" or name == "" or name:find("[%s/]") then
-    error(("lookup(name): name must be a resource as kubectl names it (\"pvc\", \"deployments.apps\"), not %s")
-      :format(type(name) == "string" and ("%q"):format(name) or ("a " .. type(name))), 3)
-  end
+  validate.arg(3, "lookup(name)", "name", name, is_resource_name,
+    { says = 'a resource as kubectl names it ("pvc", "deployments.apps")', show = "not" })
   -- answers by name are kept apart from the cached discovery lists (a
   -- resource may well be named "groups")
   cache.names = cache.names or {}
@@ -185,10 +189,8 @@ end
 -- preferred one does not; sorted by name. Each is a table like resolve's.
 -- nil and why when the group is not served.
 function names.group_resources(c, cache, group)
-  if type(group) ~= "string" or group:find("[%s/]") then
-    error(("api_resources(group): group must be an API group (\"apps\", \"\" for the core group), not %s")
-      :format(type(group) == "string" and ("%q"):format(group) or ("a " .. type(group))), 3)
-  end
+  validate.arg(3, "api_resources(group)", "group", group, is_group_name,
+    { says = 'an API group ("apps", "" for the core group)', show = "not" })
   for _, g in ipairs(groups(c, cache)) do
     if g.name == group then
       local out, seen = {}, {}

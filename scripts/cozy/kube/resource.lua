@@ -12,11 +12,14 @@ local patch = require "cozy.kube.patch"
 local projection = require "cozy.kube.projection"
 local request = require "cozy.kube.request"
 local update = require "cozy.kube.update"
+local validate = require "cozy.validate"
 
 local resource = {}
 
 local JSON_PATCH = "application/json-patch+json"
 local MERGE_PATCH = "application/merge-patch+json"
+-- server-side apply: the body is YAML, and JSON (what the client sends) is YAML
+local APPLY_PATCH = "application/apply-patch+yaml"
 
 local urlescape = request.urlescape
 
@@ -26,9 +29,8 @@ resource.Resource = Resource
 
 -- A resource of client c (Client:resource, whose caller an error names).
 function resource.new(c, api_version, plural, opts)
-  if type(api_version) ~= "string" or type(plural) ~= "string" then
-    error("resource(api_version, plural [, opts]) expects two strings", 3)
-  end
+  validate.args(3, "resource(api_version, plural [, opts])",
+    { { "api_version", api_version, "string" }, { "plural", plural, "string" } })
   opts = opts or {}
   local base = api_version:find("/", 1, true) and ("/apis/" .. api_version) or ("/api/" .. api_version)
   return setmetatable({
@@ -117,11 +119,12 @@ end
 
 -- opts of a single call: { absent = "skip" } makes an absent object (404
 -- with details.name) return nil instead of raising; nil or "fail" raises.
+local function with_absent(o)
+  return type(o) == "table" and (o.absent == nil or o.absent == "skip" or o.absent == "fail")
+end
 local function absent_opts(opts, what)
   if opts == nil then return false end
-  if type(opts) ~= "table" or (opts.absent ~= nil and opts.absent ~= "skip" and opts.absent ~= "fail") then
-    error(("%s: opts must be a table whose absent is \"skip\" or \"fail\""):format(what), 3)
-  end
+  validate.arg(3, what, "opts", opts, with_absent, { says = 'a table whose absent is "skip" or "fail"' })
   return opts.absent == "skip"
 end
 
@@ -153,7 +156,7 @@ end
 
 function Resource:find(...)
   local ns, name, opts = target(self, 2, ...)
-  if opts ~= nil and type(opts) ~= "table" then error("find: opts must be a table", 2) end
+  validate.arg(2, "find", "opts", opts, "table", true)
   self = budgeted(self, opts, 2)
   local ok, obj = pcall(self._get, self, ns, name)
   if ok then return obj end
@@ -168,14 +171,14 @@ end
 -- Returns the created object and true; with opts.exists = "skip" (create if
 -- absent) an object of that name that exists already is returned as it is,
 -- with false, instead of raising AlreadyExists.
+local function with_exists(o)
+  return type(o) == "table" and (o.exists == nil or o.exists == "skip" or o.exists == "fail")
+end
 function Resource:create(obj, opts)
-  if type(obj) ~= "table" or type(obj.metadata) ~= "table" then
-    error("create(obj): obj.metadata is required", 2)
-  end
-  if opts ~= nil and (type(opts) ~= "table" or (opts.exists ~= nil and opts.exists ~= "skip"
-      and opts.exists ~= "fail")) then
-    error('create: opts must be a table whose exists is "skip" or "fail"', 2)
-  end
+  validate.arg(2, "create(obj)", "obj", obj, "table")
+  validate.arg(2, "create(obj)", "obj.metadata", obj.metadata, "table")
+  validate.arg(2, "create", "opts", opts, with_exists,
+    { optional = true, says = 'a table whose exists is "skip" or "fail"' })
   local if_absent = opts ~= nil and opts.exists == "skip"
   if if_absent and obj.metadata.name == nil then
     error('create: { exists = "skip" } needs obj.metadata.name (a generateName never exists)', 2)
@@ -223,6 +226,41 @@ function Resource:create(obj, opts)
   error(res, 0)
 end
 
+local function apply_options(o)
+  return type(o) == "table" and type(o.field_manager) == "string" and o.field_manager ~= ""
+    and #o.field_manager <= 128 and (o.force == nil or type(o.force) == "boolean")
+end
+
+-- Server-side apply: the fields obj sets become field_manager's, the object
+-- is created when absent, and a field another manager owns with another
+-- value is a 409 Conflict unless opts.force. One PATCH through Client:call,
+-- so every dry-run mode, the gate (verb patch) and the rehearsal treat it as
+-- they treat any patch. A replay is safe: the same manager applying the same
+-- fields again changes nothing.
+function Resource:apply(obj, opts)
+  validate.arg(2, "apply(obj, opts)", "obj", obj, function(o)
+    return type(o) == "table" and type(o.metadata) == "table" and type(o.metadata.name) == "string"
+      and o.metadata.name ~= ""
+  end, { says = "an object with metadata.name" })
+  validate.arg(2, "apply(obj, opts)", "opts", opts, apply_options,
+    { says = "a table { field_manager = a name of 1 to 128 bytes, force = nil or a boolean }" })
+  local body = fill_type(self, patch.deepcopy(obj), self.kind)
+  validate.arg(2, "apply(obj, opts)", "obj.kind", body.kind, "string",
+    { says = ("a string (%s has no kind known to the client)"):format(self.plural) })
+  local ns, name = body.metadata.namespace, body.metadata.name
+  if self.namespaced and ns == nil then
+    error(("apply(obj, opts): %s is namespaced and obj.metadata.namespace is not set"):format(self.plural), 2)
+  end
+  self = budgeted(self, opts, 2)
+  local query = { { "fieldManager", opts.field_manager } }
+  if opts.force then query[2] = { "force", "true" } end
+  return (self.client:call("PATCH", self:path(ns, name), { body = body, content_type = APPLY_PATCH, query = query,
+    retry_safe = true,
+    -- a client dry run: the applied fields merged into the object as it is
+    -- (maps key by key, anything else replaced), without the field managers
+    simulate = function() return patch.merge_patch(self:find(ns, name) or {}, body) end }))
+end
+
 function Resource:_merge_patch(ns, name, p, base)
   local path = self:path(ns, name)
   -- Applying the same merge patch twice yields the same object, but a replay
@@ -235,7 +273,7 @@ end
 
 function Resource:merge_patch(...)
   local ns, name, p, opts = target(self, 2, ...)
-  if type(p) ~= "table" then error("merge_patch: the patch must be a table", 2) end
+  validate.arg(2, "merge_patch", "the patch", p, "table")
   local skip = absent_opts(opts, "merge_patch")
   self = budgeted(self, opts, 2)
   return unless_absent(skip, self._merge_patch, self, ns, name, p)
@@ -270,7 +308,7 @@ end
 
 function Resource:json_patch(...)
   local ns, name, ops, opts = target(self, 2, ...)
-  if type(ops) ~= "table" then error("json_patch: ops must be an array of operations", 2) end
+  validate.arg(2, "json_patch", "ops", ops, "table", { says = "an array of operations" })
   local skip = absent_opts(opts, "json_patch")
   self = budgeted(self, opts, 2)
   return unless_absent(skip, self._json_patch, self, ns, name, ops)
@@ -310,7 +348,7 @@ local function subject(self, level, what, a, ...)
   else
     ns, name, fn, opts = target(self, level + 1, a, ...)
   end
-  if type(fn) ~= "function" then error(("%s: the last argument must be a function"):format(what), level + 1) end
+  validate.arg(level + 1, what, "the last argument", fn, "function")
   return obj, ns, name, fn, absent_opts(opts, what), budgeted(self, opts, level + 1)
 end
 
@@ -363,8 +401,9 @@ function Resource:list(opts)
     decode_projection = { kind = true, apiVersion = true, metadata = true,
       items = { ["*"] = projection.new(project) } }
     project = nil
-  elseif project ~= nil and type(project) ~= "function" then
-    error("list: project must be an array of dotted paths or a function", 2)
+  else
+    validate.arg(2, "list", "project", project, "function",
+      { optional = true, says = "an array of dotted paths or a function" })
   end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end

@@ -18,6 +18,7 @@ local text = require "cozy.text"
 local json = require "cozy.json"
 local sandbox = require "cozy.sandbox"
 local wait = require "cozy.kube.wait"
+local validate = require "cozy.validate"
 
 local context = {}
 
@@ -107,7 +108,7 @@ local function resource_facade(res, logger, warned, mode)
   -- since the list, a warning per object that failed (kept in the step's
   -- outcome), and a summary line (opts.summary = false leaves it out)
   r.update_each = method(r, function(items, edit, opts)
-    if opts ~= nil and type(opts) ~= "table" then error("update_each(items, edit, opts): opts must be a table", 2) end
+    validate.arg(2, "update_each(items, edit, opts)", "opts", opts, "table", true)
     opts = opts or {}
     local label = errors.safe_text(opts.label or res.plural)
     local name_of = opts.describe or function(item) return describe(res, item) end
@@ -141,19 +142,19 @@ local function resource_facade(res, logger, warned, mode)
     end
     return counts, failures
   end)
-  for _, name in ipairs({ "get", "find", "create", "merge_patch", "json_patch", "delete", "update", "change",
+  for _, name in ipairs({ "get", "find", "create", "apply", "merge_patch", "json_patch", "delete", "update", "change",
       "read_back", "path", "collection_path" }) do
     local fn = res[name]
     r[name] = method(r, function(...) return fn(res, ...) end)
   end
   r.list = method(r, function(opts)
-    if opts ~= nil and type(opts) ~= "table" then error("list(opts): opts must be a table", 2) end
+    validate.arg(2, "list(opts)", "opts", opts, "table", true)
     local o = {}
     for _, k in ipairs(list_options) do o[k] = opts and opts[k] end
     local facade
     local on_restart = opts and opts.on_restart
     if on_restart ~= nil then
-      if type(on_restart) ~= "function" then error("list(opts): on_restart must be a function", 2) end
+      validate.arg(2, "list(opts)", "on_restart", on_restart, "function")
       o.on_restart = function() on_restart(facade) end
     end
     facade = pager_facade(res:list(o))
@@ -169,7 +170,7 @@ end
 -- engine treats it (retry safety, a simulated result).
 local function call_spec(spec)
   if spec == nil then return nil end
-  if type(spec) ~= "table" then error("call(method, path, spec): spec must be a table", 3) end
+  validate.arg(3, "call(method, path, spec)", "spec", spec, "table")
   return { query = spec.query, body = spec.body, content_type = spec.content_type, timeout = spec.timeout,
     retry = spec.retry }
 end
@@ -194,7 +195,7 @@ local function kube_facade(view, logger, warned, mode)
   -- counts in stays the client's
   k.stats = sandbox.view(view.stats, "ctx.kube.stats")
   k.resource = method(k, function(api_version, plural, opts)
-    if opts ~= nil and type(opts) ~= "table" then error("resource(api_version, plural, opts): opts must be a table", 2) end
+    validate.arg(2, "resource(api_version, plural, opts)", "opts", opts, "table", true)
     return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced, kind = opts.kind }),
       logger, warned, mode)
   end)
@@ -202,9 +203,7 @@ local function kube_facade(view, logger, warned, mode)
   -- migration's own logs and goes on from (kube.errors.is_item_error)
   k.is_item_error = method(k, function(v) return kerrors.is_item_error(v) end)
   k.call = method(k, function(http_method, path, spec)
-    if type(http_method) ~= "string" or type(path) ~= "string" then
-      error("call(method, path [, spec]) expects two strings", 2)
-    end
+    validate.args(2, "call(method, path [, spec])", { { "method", http_method, "string" }, { "path", path, "string" } })
     return view:call(http_method, path, call_spec(spec))
   end)
   k.get_path = method(k, function(path, query) return view:get_path(path, query) end)
@@ -228,7 +227,7 @@ local function kube_facade(view, logger, warned, mode)
   -- together in opts: a port's "for each X, if served" in one call. A
   -- resource the server does not serve is an info line and nil, why.
   k.update_all = method(k, function(name, edit, opts)
-    if opts ~= nil and type(opts) ~= "table" then error("update_all(name, edit, opts): opts must be a table", 2) end
+    validate.arg(2, "update_all(name, edit, opts)", "opts", opts, "table", true)
     opts = opts or {}
     local found, about = view:lookup(name)
     if found == nil then
@@ -297,7 +296,7 @@ local function log_facade(logger, outcome, mode)
   local l = {}
   -- a change, worded for the mode: log:change("VM %s: {adding|would add} %s", key, what)
   l.change = method(l, function(template, ...)
-    if type(template) ~= "string" then error("log:change(template, ...): template must be a string", 2) end
+    validate.arg(2, "log:change(template, ...)", "template", template, "string")
     return logger:write("info", worded(template, mode):format(...))
   end)
   for _, level in ipairs({ "info", "warn", "error", "debug" }) do
@@ -315,8 +314,6 @@ local function log_facade(logger, outcome, mode)
   return seal(l, "ctx.log")
 end
 
-local severities = { info = true, warn = true, block = true }
-
 -- What the step did, in a few counts (or short strings) for the history
 -- record: ctx.outcome{ updated = 3, volumes = 5 }. Later calls add to and
 -- overwrite earlier keys; at most OUTCOME_LIMITS.counts keys are kept.
@@ -327,16 +324,13 @@ local severities = { info = true, warn = true, block = true }
 -- step's summary line can carry what it recorded.
 local function outcome_recorder(outcome, logger)
   return function(fields)
-    if type(fields) ~= "table" then error("ctx.outcome(fields): fields must be a table", 2) end
+    validate.arg(2, "ctx.outcome(fields)", "fields", fields, "table")
     for k, v in next, fields do
       if type(k) ~= "string" or k == "" or #k > context.OUTCOME_LIMITS.key or k:find("%c") or not utf8.len(k) then
         error(("ctx.outcome: keys must be texts of 1 to %d bytes without control characters, got %s")
           :format(context.OUTCOME_LIMITS.key, bounded_text(type(k) == "string" and ("%q"):format(k) or type(k))), 2)
       end
-      local t = type(v)
-      if t ~= "number" and t ~= "string" and t ~= "boolean" then
-        error(("ctx.outcome: %s must be a number, a string or a boolean, got a %s"):format(k, t), 2)
-      end
+      validate.arg(2, "ctx.outcome", k, v, { "number", "string", "boolean" }, { show = "got" })
     end
     if outcome == nil then return fields end
     for k, v in next, fields do
@@ -361,7 +355,8 @@ end
 -- step), namespace, from, to, mode ("run"|"plan"|"check"), findings (the
 -- engine's own array that ctx.finding appends plain copies to), params
 -- (name -> value) and files (key -> path): the step's resolved inputs.
--- Returns the ctx a migration receives.
+-- Returns the ctx a migration receives (its LuaCATS class: types/cozy/ctx.lua).
+---@return cozy.Ctx
 function context.new(opts)
   local logger = opts.log
   local findings = opts.findings or {}
@@ -392,20 +387,19 @@ function context.new(opts)
   -- stamp (docs/operations.md, "Steps that leave the version"). The last
   -- call's reason is the one recorded.
   function ctx.leave_version(reason)
-    if type(reason) ~= "string" or not reason:find("%S") then
-      error("ctx.leave_version(reason): reason must be a non-empty string saying what is left to do", 2)
-    end
+    validate.arg(2, "ctx.leave_version(reason)", "reason", reason, function(v) return type(v) == "string" and v:find("%S") end,
+      { says = "a non-empty string saying what is left to do" })
     if outcome ~= nil then outcome.leave = bounded_text(reason) end
   end
   -- a text worded for the mode: "{updated|would update}" (run | plan)
   function ctx.worded(template)
-    if type(template) ~= "string" then error("ctx.worded(template): template must be a string", 2) end
+    validate.arg(2, "ctx.worded(template)", "template", template, "string")
     return worded(template, ctx.mode)
   end
   -- join(left, right, { key = fn(right_item) [, left_key = fn(left_item)] }):
   -- for left_item, matches in ctx.join(...) do ... end; then :unmatched()
   function ctx.join(left, right, join_opts)
-    if join_opts ~= nil and type(join_opts) ~= "table" then error("ctx.join(left, right, opts): opts must be a table", 2) end
+    validate.arg(2, "ctx.join(left, right, opts)", "opts", join_opts, "table", true)
     return join_facade(join.new(left, right, join_opts))
   end
   function ctx.queue() return queue_facade(join.queue()) end
@@ -413,11 +407,10 @@ function context.new(opts)
     return ctx.log.progress(label, total)
   end
   function ctx.finding(severity, message, fields)
-    if not severities[severity] then
-      error(("ctx.finding: severity must be \"info\", \"warn\" or \"block\", got %q")
-        :format(errors.safe_text(severity)), 2)
-    end
-    if fields ~= nil and type(fields) ~= "table" then error("ctx.finding: fields must be a table", 2) end
+    validate.args(2, "ctx.finding", {
+      { "severity", severity, { one_of = { "info", "warn", "block" } }, { show = "got" } },
+      { "fields", fields, "table", true },
+    })
     local f = { severity = severity, message = errors.safe_text(message), fields = fields and plain(located(fields)) or nil }
     findings[#findings + 1] = f
     seen[#seen + 1] = plain(f)

@@ -11,6 +11,7 @@ local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
 local parameters = require "cozy.runner.parameters"
 local files = require "cozy.runner.files"
+local validate = require "cozy.validate"
 
 local discovery = {}
 
@@ -61,28 +62,27 @@ function discovery.validate_definition(def, file)
         { tostring(k) })
     end
   end
-  if type(def.description) ~= "string" or not def.description:find("%S") then
-    invalid(file, "description must be a non-empty string")
+  local function checked(name, expected, more)
+    local why = validate.why(name, def[name], expected, more)
+    if why then invalid(file, why) end
   end
+  checked("description", function(v) return type(v) == "string" and v:find("%S") end,
+    { says = "a non-empty string" })
   if def.description:find("\n") then invalid(file, "description must be one line") end
   if def.walk ~= nil then
     -- one walk for run and check (docs/engine-api.md, "One walk for check and run")
-    if type(def.walk) ~= "function" then invalid(file, "walk must be a function(ctx)") end
+    checked("walk", "function", { says = "a function(ctx)" })
     if def.run ~= nil or def.check ~= nil then
       invalid(file, "walk is run and check at once: give walk alone, or run (and check)")
     end
-  elseif type(def.run) ~= "function" then
-    invalid(file, "run must be a function(ctx) (or walk, for run and check at once)")
+  else
+    checked("run", "function", { says = "a function(ctx) (or walk, for run and check at once)" })
   end
-  if def.check ~= nil and type(def.check) ~= "function" then
-    invalid(file, "check must be a function(ctx) or absent")
-  end
-  if def.timeout ~= nil and (type(def.timeout) ~= "number" or def.timeout <= 0 or def.timeout ~= def.timeout
-      or def.timeout == math.huge) then
-    invalid(file, "timeout must be a positive number of seconds")
-  end
+  checked("check", "function", { optional = true, says = "a function(ctx) or absent" })
+  checked("timeout", function(v) return type(v) == "number" and v > 0 and v < math.huge end,
+    { optional = true, says = "a positive number of seconds" })
   if def.permissions ~= nil then
-    if type(def.permissions) ~= "table" then invalid(file, "permissions must be an array") end
+    checked("permissions", "table", { says = "an array" })
     for i, p in ipairs(def.permissions) do
       local ok = type(p) == "table" and type(p.verb) == "string" and type(p.resource) == "string"
       if ok then

@@ -30,6 +30,7 @@ local proc = require "cozy.proc"
 local sys = require "cozy.sys"
 local transport = require "cozy.transport"
 local update = require "cozy.kube.update"
+local validate = require "cozy.validate"
 
 local lease = {}
 
@@ -414,7 +415,7 @@ Holder.__index = Holder
 -- options; obj, acquired_at: what lease.acquire returned (the Lease, and the
 -- monotonic time the lock counts from).
 function lease.hold(opts, connect, obj, acquired_at)
-  if type(acquired_at) ~= "number" then error("lease.hold: acquired_at (lease.acquire's second result) is required", 2) end
+  validate.arg(2, "lease.hold", "acquired_at (lease.acquire's second result)", acquired_at, "number")
   local worker = require "cozy.worker"
   local payload = json.encode({
     connect = { kubeconfig = connect.kubeconfig, context = connect.context,

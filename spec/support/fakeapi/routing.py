@@ -4,6 +4,7 @@ serves it (the Api class, whose verbs live in the mixins it is made of)."""
 
 import urllib.parse
 
+from fakeapi.apply import ApplyMixin
 from fakeapi.discovery import DiscoveryMixin
 from fakeapi.errors import ApiError, MSG_METHOD, PageNotFound, err_forbidden, err_not_found_path
 from fakeapi.reads import ReadsMixin
@@ -60,10 +61,10 @@ class Request:
         return v[0] if v else default
 
 
-class Api(DiscoveryMixin, ReadsMixin, WritesMixin, ReviewsMixin):
+class Api(DiscoveryMixin, ReadsMixin, WritesMixin, ApplyMixin, ReviewsMixin):
     """Pure functions of (state, request) -> (code, headers, body bytes): the
     routing here, the verbs in the mixins (fakeapi.discovery, reads, writes,
-    reviews)."""
+    apply, reviews)."""
 
     def __init__(self, state, base_url_fn):
         self.state = state

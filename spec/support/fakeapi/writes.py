@@ -62,6 +62,10 @@ class WritesMixin:
     def create(self, req, rt, version, ns, dry):
         obj = self.parse_body(req)
         self.check_type_meta(rt, version, obj)
+        return self.insert(rt, version, ns, obj, dry)
+
+    def insert(self, rt, version, ns, obj, dry):
+        """A new object (its type meta checked): a create's, or an apply's of an absent one."""
         st = self.state
         meta = obj["metadata"]
         if rt.namespaced:
@@ -169,6 +173,8 @@ class WritesMixin:
             meta["namespace"] = ns
         name_label(rt, new)
         drop_empty_maps(rt, new)
+        if "managedFields" not in meta and "managedFields" in old_meta:
+            meta["managedFields"] = old_meta["managedFields"]  # an update without them keeps them
         for f in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
             if f in old_meta:
                 meta[f] = old_meta[f]
@@ -223,6 +229,8 @@ class WritesMixin:
 
     def patch(self, req, rt, version, ns, name, sub, dry):
         ct = req.content_type
+        if ct == PATCH_APPLY:
+            return self.apply_patch(req, rt, version, ns, name, sub, dry)
         allowed = [PATCH_JSON, PATCH_MERGE] + ([] if rt.custom else [PATCH_STRATEGIC])
         if ct not in allowed:
             raise ApiError(415, "UnsupportedMediaType",

@@ -1,0 +1,364 @@
+---@meta
+-- LuaCATS definitions (as lua-language-server reads them) of the `ctx` a
+-- migration's run(ctx), check(ctx) and walk(ctx) receive, and of the tables
+-- it hands out: ctx.kube, its resources and pagers, ctx.log, progress bars,
+-- joins and queues (docs/engine-api.md, "The migration context `ctx`").
+-- They are built as sealed tables of closures in scripts/cozy/runner/context.lua,
+-- which an editor cannot follow; this file is what it completes from. It is
+-- never loaded by the engine. spec/unit/annotations_spec.lua builds a ctx as
+-- the runner does and fails when one of its fields is not declared here.
+--
+-- In a migration: `---@param ctx cozy.Ctx` above run, check or walk.
+
+---@class cozy.Ctx the context of one step
+---@field kube cozy.Kube the client, as this step may use it
+---@field log cozy.Log a logger tagged with the migration
+---@field namespace string the engine's namespace (cozy-system by default)
+---@field from integer this step moves version `from` ...
+---@field to integer ... to version `to`
+---@field mode "run"|"plan"|"check"
+---@field findings cozy.Finding[] a read-only copy of the findings so far
+local Ctx = {}
+
+---@class cozy.Finding
+---@field severity "info"|"warn"|"block"
+---@field message string
+---@field fields? table<string, any>
+
+--- A finding: in check, one of the step's findings; in run and plan a log
+--- line at its severity ("block": ERROR), and a "block" stops the step before
+--- its next write. A field whose value is an object keeps the object's name
+--- (and gives the finding its namespace).
+---@param severity "info"|"warn"|"block"
+---@param message string
+---@param fields? table<string, any>
+function Ctx.finding(severity, message, fields) end
+
+--- What the step did, for its history record (numbers, short strings,
+--- booleans; later calls add and overwrite keys). Returns fields.
+---@param fields table<string, number|string|boolean>
+---@return table<string, number|string|boolean> fields
+function Ctx.outcome(fields) end
+
+--- Some items failed: leave the version for the next upgrade (the step still
+--- returns normally; the last reason is the one recorded).
+---@param reason string what is left to do
+function Ctx.leave_version(reason) end
+
+--- A text worded for the mode: "{updated|would update}" (run | plan, check).
+---@param template string
+---@return string
+function Ctx.worded(template) end
+
+--- A keyed join of two lists, held as JSON text: for left_item, matches in ctx.join(...) do.
+---@param left any[]|cozy.Pager|fun(): any
+---@param right any[]|cozy.Pager|fun(): any
+---@param opts { key: fun(right_item: any): any, left_key?: fun(left_item: any): any }
+---@return cozy.Join
+function Ctx.join(left, right, opts) end
+
+--- A first-in first-out queue of (object, value) pairs, held as JSON text.
+---@return cozy.Queue
+function Ctx.queue() end
+
+--- A progress bar (shorthand for ctx.log:progress).
+---@param label string
+---@param total integer
+---@return cozy.Progress
+function Ctx.progress(label, total) end
+
+---@class cozy.Kube the client of a step: every request passes its gate
+---@field namespace? string the kubeconfig context's or service account's namespace
+---@field server string the API server's URL
+---@field stats { requests: integer, writes: integer, retries: integer, conflicts: integer } live, read-only
+local Kube = {}
+
+--- A resource by API version and plural.
+---@param api_version string "v1", "apps/v1", ...
+---@param plural string
+---@param opts? { namespaced?: boolean, kind?: string } namespaced defaults to true
+---@return cozy.Resource
+function Kube:resource(api_version, plural, opts) end
+
+--- A resource as kubectl names it ("pvc", "deployments.apps"), resolved from
+--- discovery, and what discovery says of it; nil and why when not served.
+---@param name string
+---@return cozy.Resource|nil resource
+---@return table|string about discovery's entry, or why it is not served
+function Kube:lookup(name) end
+
+--- The resources of an API group ("" the core group), as
+--- `kubectl api-resources --api-group` lists them; nil and why when not served.
+---@param group string
+---@return table[]|nil resources
+---@return string|nil why
+function Kube:api_resources(group) end
+
+--- Whether the server serves plural at api_version (discovery, cached).
+---@param api_version string
+---@param plural string
+---@return boolean
+function Kube:served(api_version, plural) end
+
+--- update_each over every object of a resource named as kubectl names it:
+--- the list's options and update_each's together in opts. Not served: an
+--- info line, and nil and why.
+---@param name string
+---@param edit fun(copy: cozy.Object, item: cozy.Object, value: any): any
+---@param opts? table list options (namespace, label_selector, ...) and update_each's
+---@return table|nil counts { changed, unchanged, absent, failed }
+---@return table|string failures, or why the resource is not served
+function Kube:update_all(name, edit, opts) end
+
+--- Whether v is an API error of one request (what a best-effort loop logs and goes on from).
+---@param v any
+---@return boolean
+function Kube:is_item_error(v) end
+
+--- One request to any path (its permission still checked).
+---@param method string "GET", "POST", "PATCH", ...
+---@param path string
+---@param spec? { query?: string[][], body?: any, content_type?: string, timeout?: number, retry?: cozy.RetryBudget }
+---@return any answer the decoded body
+function Kube:call(method, path, spec) end
+
+--- GET any API path (e.g. "/version"), decoded.
+---@param path string
+---@param query? string[][]
+---@return any
+function Kube:get_path(path, query) end
+
+---@class cozy.RetryBudget a budget that only lowers the engine's retry bounds
+---@field attempts? integer
+---@field time? number seconds
+---@field batch_retries? integer
+---@field batch_time? number seconds
+
+---@alias cozy.Absent { absent?: "skip"|"fail", retry?: cozy.RetryBudget }
+
+---@class cozy.Resource a resource of ctx.kube; namespaced ones take (namespace, name), cluster-scoped ones (name)
+---@field api_version string
+---@field plural string
+---@field namespaced boolean
+---@field kind? string
+local Resource = {}
+
+--- The object; raises when absent (opts.absent = "skip": nil).
+---@param namespace string|nil
+---@param name string
+---@param opts? cozy.Absent
+---@return cozy.Object|nil
+function Resource:get(namespace, name, opts) end
+
+--- The object, or nil when the object is absent (an absent resource type still raises).
+---@param namespace string|nil
+---@param name string
+---@param opts? { retry?: cozy.RetryBudget }
+---@return cozy.Object|nil
+function Resource:find(namespace, name, opts) end
+
+--- Creates obj (its namespace from obj.metadata.namespace): the created
+--- object and true; with opts.exists = "skip" an object of that name that
+--- exists already is returned as it is, with false.
+---@param obj cozy.Object
+---@param opts? { exists?: "skip"|"fail", retry?: cozy.RetryBudget }
+---@return cozy.Object object
+---@return boolean created
+function Resource:create(obj, opts) end
+
+--- Server-side apply (application/apply-patch+yaml): the fields obj sets
+--- are owned by field_manager; the object is created when absent. A field
+--- another manager owns is a 409 conflict unless force.
+---@param obj cozy.Object apiVersion, kind and metadata.name (and namespace) included
+---@param opts { field_manager: string, force?: boolean, retry?: cozy.RetryBudget }
+---@return cozy.Object object as stored (or as a dry run would store it)
+function Resource:apply(obj, opts) end
+
+--- An RFC 7386 merge patch.
+---@param namespace string|nil
+---@param name string
+---@param patch table
+---@param opts? cozy.Absent
+---@return cozy.Object|nil
+function Resource:merge_patch(namespace, name, patch, opts) end
+
+--- An RFC 6902 JSON patch.
+---@param namespace string|nil
+---@param name string
+---@param ops table[] { op =, path =, value = } operations
+---@param opts? cozy.Absent
+---@return cozy.Object|nil
+function Resource:json_patch(namespace, name, ops, opts) end
+
+--- Deletes the object; raises when absent (opts.absent = "skip": nil).
+---@param namespace string|nil
+---@param name string
+---@param opts? cozy.Absent
+function Resource:delete(namespace, name, opts) end
+
+--- A conflict-aware update: mutate(obj) returns JSON patch ops, or nil for
+--- no change; the engine guards, sends and retries on conflicts. Also
+--- update(obj_held, mutate[, opts]).
+---@param namespace string|nil|cozy.Object
+---@param name string|fun(obj: cozy.Object): table[]|nil
+---@param mutate? fun(obj: cozy.Object): table[]|nil
+---@param opts? cozy.Absent
+---@return cozy.Object|nil object
+---@return boolean changed
+function Resource:update(namespace, name, mutate, opts) end
+
+--- Edits a copy and writes the difference (guarded): edit(copy) changes the
+--- copy in place. Also change(obj_held, edit[, opts]).
+---@param namespace string|nil|cozy.Object
+---@param name string|fun(copy: cozy.Object): any
+---@param edit? fun(copy: cozy.Object): any
+---@param opts? cozy.Absent
+---@return cozy.Object|nil object
+---@return boolean changed
+function Resource:change(namespace, name, edit, opts) end
+
+--- A batch of changes, one per item (an array, a list or a function
+--- returning the next item and a value), with the step's progress, a line
+--- per item deleted since the list and a warning per failure.
+---@param items any[]|cozy.Pager|fun(): any, any
+---@param edit fun(copy: cozy.Object, item: cozy.Object, value: any): any
+---@param opts? table concurrency, absent, on_error, project, retry, label, total, summary, describe, on_change, on_absent, on_failure
+---@return table counts { changed, unchanged, absent, failed }
+---@return table failures
+function Resource:update_each(items, edit, opts) end
+
+--- The object a write returned, as stored now (a fresh read; nil when gone);
+--- in a dry run the write's own answer.
+---@param written cozy.Object
+---@return cozy.Object|nil
+function Resource:read_back(written) end
+
+--- The API path of an object.
+---@param namespace string|nil
+---@param name string
+---@return string
+function Resource:path(namespace, name) end
+
+--- The API path of the collection (a namespace's, or all).
+---@param namespace? string
+---@return string
+function Resource:collection_path(namespace) end
+
+--- The objects, paged (limit per page, continue tokens hidden): for obj in res:list{...} do.
+---@param opts? cozy.ListOptions
+---@return cozy.Pager
+function Resource:list(opts) end
+
+---@class cozy.ListOptions
+---@field namespace? string nil: all namespaces
+---@field label_selector? string
+---@field field_selector? string
+---@field limit? integer a page's size (default 500)
+---@field project? string[]|fun(obj: cozy.Object): any dotted paths to keep, or a function of each object
+---@field retry? cozy.RetryBudget
+---@field on_restart? fun(pager: cozy.Pager) called when the list restarts (an expired continue token)
+
+---@class cozy.Pager a list being read; calling it returns the next object
+---@field pages integer
+---@field count integer
+---@field restarts integer
+---@field skipped integer
+---@field resource_version? string
+---@overload fun(): cozy.Object|nil
+local Pager = {}
+
+--- The next object, or nil at the end.
+---@return cozy.Object|nil
+function Pager:next() end
+
+--- All remaining objects.
+---@return cozy.Object[]
+function Pager:collect() end
+
+---@class cozy.Log a logger tagged with the migration
+local Log = {}
+
+--- A change, worded for the mode: log:change("VM %s: {adding|would add} %s", key, what).
+---@param template string
+---@param ... any format arguments
+function Log:change(template, ...) end
+
+--- An info line.
+---@param message string
+---@param fields? table<string, any>
+function Log:info(message, fields) end
+
+--- A warning line (kept in the step's outcome).
+---@param message string
+---@param fields? table<string, any>
+function Log:warn(message, fields) end
+
+--- An error line (kept in the step's outcome); the step goes on.
+---@param message string
+---@param fields? table<string, any>
+function Log:error(message, fields) end
+
+--- A debug line (-v).
+---@param message string
+---@param fields? table<string, any>
+function Log:debug(message, fields) end
+
+--- Whether lines of this level are written.
+---@param level "debug"|"info"|"warn"|"error"
+---@return boolean
+function Log:enabled(level) end
+
+--- A progress bar.
+---@param label string
+---@param total integer
+---@return cozy.Progress
+function Log:progress(label, total) end
+
+--- A logger whose lines carry tags too.
+---@param tags table<string, any>
+---@return cozy.Log
+function Log:with(tags) end
+
+---@class cozy.Progress
+local Progress = {}
+
+--- Counts n more done (default 1).
+---@param n? integer
+function Progress:step(n) end
+
+--- Ends the bar.
+function Progress:done() end
+
+---@class cozy.Queue
+local Queue = {}
+
+--- Queues an object and a value (held as JSON text).
+---@param o cozy.Object
+---@param value? any
+function Queue:push(o, value) end
+
+--- The first object and its value, or nil when empty.
+---@return cozy.Object|nil object
+---@return any value
+function Queue:pop() end
+
+--- How many are queued.
+---@return integer
+function Queue:len() end
+
+--- An iterator popping each: for o, value in q:drain() do.
+---@return fun(): cozy.Object|nil, any
+function Queue:drain() end
+
+---@class cozy.Join calling it returns the next left item and its matches
+---@overload fun(): any, any[]
+local Join = {}
+
+--- The next left item and its matches (an array), or nil at the end.
+---@return any left_item
+---@return any[] matches
+function Join:next() end
+
+--- An iterator over the right items no left item claimed.
+---@return fun(): any
+function Join:unmatched() end
