@@ -18,7 +18,59 @@
 ---@field to integer ... to version `to`
 ---@field mode "run"|"plan"|"check"
 ---@field findings cozy.Finding[] a read-only copy of the findings so far
+---@field params table<string, string|nil> the declared parameters' values, read-only (nil: unset, no default)
+---@field files cozy.Files the declared read-only files
 local Ctx = {}
+
+---@class cozy.Files the paths the migration table's `files` declares, read-only
+local Files = {}
+
+--- The file's text: the declared path itself, or `relative` under it.
+---@param key string a key of the table's `files`
+---@param relative? string a relative name under a declared directory (no `..`)
+---@return string
+function Files.read(key, relative) end
+
+--- The file decoded as JSON (cozy.json: integers exact, json.null).
+---@param key string
+---@param relative? string
+---@return any
+function Files.json(key, relative) end
+
+--- The sorted names of the regular files directly in a declared directory.
+---@param key string
+---@param suffix? string only names ending in it (".json")
+---@return string[]
+function Files.list(key, suffix) end
+
+--- "file", "directory", ... or nil when nothing is there.
+---@param key string
+---@param relative? string
+---@return string|nil
+function Files.exists(key, relative) end
+
+---@alias cozy.WaitCondition fun(obj: cozy.Object|nil): boolean, string?, boolean?|string|{ type: string, status?: string }
+
+---@class cozy.WaitOptions
+---@field condition? cozy.WaitCondition met when it returns true (why: logged; fatal: ends the wait, failed)
+---@field deleted? boolean wait until the object is gone
+---@field created? boolean wait until the object exists
+---@field namespace? string for ctx.kube:wait of a namespaced resource
+---@field timeout? number seconds (default 300)
+---@field what? string words a function condition for the log
+
+---@class cozy.WaitInfo
+---@field met boolean
+---@field waited number seconds
+---@field events integer watch events judged
+---@field relists integer lists after a watch ended
+---@field once boolean read once, not waited (check, dry runs)
+
+---@class cozy.Conditions the ready-made wait conditions
+---@field established cozy.WaitCondition a CRD's Established is True
+---@field rolled_out cozy.WaitCondition a Deployment rolled out, by kubectl rollout status's rule
+---@field alt_names fun(names: string[]): cozy.WaitCondition a cert-manager Secret issued with exactly these SANs
+---@field condition fun(type: string, status?: string): cozy.WaitCondition status.conditions[type].status
 
 ---@class cozy.Finding
 ---@field severity "info"|"warn"|"block"
@@ -71,7 +123,17 @@ function Ctx.progress(label, total) end
 ---@field namespace? string the kubeconfig context's or service account's namespace
 ---@field server string the API server's URL
 ---@field stats { requests: integer, writes: integer, retries: integer, conflicts: integer } live, read-only
+---@field conditions cozy.Conditions ready-made conditions for wait
 local Kube = {}
+
+--- Waits until object `name` meets opts.condition, is deleted or is created,
+--- by a list and then watches (relisted where one ends), within opts.timeout
+--- and the step's limit; a timeout raises kind `migration`.
+---@param resource cozy.Resource|string a resource of ctx.kube, or a name as kubectl takes it
+---@param name string
+---@param opts? cozy.WaitOptions
+---@return cozy.Object|nil obj, cozy.WaitInfo info
+function Kube:wait(resource, name, opts) end
 
 --- A resource by API version and plural.
 ---@param api_version string "v1", "apps/v1", ...
@@ -142,6 +204,14 @@ function Kube:get_path(path, query) end
 ---@field namespaced boolean
 ---@field kind? string
 local Resource = {}
+
+--- Waits until object `name` meets opts.condition, is deleted or is created
+--- (as ctx.kube:wait; cluster-scoped: wait(name, opts)).
+---@param namespace string|nil
+---@param name string
+---@param opts? cozy.WaitOptions
+---@return cozy.Object|nil obj, cozy.WaitInfo info
+function Resource:wait(namespace, name, opts) end
 
 --- The object; raises when absent (opts.absent = "skip": nil).
 ---@param namespace string|nil
