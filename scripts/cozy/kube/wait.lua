@@ -24,6 +24,7 @@
 -- controller's work (none runs in a rehearsal): the step is marked
 -- "waited on a controller's work" and goes on as if it was met.
 local errors = require "cozy.errors"
+local validate = require "cozy.validate"
 local json = require "cozy.json"
 local kerrors = require "cozy.kube.errors"
 local rehearsal = require "cozy.kube.rehearsal"
@@ -91,12 +92,10 @@ described[rolled_out] = "rolled out"
 -- of them exactly. The annotation, not tls.crt: it is cert-manager's
 -- record of what it issued, and what the platform's script 50 waits on.
 local function alt_names(names)
-  if type(names) ~= "table" or #names == 0 then error("alt_names(names): names must be a non-empty array", 2) end
+  validate.arg(2, "alt_names(names)", "names", names, function(v) return type(v) == "table" and #v > 0 end,
+    { says = "a non-empty array" })
   local wanted = {}
-  for i, n in ipairs(names) do
-    if type(n) ~= "string" or n == "" then error("alt_names(names): each name must be a non-empty string", 2) end
-    wanted[i] = n
-  end
+  for i, n in ipairs(names) do wanted[i] = validate.arg(2, "alt_names(names)", "each name", n, "non-empty string") end
   local fn = function(obj)
     local ann = type(obj.metadata) == "table" and type(obj.metadata.annotations) == "table"
       and obj.metadata.annotations["cert-manager.io/alt-names"]
@@ -138,14 +137,12 @@ local function judge_of(opts)
   if type(c) == "string" then
     test = condition_is(c)
   elseif type(c) == "table" then
-    if type(c.type) ~= "string" or (c.status ~= nil and type(c.status) ~= "string") then
-      error("wait: condition must be { type = string, status = string or nil }", 4)
-    end
+    validate.args(4, "wait", { { "condition.type", c.type, "string" }, { "condition.status", c.status, "string", true } })
     test = condition_is(c.type, c.status)
   elseif type(c) == "function" then
     test = c
   else
-    error("wait: condition must be a function(obj), a condition type or { type =, status = }", 4)
+    validate.arg(4, "wait", "condition", c, "function", { says = "a function(obj), a condition type or { type =, status = }" })
   end
   local what = described[test] or (type(opts.what) == "string" and errors.safe_text(opts.what)) or "to meet its condition"
   return function(obj)
@@ -213,17 +210,15 @@ end
 -- (once: read once and judged, not waited: check, a dry run). Raises kind
 -- "migration" when the timeout passes, or the condition says it never will.
 function wait.run(res, ns, name, opts, log, mode)
-  if type(name) ~= "string" or name == "" then error("wait: name must be a non-empty string", 3) end
-  if opts ~= nil and type(opts) ~= "table" then error("wait: opts must be a table", 3) end
+  validate.args(3, "wait", { { "name", name, "non-empty string" }, { "opts", opts, "table", true } })
   opts = opts or {}
   if res.namespaced and (type(ns) ~= "string" or ns == "") then
     error("wait: opts.namespace is required for namespaced " .. tostring(res.plural), 3)
   end
   if not res.namespaced then ns = nil end
   local timeout = opts.timeout or wait.DEFAULT_TIMEOUT
-  if type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0 or timeout == math.huge then
-    error("wait: timeout must be a positive number of seconds", 3)
-  end
+  validate.arg(3, "wait", "timeout", timeout, function(v) return type(v) == "number" and v > 0 and v < math.huge end,
+    { says = "a positive number of seconds" })
   local test, what = judge_of(opts)
   local subject = ("%s %s"):format(target(res, ns, name), what)
   local view = res.client

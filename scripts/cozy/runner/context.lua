@@ -187,8 +187,8 @@ local function kube_facade(view, logger, warned, mode)
       res, why = view:lookup(resource)
       if res == nil then error(("wait: %s is not served (%s)"):format(resource, errors.safe_text(why)), 2) end
     end
-    if res == nil then error("wait(resource, name, opts): resource must be a resource of ctx.kube or its name", 2) end
-    if opts ~= nil and type(opts) ~= "table" then error("wait(resource, name, opts): opts must be a table", 2) end
+    validate.args(2, "wait(resource, name, opts)", { { "resource", res, function(r) return r ~= nil end,
+      { says = "a resource of ctx.kube or its name" } }, { "opts", opts, "table", true } })
     return wait.run(res, opts and opts.namespace, name, opts, logger, mode)
   end)
   -- the client's live counters, seen through a view: the table the client

@@ -14,6 +14,7 @@
 -- refused too. What is read is the resolved file. A refusal is kind
 -- "denied" (exit 1), as an undeclared request is.
 local errors = require "cozy.errors"
+local validate = require "cozy.validate"
 local json = require "cozy.json"
 local sys = require "cozy.sys"
 
@@ -145,7 +146,8 @@ function files.facade(roots, seal, method, log)
   -- the names of the regular files directly in the declared directory
   -- (those ending in suffix when given), sorted; symlinks leading out are left out
   f.list = method(f, function(key, suffix)
-    if suffix ~= nil and type(suffix) ~= "string" then denied("list(key, suffix): suffix must be a string") end
+    local why = validate.why("suffix", suffix, "string", true)
+    if why then denied("list(key, suffix): " .. why) end
     local what, dir = locate(key, nil)
     if what ~= "directory" then
       errors.raise("migration", ("ctx.files: %s is %s"):format(dir, what and ("a " .. what .. ", not a directory")
