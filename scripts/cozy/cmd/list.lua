@@ -15,7 +15,8 @@ function M.run(opts)
       local items = {}
       for _, m in ipairs(set.migrations) do
         items[#items + 1] = { number = m.number, name = m.name, kind = m.kind,
-          description = m.description, sha256 = m.sha256, file = m.file }
+          description = m.description, sha256 = m.sha256, file = m.file,
+          tools = m.tools and as_array(m.tools) or nil }
       end
       io.stdout:write(cozy_text.json({ origin = set.origin, migrations = as_array(items) }), "\n")
     else
@@ -23,6 +24,7 @@ function M.run(opts)
       if #set.migrations == 0 then out[1] = ("no migrations (%s)"):format(set.origin) end
       for _, m in ipairs(set.migrations) do
         out[#out + 1] = ("%-4d %-32s %-6s %s  %s"):format(m.number, m.name, m.kind, m.sha256, m.description)
+          .. (m.tools and ("  tools: " .. table.concat(require("cozy.runner.tools").describe(m), ", ")) or "")
       end
       io.stdout:write(cozy_text.lines(out))
     end

@@ -349,6 +349,8 @@ function context.new(opts)
     to = opts.to,
     mode = opts.mode or "run",
     findings = sandbox.view(seen, "ctx.findings"),
+    -- a declared tool, run (cozy.runner.tools); the step executor gives it
+    tool = opts.tool,
   }
   local outcome = opts.outcome
   ctx.outcome = outcome_recorder(outcome, logger)

@@ -25,7 +25,9 @@ end
 -- What a migration table may hold. `permissions` lets `check` ask the API
 -- server (SelfSubjectAccessReview) whether this runner may do what the
 -- migration needs.
-local allowed_keys = { description = true, run = true, check = true, walk = true, permissions = true, timeout = true }
+-- `tools` and `finally`: cozy.runner.tools and cozy.runner.finally.
+local allowed_keys = { description = true, run = true, check = true, walk = true, permissions = true, timeout = true,
+  tools = true, finally = true }
 
 -- A declared permission: what `check` asks and `rbac` grants.
 local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true,
@@ -54,7 +56,8 @@ function discovery.validate_definition(def, file)
   def = plain_copy(def, file, 1)
   for k in pairs(def) do
     if not allowed_keys[k] then
-      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, walk, permissions, timeout)",
+      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, walk, permissions, "
+        .. "timeout, tools, finally)",
         { tostring(k) })
     end
   end
@@ -74,6 +77,8 @@ function discovery.validate_definition(def, file)
   if def.check ~= nil and type(def.check) ~= "function" then
     invalid(file, "check must be a function(ctx) or absent")
   end
+  if def.finally ~= nil and type(def.finally) ~= "function" then invalid(file, "finally must be a function(ctx) or absent") end
+  require("cozy.runner.tools").validate(def, function(message) invalid(file, message) end)
   if def.timeout ~= nil and (type(def.timeout) ~= "number" or def.timeout <= 0 or def.timeout ~= def.timeout
       or def.timeout == math.huge) then
     invalid(file, "timeout must be a positive number of seconds")
@@ -157,6 +162,8 @@ local function load_lua(m)
   end
   m.definition = discovery.validate_definition(def, m.file)
   m.description = m.definition.description
+  -- its declared tools, found on PATH now: a missing one is its defect
+  require("cozy.runner.tools").resolve(m)
 end
 
 -- sha256: the source's, when known already (a built-in migration's is
