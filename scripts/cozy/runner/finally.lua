@@ -72,9 +72,11 @@ function finally.run(m, err, opts)
   local function guard(method, path)
     if opts.guard then opts.guard(method, path) end
     if record.writes >= finally.WRITES then
-      budget_spent = true
-      errors.raise("failed", ("%s's finally: write budget of %d writes spent: %s %s refused, not sent")
-        :format(m.name, finally.WRITES, method, path))
+      local e = errors.new("failed", { migration = m.name,
+        message = ("%s's finally: write budget of %d writes spent: %s %s refused, not sent")
+          :format(m.name, finally.WRITES, method, path) })
+      budget_spent = budget_spent or e
+      error(e, 0)
     end
     record.writes = record.writes + 1
     log:info("finally write", { method = method, path = path, write = record.writes })
@@ -90,6 +92,8 @@ function finally.run(m, err, opts)
   local ok, ferr, trace = sandbox.watched({ deadline = deadline, on_stop = opts.stopper(name, limit) }, fn, ctx)
   if signalled then proc.reset_signal(signalled) end
   local seconds = ("%.2f"):format(sys.monotime() - t0)
+  -- a refusal the function caught (pcall) still fails it: the budget is the engine's
+  if ok and budget_spent then ok, ferr = false, budget_spent end
   if ok then
     record.ended = "done"
     log:info("finally done", { writes = record.writes, seconds = seconds })
