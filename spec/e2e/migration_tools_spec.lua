@@ -240,6 +240,20 @@ describe("declared tools", function()
     assert.equal(1, support.version(srv))
   end)
 
+  it("judges a rehearsed tool's requests by the migration's permissions, as its own", function()
+    local dir, env = setup_dir("undeclared", [[
+  permissions = { { verb = "get", group = "", resource = "configmaps", namespace = "cozy-system" } },
+  tools = { "etcd-double" },
+  run = function(ctx) ctx.tool("etcd-double", { "adopt", "rehearsed" }, { dry_run = true }) end,]])
+    finally(function() files.rm_rf(dir) end)
+    local r = support.run(args(srv, dir, "plan"), env)
+    assert.equal(1, r.code, r.stdout .. r.stderr)
+    assert.matches("step 1 (1-undeclared) would fail: migration 1-undeclared sent POST "
+      .. "/api/v1/namespaces/cozy-system/configmaps, which its permissions do not declare", r.stdout, 1, true)
+    assert.is_nil(r.stdout:find("object created", 1, true))
+    assert.is_nil(cm(srv, "rehearsed"))
+  end)
+
   it("check runs only the marked invocations; an unmarked one is a blocking finding", function()
     local dir, env = setup_dir("checks", PERMS .. [[
   tools = { "etcd-double" },

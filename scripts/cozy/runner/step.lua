@@ -174,16 +174,18 @@ function step.execute(m, opts)
   -- ctx.tool (cozy.runner.tools): run under the step's deadline, or finally's
   local t = opts.tools or {}
   local running = {}
-  local function tool_caller(tool_deadline, tool_limit)
+  -- in a rehearsal the tool's requests are served through tool_view, the
+  -- step's: its permissions judge them as they judge the migration's own
+  local function tool_caller(tool_deadline, tool_limit, tool_view)
     return tools.caller { m = m, mode = mode, log = step_log, namespace = opts.namespace, running = running,
-      kubeconfig = t.kubeconfig, context = t.context, lock = t.lock, rehearse = t.rehearse,
+      kubeconfig = t.kubeconfig, context = t.context, lock = t.lock, rehearse = t.rehearse and tool_view,
       deadline = function() return tool_deadline, tool_limit end,
       unrehearsed = function(why) result.not_rehearsed = result.not_rehearsed or why end }
   end
   local ctx = context.new {
     view = view, log = step_log, namespace = opts.namespace,
     from = m.number, to = m.number + 1, mode = mode, findings = findings, outcome = outcome,
-    tool = tool_caller(deadline, limit),
+    tool = tool_caller(deadline, limit, view),
   }
   if reporting then
     -- the engine's own ctx.finding, taken before the migration runs
@@ -204,9 +206,10 @@ function step.execute(m, opts)
     err = finally.run(m, err, { mode = mode, log = step_log, outcome = outcome, guard = opts.guard,
       classify = classify, stopper = function(name, lim) return stopper(name, lim, running) end,
       context = function(write_guard, finally_deadline, finally_limit)
-        return context.new { view = step_view(write_guard), log = step_log:with { phase = "finally" },
+        local finally_view = step_view(write_guard)
+        return context.new { view = finally_view, log = step_log:with { phase = "finally" },
           namespace = opts.namespace, from = m.number, to = m.number + 1, mode = mode, findings = findings,
-          outcome = outcome, tool = tool_caller(finally_deadline, finally_limit) }
+          outcome = outcome, tool = tool_caller(finally_deadline, finally_limit, finally_view) }
       end })
   end
   if err == nil then return true, nil, result end
