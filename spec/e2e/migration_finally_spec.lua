@@ -229,3 +229,78 @@ describe("finally", function()
     assert.matches("finally must be a function(ctx) or absent", r.stderr, 1, true)
   end)
 end)
+
+-- docs/authoring.md's "A tool and a compensation", run as printed with a
+-- stand-in etcd-migrate: its dry run prints what it would adopt, --apply
+-- creates a ConfigMap with the step's kubeconfig (or fails, ETCD_FAIL set).
+describe("docs/authoring.md's tool and compensation example", function()
+  local ETCD_MIGRATE = [[#!/bin/sh
+printf '%s\n' "$*" >>"$TOOL_DIR/calls"
+case " $* " in
+  *" --apply "*)
+    if [ -n "$ETCD_FAIL" ]; then echo "error: member etcd-2 not healthy" >&2; exit 2; fi
+    printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"adopted"},"data":{"members":"2"}}' \
+      | "$KUBECTL" -n cozy-etcd create -f - >/dev/null || exit 4
+    echo "adopted 2" ;;
+  *) echo "dry run: would adopt 2" ;;
+esac
+]]
+  local FIXTURE = support.fixture(1, {
+    { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-etcd" } },
+    { apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "etcd-operator", namespace = "cozy-etcd" },
+      spec = { replicas = 1, selector = { matchLabels = { app = "etcd-operator" } },
+        template = { metadata = { labels = { app = "etcd-operator" } },
+          spec = { containers = { { name = "operator", image = "etcd-operator:v1" } } } } } },
+  })
+  local srv, dir, env
+  setup(function() srv = fake.start { fixtures = { FIXTURE } } end)
+  teardown(function() srv:stop() end)
+  before_each(function()
+    srv:reset(FIXTURE)
+    local guide = assert(files.read("docs/authoring.md"))
+    local at = assert(guide:find("\n## A tool and a compensation\n", 1, true))
+    dir = support.tmpdir()
+    assert(files.sh(("mkdir -p %s %s"):format(q(dir .. "/migrations"), q(dir .. "/bin"))) == 0)
+    files.write(dir .. "/migrations/1-etcd-adopt.lua", assert(guide:match("```lua\n(.-)```", at)))
+    files.write(dir .. "/bin/etcd-migrate", ETCD_MIGRATE)
+    assert(files.sh("chmod +x " .. q(dir .. "/bin/etcd-migrate")) == 0)
+    env = { PATH = dir .. "/bin:" .. os.getenv("PATH"), TOOL_DIR = dir, KUBECTL = files.absolute(fake.kubectl_path) }
+  end)
+  after_each(function() files.rm_rf(dir) end)
+
+  local function operator_replicas()
+    return srv:object("Deployment.apps", "cozy-etcd", "etcd-operator").spec.replicas
+  end
+
+  it("adopts: the dry run, then --apply; the operator scaled back up; the outcome recorded", function()
+    local r = support.run(args(srv, dir, "run"), env)
+    assert.equal(0, r.code, r.stderr)
+    assert.equal("--namespace cozy-etcd\n--namespace cozy-etcd --apply\n", files.read(dir .. "/calls"))
+    assert.equal("2", srv:object("ConfigMap", "cozy-etcd", "adopted").data.members)
+    assert.equal(1, operator_replicas())
+    assert.equal(2, support.version(srv))
+    local rec = last_record(srv)
+    assert.same({ adopted = 2 }, rec.outcome.counts)
+    assert.same({ after = "success", ended = "done", writes = 1 }, rec.finally)
+  end)
+
+  it("a failing tool fails the step; finally scales the operator back up; the version stays", function()
+    env.ETCD_FAIL = "1"
+    local r = support.run(args(srv, dir, "run"), env)
+    assert.equal(1, r.code, r.stderr)
+    assert.matches('tool etcd-migrate exited with status 2, its last stderr line: "error: member etcd-2 not '
+      .. 'healthy"; version stays at 1', r.stderr, 1, true)
+    assert.equal(1, operator_replicas())
+    assert.equal(1, support.version(srv))
+    assert.same({ after = "failed", ended = "done", writes = 1 }, last_record(srv).finally)
+  end)
+
+  it("plan runs the dry run and says the --apply is not rehearsed", function()
+    local r = support.run(args(srv, dir, "plan"), env)
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.equal("--namespace cozy-etcd\n", files.read(dir .. "/calls"))
+    assert.matches("not rehearsed: tool etcd-migrate run without dry-run marking; it was not run", r.stdout, 1, true)
+    assert.equal(1, operator_replicas())
+    assert.is_nil(srv:object("ConfigMap", "cozy-etcd", "adopted"))
+  end)
+end)
