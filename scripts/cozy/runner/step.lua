@@ -176,8 +176,9 @@ function step.execute(m, opts)
   local running = {}
   -- in a rehearsal the tool's requests are served through tool_view, the
   -- step's: its permissions judge them as they judge the migration's own
-  local function tool_caller(tool_deadline, tool_limit, tool_view)
+  local function tool_caller(tool_deadline, tool_limit, tool_view, stop)
     return tools.caller { m = m, mode = mode, log = step_log, namespace = opts.namespace, running = running,
+      stop = stop,
       kubeconfig = t.kubeconfig, context = t.context, lock = t.lock, rehearse = t.rehearse and tool_view,
       deadline = function() return tool_deadline, tool_limit end,
       unrehearsed = function(why) result.not_rehearsed = result.not_rehearsed or why end }
@@ -185,7 +186,7 @@ function step.execute(m, opts)
   local ctx = context.new {
     view = view, log = step_log, namespace = opts.namespace,
     from = m.number, to = m.number + 1, mode = mode, findings = findings, outcome = outcome,
-    tool = tool_caller(deadline, limit, view),
+    tool = tool_caller(deadline, limit, view, stopper(m.name, limit, running)),
   }
   if reporting then
     -- the engine's own ctx.finding, taken before the migration runs
@@ -209,7 +210,8 @@ function step.execute(m, opts)
         local finally_view = step_view(write_guard)
         return context.new { view = finally_view, log = step_log:with { phase = "finally" },
           namespace = opts.namespace, from = m.number, to = m.number + 1, mode = mode, findings = findings,
-          outcome = outcome, tool = tool_caller(finally_deadline, finally_limit, finally_view) }
+          outcome = outcome, tool = tool_caller(finally_deadline, finally_limit, finally_view,
+            stopper(m.name .. "'s finally", finally_limit, running)) }
       end })
   end
   if err == nil then return true, nil, result end

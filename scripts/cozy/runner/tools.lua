@@ -170,6 +170,7 @@ end
 --   lock       the lease.Holder the step runs under, or nil
 --   rehearse   a rehearsal's client (plan, run --dry-run), or nil
 --   running    the step's { tool = }: the name of the tool under way
+--   stop       the step's on_stop (step.stopper), raised when a stop ended the tool
 --   deadline   function() -> the sys.monotime() by which the tool must end,
 --              and the limit in seconds (for the message)
 --   unrehearsed  function(why): a plan's call that was refused or could not
@@ -178,7 +179,7 @@ end
 function tools.caller(opts)
   local m, log = opts.m, opts.log
   return function(name, argv, call_opts)
-    local t, args, o = check_call(m, name, argv, call_opts)
+    local _, args, o = check_call(m, name, argv, call_opts)
     if opts.mode ~= "run" and not o.dry_run then
       local why = ("tool %s run without dry-run marking"):format(name)
       if opts.mode == "check" then
@@ -201,7 +202,7 @@ function tools.caller(opts)
     tlog:info("running tool", { argv = table.concat(args, " ", 2), dry_run = o.dry_run or nil,
       isolated = ep and true or nil })
     -- the step's stop names the tool while it runs (step.stopper)
-    local running <close> = setmetatable({}, { __close = function() opts.running.tool = nil end })
+    local _ <close> = setmetatable({}, { __close = function() opts.running.tool = nil end })
     opts.running.tool = name
     local captured, bytes, truncated, last_stderr = {}, 0, false, nil
     local deadline, limit = opts.deadline()
@@ -234,6 +235,12 @@ function tools.caller(opts)
       seconds = ("%.2f"):format(sys.monotime() - t0) })
     if truncated then
       tlog:warn(("tool stdout past %d bytes: the capture stops there (result.truncated)"):format(tools.CAPTURE_BYTES))
+    end
+    -- stopped with the step: raised as the step's watch raises it (naming
+    -- the tool), whether or not its hook fired first
+    if (stopped == "signal" or stopped == "deadline") and opts.stop then
+      local reason, detail = proc.pending_stop()
+      if reason then opts.stop(reason, detail) end
     end
     if stopped or how ~= "exit" or (code ~= 0 and not o.allow_failure) then
       failure(name, how, code, stopped, limit, last_stderr)
