@@ -211,6 +211,32 @@ describe("finally", function()
     assert.equal("1", replicas(srv))
   end)
 
+  it("killed (SIGKILL) during finally: its tool goes with the runner, the next run runs step and finally again", function()
+    local dir, env = setup_dir("killed", nil, 'ctx.tool("gate-double")')
+    finally(function() files.rm_rf(dir) end)
+    env.COZY_MIGRATE_LEASE_SECONDS = "3"
+    local p = support.start(args(srv, dir, "run"), env)
+    finally(function() p:cleanup() end)
+    assert.truthy(support.poll(60, function() return p:stderr():find("gate waiting", 1, true) end), p:stderr())
+    local first = tonumber((files.read(dir .. "/pids") or ""):match("%d+"))
+    p:kill("KILL")
+    p:wait(20)
+    -- the guardian (core/guardian.c) ends the tool's group with the runner
+    assert.truthy(support.poll(20, function() return not alive(first) end), "the tool outlived its runner")
+    assert.equal(1, support.version(srv))
+    files.write(dir .. "/open", "")
+    local r = support.run(args(srv, dir, "run"), env)
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("finally done", r.stderr, 1, true)
+    -- the tool ran twice: once per run of finally
+    local runs = 0
+    for _ in (files.read(dir .. "/pids") or ""):gmatch("%d+") do runs = runs + 1 end
+    assert.equal(2, runs)
+    assert.equal(2, support.version(srv))
+    assert.equal("1", replicas(srv))
+    assert.same({ after = "success", ended = "done", writes = 1 }, last_record(srv).finally)
+  end)
+
   it("is refused when not a function, and is not run by check", function()
     local dir, env = setup_dir("checked")
     finally(function() files.rm_rf(dir) end)
