@@ -16,14 +16,17 @@
 **                              timeout=, max_attempts=, max_time=,
 **                              on_retry=function(attempt) end,
 **                              before_attempt=function(info) end,
-**                              decode=true or a projection })
+**                              decode=true or a projection,
+**                              first_line=true })
 **     --> status (0: transport failure), body (string or nil), attempts,
 **         warnings (the answer's Warning headers, '\n'-separated, or nil),
 **         decode_error
 **   With `decode`, a 2xx body comes back decoded (json.decode with that
 **   projection, read straight from the transfer's buffer: a list page is
 **   never copied into a Lua string), nil when empty; when it is not JSON,
-**   body is the text and decode_error the decoder's message.
+**   body is the text and decode_error the decoder's message. With
+**   `first_line`, the transfer ends (its connection closed) once the body
+**   holds a line break: a watch's stream answers at its first event.
 **   before_attempt({ attempt=n, deadline=, method=, path= }) runs before
 **   every attempt: nil/true sends it, a number waits that many seconds and
 **   asks again, an error ends the request with that error.
@@ -179,6 +182,9 @@ void cozy_request_read(lua_State *L, const struct cozy_transport *t, struct cozy
   rq->max_time = budget < t->retry.max_time ? budget : t->retry.max_time;
   lua_getfield(L, 4, "retry_safe");
   rq->retry_safe = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, 4, "first_line");
+  rq->first_line = lua_toboolean(L, -1);
   lua_pop(L, 1);
   rq->read = strcmp(rq->method, "GET") == 0 || strcmp(rq->method, "HEAD") == 0;
 }
@@ -430,6 +436,7 @@ static int t_request(lua_State *L) {
   url = push_url(L, t, &rq); /* T_URL */
   lua_newtable(L); /* T_ATTEMPTS */
   t->watch = cozy_watches(L); /* a signal or its deadline ends the request */
+  t->resp.end_at_line = rq.first_line;
   a.start = cozy_monotime();
   for (;;) {
     double detail = 0;
@@ -453,6 +460,7 @@ static int t_request(lua_State *L) {
     next = COZY_AFTER_STOP;
     break;
   }
+  t->resp.end_at_line = 0;
   cozy_push_results(L, &t->resp, next == COZY_AFTER_STOP || rc != CURLE_OK, status,
                     lua_isnil(L, COZY_REQ_DECODE) ? 0 : COZY_REQ_DECODE, T_ATTEMPTS);
   return 5;

@@ -68,6 +68,9 @@ struct cozy_response {
   size_t body_len, body_cap;
   size_t max_response_bytes; /* of the body as delivered, i.e. decompressed */
   int body_too_large; /* the write callback stopped the transfer */
+  /* a watch's first line (t:request's `first_line`): the transfer ends once
+  ** the body holds a line break, the answer so far being the body */
+  int end_at_line, ended_at_line;
   double retry_after; /* Retry-After seconds, or -1 */
   char warnings[2048]; /* Warning header values of the answer, '\n'-separated */
   size_t warnings_len;
@@ -177,6 +180,7 @@ struct cozy_request {
   double max_time;
   int retry_safe; /* the caller says a write may be sent again */
   int read; /* GET or HEAD: always safe to send again */
+  int first_line; /* end the transfer at the body's first line break (a watch's event) */
 };
 
 /* The stack slots cozy_request_read fills above (self, method, path, opts):

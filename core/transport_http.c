@@ -127,6 +127,10 @@ size_t cozy_http_on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   memcpy(t->body + t->body_len, ptr, n);
   t->body_len += n;
   t->body[t->body_len] = '\0';
+  if (t->end_at_line && memchr(ptr, '\n', n) != NULL) {
+    t->ended_at_line = 1; /* cozy_exchange_finish makes this abort an answer */
+    return 0;
+  }
   return n;
 }
 
@@ -171,6 +175,7 @@ size_t cozy_http_on_header(char *buf, size_t size, size_t nitems, void *ud) {
 void cozy_response_reset(struct cozy_response *r) {
   r->body_len = 0;
   r->body_too_large = 0;
+  r->ended_at_line = 0;
   if (r->body) r->body[0] = '\0';
   r->retry_after = -1;
   r->warnings_len = 0;
@@ -607,6 +612,9 @@ static CURLcode proxy_tls_failure(struct cozy_exchange *x, CURLcode rc) {
 CURLcode cozy_exchange_finish(struct cozy_exchange *x, CURLcode rc, long *status) {
   struct cozy_response *r = x->resp;
   *status = 0;
+  /* ended by the write callback at a watch's first line: an answer, whose
+  ** connection libcurl closes */
+  if (rc == CURLE_WRITE_ERROR && r->ended_at_line && !r->body_too_large) rc = CURLE_OK;
   if (rc == CURLE_OK && curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, status) != CURLE_OK) *status = 0;
   /* the token must not stay in a header list longer than the request: the
   ** handle forgets the list before it is freed */

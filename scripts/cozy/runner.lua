@@ -40,6 +40,7 @@ local events = lazy "cozy.runner.events"
 local gate = lazy "cozy.kube.gate"
 local lease = lazy "cozy.runner.lease"
 local legacy = lazy "cozy.runner.legacy"
+local parameters = lazy "cozy.runner.parameters"
 local binding = lazy "cozy.kube.binding"
 local planfile = lazy "cozy.runner.planfile"
 local stamp = lazy "cozy.runner.stamp"
@@ -324,6 +325,8 @@ function Run:decide()
     self:summary("up-to-date")
     return 0
   end
+  -- every step's parameters, before the lock and the first step (exit 2)
+  parameters.check_steps(decision.steps)
   return nil
 end
 

@@ -7,7 +7,8 @@
 -- numbered as the spec assembles them in a temporary directory): a namespace
 -- created then objects in it; a script labelling what an earlier step made;
 -- a delete then a re-create (Lua and kubectl); kubectl's strategic merge
--- patch of a Deployment an earlier step created and another changed; a
+-- patch of a Deployment an earlier step created and another changed, and of
+-- a live one an earlier step changed (merged three-way, held to it); a
 -- script whose stamp (or not) decides what the next step sees. The #platform
 -- case puts the platform's own scripts 44 and 45 at their numbers (read from
 -- $COZY_PLATFORM_MIGRATIONS, never copied here; spec/helpers/differential.lua).
@@ -78,6 +79,13 @@ local FIXTURE = support.fixture(40, {
     spec = { replicas = 1, selector = { matchLabels = { ["app.kubernetes.io/name"] = "flux-tenants" } },
       template = { metadata = { labels = { ["app.kubernetes.io/name"] = "flux-tenants" } },
         spec = { containers = { { name = "manager", image = "ghcr.io/fluxcd/helm-controller:v1.3.0" } } } } } },
+  -- live, labelled by a script (app=fidelity) and then patched by kubectl's strategic merge
+  { apiVersion = "apps/v1", kind = "Deployment",
+    metadata = { name = "api", namespace = "cozy-system", labels = { app = "fidelity" } },
+    spec = { replicas = 1, selector = { matchLabels = { run = "api" } },
+      template = { metadata = { labels = { run = "api" } }, spec = { containers = {
+        { name = "app", image = "nginx:1.27", env = { { name = "MODE", value = "one" } } },
+        { name = "sidecar", image = "busybox:1.36", args = { "sleep", "infinity" } } } } } } },
   bootstrap("KubeadmConfigTemplate", "kubernetes-alpha-md0", true),
   bootstrap("KubeadmConfigTemplate", "manual", false),
   bootstrap("KubeadmConfig", "kubernetes-alpha-cp", true),
@@ -239,13 +247,14 @@ local function inexact_keys(res)
   return out
 end
 
--- Why each object is inexact: kubectl's apply of the stamp and its strategic
--- merge of web (applied as merge patches, no three-way merge), and a
--- ConfigMap of a namespace only the rehearsal holds (validated in cozy-system).
+-- Why each object is inexact: a ConfigMap of a namespace only the rehearsal
+-- holds (validated in cozy-system). kubectl's apply of the stamp and its
+-- strategic merge of api, live objects earlier steps changed, are merged
+-- three-way; its strategic merge of web, which only the rehearsal holds, is
+-- applied by the engine (containers and env by name); all held to their
+-- prediction.
 local INEXACT = {
-  "ConfigMap cozy-system/cozystack-version: configmaps cozy-system/cozystack-version",
   "ConfigMap fidelity-made/made: configmaps fidelity-made/made validated in namespace cozy-system",
-  "Deployment.apps cozy-system/web: deployments.apps cozy-system/web",
 }
 
 describe("a rehearsal predicts the run", function()
@@ -278,6 +287,7 @@ describe("a rehearsal predicts the run", function()
       "changed ConfigMap cozy-system/cozystack-version",
       "changed ConfigMap cozy-system/old",
       "changed ConfigMap cozy-system/replaced",
+      "changed Deployment.apps cozy-system/api",
       "changed HelmRelease.helm.toolkit.fluxcd.io tenant-a/kafka-a",
       "created ConfigMap cozy-system/gate",
       "created ConfigMap cozy-system/observed",
@@ -290,10 +300,12 @@ describe("a rehearsal predicts the run", function()
     assert.same({ version = "45", records = "5", labelled = "3" },
       res.b[key("", "ConfigMap", "cozy-system", "observed")].data)
     assert.equal("46", res.b[STAMP].data.version)
-    -- on the real server the strategic merge kept the sidecar and merged the container by name (the fake applies
-    -- a strategic merge patch as a merge patch)
-    local web = res.b[key("apps", "Deployment", "cozy-system", "web")]
-    if b.srv.real then assert.equal(2, #web.spec.template.spec.containers) end
+    -- the strategic merges kept the sidecar and merged the container by name, as the plan predicted
+    for _, name in ipairs { "web", "api" } do
+      local c = res.b[key("apps", "Deployment", "cozy-system", name)].spec.template.spec.containers
+      assert.same({ "app", "nginx:1.28", "LEVEL", "sidecar" }, { c[1].name, c[1].image, c[1].env[1].name, c[2].name })
+    end
+    assert.equal("by-script", res.b[key("apps", "Deployment", "cozy-system", "api")].metadata.labels.labelled)
     assert.same(INEXACT, inexact_keys(res))
   end)
 
@@ -305,6 +317,7 @@ describe("a rehearsal predicts the run", function()
       "changed ConfigMap cozy-system/cozystack-version",
       "changed ConfigMap cozy-system/old",
       "changed ConfigMap cozy-system/replaced",
+      "changed Deployment.apps cozy-system/api",
       "changed HelmRelease.helm.toolkit.fluxcd.io tenant-a/kafka-a",
       "changed KubeadmConfig.bootstrap.cluster.x-k8s.io tenant-a/kubernetes-alpha-cp",
       "changed KubeadmConfigTemplate.bootstrap.cluster.x-k8s.io tenant-a/kubernetes-alpha-md0",

@@ -364,6 +364,34 @@ describe("deploy/helm rendered by real Helm", function()
       assert.truthy(find(render(srv, nil), "Job", "cozystack-migration-hook"))
     end)
 
+  it("passes migrations.parameters as environment of both Jobs, after the chart's own", function()
+    srv:reset(fixture(59))
+    local objects, text = render(srv, "migrations:\n  parameters:\n    ETCD_CRD_DIR: /etcd-operator-crds\n"
+      .. "    SPEC_FLAG: true\n    SPEC_COUNT: 3\n")
+    local want = { { name = "ETCD_CRD_DIR", value = "/etcd-operator-crds" }, { name = "SPEC_COUNT", value = "3" },
+      { name = "SPEC_FLAG", value = "true" } }
+    for _, name in ipairs({ "cozystack-migration-hook", "cozystack-migration-preflight" }) do
+      local env = assert(find(objects, "Job", name)).spec.template.spec.containers[1].env
+      local got = {}
+      for _, e in ipairs(env) do
+        if e.name:find("^SPEC_") or e.name == "ETCD_CRD_DIR" then got[#got + 1] = e end
+      end
+      assert.same(want, got)
+    end
+    server_accepts(srv, text, objects)
+  end)
+
+  it("refuses a migrations.parameters name that is not an environment variable name", function()
+    srv:reset(fixture(59))
+    local dir = cli.tmpdir()
+    finally(function() files.rm_rf(dir) end)
+    files.write(dir .. "/values.yaml", "migrations:\n  parameters:\n    bad-name: x\n")
+    local r = helm(dir, ("template cozystack %s --namespace %s --dry-run=server --kubeconfig %s --values %s"):format(
+      CHART, NS, q(srv.kubeconfig), q(dir .. "/values.yaml")))
+    assert.equal(1, r.code, r.stdout)
+    assert.matches('migrations.parameters: "bad-name" is not an environment variable name', r.stderr, 1, true)
+  end)
+
   it("drops into a chart with the platform's values alone: its four keys render the hook", function()
     local dir = cli.tmpdir()
     finally(function() files.rm_rf(dir) end)

@@ -9,7 +9,9 @@
 local cozy_text = require "cozy.text"
 local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
+local files = require "cozy.runner.files"
 local json = require "cozy.json"
+local parameters = require "cozy.runner.parameters"
 local rbac = require "cozy.rbac"
 local runner = require "cozy.runner"
 local stamp = require "cozy.runner.stamp"
@@ -99,12 +101,34 @@ local function review_permissions(c, checked)
   end
 end
 
+-- A Lua migration's declared parameters (their values, from this
+-- environment) and files, in the report; a value its declaration refuses is
+-- a blocking finding, as the run would refuse it (exit 2).
+local function review_inputs(c, m)
+  local ok, values, sources = pcall(parameters.resolve, m)
+  local roots
+  if ok then ok, roots = pcall(files.resolve, m, values) end
+  if not ok then
+    c.finding(m.name, "block", errors.text(values or roots))
+    values, sources, roots = nil, nil, nil
+  end
+  local declared = parameters.describe(m, values, sources)
+  local paths = files.describe(m, roots)
+  if #declared > 0 or #paths > 0 then
+    c.report.inputs[#c.report.inputs + 1] = { migration = m.name, parameters = as_array(declared),
+      files = as_array(paths) }
+  end
+  return ok
+end
+
 -- Each migration's check(ctx), through the step executor: read-only, a
 -- write raises and nothing is sent.
 local function run_checks(c, checked)
   for _, m in ipairs(checked) do
     if m.kind == "legacy" then
       c.finding(m.name, "info", "legacy script: no check available")
+    elseif not review_inputs(c, m) then
+      c.finding(m.name, "info", "check() not run: its parameters are refused")
     else
       -- its declared tools, as discovery found them on PATH
       if m.tools then c.finding(m.name, "info", "tools: " .. table.concat(tools.describe(m), ", ")) end
@@ -126,7 +150,7 @@ function M.collect(opts, log)
   local namespace = runner.namespace(opts)
   local target = runner.target(opts, set)
   local client = runner.connect(opts, log)
-  local report = { namespace = namespace, target = target, findings = {}, permissions = {} }
+  local report = { namespace = namespace, target = target, findings = {}, permissions = {}, inputs = {} }
   local c = { opts = opts, log = log, client = client, namespace = namespace, report = report }
   function c.finding(source, severity, message, fields)
     report.findings[#report.findings + 1] = { migration = source, severity = severity, message = message,
@@ -168,6 +192,13 @@ local function text(r)
     add("  %-7s %s %s%s%s", p.allowed and "allowed" or "DENIED", p.verb, p.resource,
       p.group ~= "" and ("." .. p.group) or "", p.namespace and (" in " .. p.namespace) or " (all namespaces)")
   end
+  for _, i in ipairs(r.inputs or {}) do
+    for _, p in ipairs(i.parameters) do add("  %s: parameter %s", i.migration, parameters.text(p)) end
+    for _, f in ipairs(i.files) do
+      add("  %s: file %s: %s%s (read-only)", i.migration, f.name, f.declared,
+        f.path and f.path ~= f.declared and (" = " .. f.path) or "")
+    end
+  end
   for _, f in ipairs(r.findings) do
     local fields = ""
     if f.fields then
@@ -205,6 +236,7 @@ function M.run(opts)
     line = M.line(r)
     r.findings = as_array(r.findings)
     r.permissions = as_array(r.permissions)
+    r.inputs = as_array(r.inputs)
     if opts.output == "json" then
       io.stdout:write(cozy_text.json(r), "\n")
     else

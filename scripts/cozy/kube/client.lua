@@ -265,7 +265,9 @@ function Client:prepare(method, path, spec)
       -- a successful answer comes back decoded by the transport, straight
       -- from its buffer; only these parts of it with a projection (a
       -- rehearsed write's whole, for the overlay)
-      decode = (rehearsed == nil or rehearsed.op == "list") and spec.projection or true,
+      decode = not spec.first_line and ((rehearsed == nil or rehearsed.op == "list") and spec.projection or true) or nil,
+      -- a watch (cozy.kube.wait): its stream's first event, as text
+      first_line = spec.first_line,
       query = qs,
       body = body ~= nil and json.encode(body) or nil,
       content_type = ctype,
@@ -354,6 +356,8 @@ end
 -- the attempts; raises kube.Error for any non-2xx answer or transport failure.
 -- spec = { query = {{k,v},...}, body = lua value, content_type =, retry_safe =, timeout =,
 --          retry = a retry budget { attempts =, time = } (cozy.kube.budget),
+--          first_line = true: a watch, answered at its stream's first line (the
+--            body is that text, not decoded; engine code: cozy.kube.wait),
 --          simulate = function() -> the result a client dry run returns instead of sending }
 -- Whether the request is a write is decided here, from its method.
 function Client:call(method, path, spec)

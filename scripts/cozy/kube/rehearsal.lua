@@ -18,8 +18,15 @@
 -- precondition judged against the overlay's version, as the run's server
 -- would judge it), and the result sent as a dry-run PUT carrying the live
 -- object's resourceVersion, or a dry-run POST when only the overlay holds
--- the object. A strategic merge or apply patch is applied as a merge patch
--- and the object marked inexact (no three-way merge here). A dry-run write
+-- the object. A strategic merge or apply patch of a live object the
+-- overlay changed is sent with dryRun=All to the live object, and the
+-- server's answer merged three-way with the overlay's version
+-- (cozy.kube.three_way; a conflict marks the object inexact), the result
+-- validated as above. Of an object only the overlay holds, the server
+-- cannot apply one: a strategic merge patch whose lists are the by-name
+-- ones three_way knows is applied here (three_way.strategic) and validated
+-- by a dry-run create; any other, and an apply patch, is applied as a
+-- merge patch and the object marked inexact. A dry-run write
 -- refused with 403 (credentials that may read but not write) is applied
 -- here where it can be, and said "not validated by the server".
 --
@@ -32,11 +39,14 @@ local overlay = require "cozy.kube.overlay"
 local patch = require "cozy.kube.patch"
 local projection = require "cozy.kube.projection"
 local request = require "cozy.kube.request"
+local three_way = require "cozy.kube.three_way"
 
 local rehearsal = {}
 
 local JSON_PATCH = "application/json-patch+json"
 local MERGE_PATCH = "application/merge-patch+json"
+local STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+local APPLY_PATCH = "application/apply-patch+yaml"
 
 local urlescape = request.urlescape
 local object_kind
@@ -192,26 +202,11 @@ local function validation(state, t, e, result, send, method, shown)
   return send
 end
 
--- A patch or update applied here to the overlay's version `base`: the
--- result, or raises the run's server's answer (a failed op, a stale
--- resourceVersion). Returns the result and why it is inexact.
-local function apply_here(t, base, method, ctype, body, shown)
-  local result, why
-  if method == "PUT" then
-    result = patch.deepcopy(body)
-  elseif ctype == JSON_PATCH then
-    local ok, res = pcall(patch.json_patch, base, body)
-    if not ok then
-      refuse(method, shown, status(422, "Invalid", PATCH_FAILED, {}))
-    end
-    result = res
-  else
-    result = patch.merge_patch(base, body)
-    if ctype ~= MERGE_PATCH then
-      why = ("%s %s: a %s applied as a merge patch to the rehearsal's version (no three-way merge)")
-        :format(what(t.group, t.plural), t.ns and (t.ns .. "/" .. t.name) or t.name, tostring(ctype))
-    end
-  end
+-- A write's result computed here on the overlay's version `base`, as the
+-- run's server would settle it: a resourceVersion precondition judged
+-- against base's, name and namespace kept, a status write changing the
+-- status only. Returns the result, or raises the run's server's answer.
+local function settled(t, base, result, method, shown)
   if type(result) ~= "table" or type(result.metadata) ~= "table" then
     refuse(method, shown, status(422, "Invalid", PATCH_FAILED, {}))
   end
@@ -225,7 +220,101 @@ local function apply_here(t, base, method, ctype, body, shown)
     whole.status = result.status
     result = whole
   end
-  return result, why
+  return result
+end
+
+-- A patch or update applied here to the overlay's version `base`: the
+-- result, or raises the run's server's answer (a failed op, a stale
+-- resourceVersion). Returns the result and why it is inexact.
+local function apply_here(t, base, method, ctype, body, shown, as_merge_why)
+  local result, why
+  if method == "PUT" then
+    result = patch.deepcopy(body)
+  elseif ctype == JSON_PATCH then
+    local ok, res = pcall(patch.json_patch, base, body)
+    if not ok then
+      refuse(method, shown, status(422, "Invalid", PATCH_FAILED, {}))
+    end
+    result = res
+  else
+    result = patch.merge_patch(base, body)
+    if ctype ~= MERGE_PATCH then
+      why = ("%s %s: a %s applied as a merge patch to the rehearsal's version (%s)")
+        :format(what(t.group, t.plural), t.ns and (t.ns .. "/" .. t.name) or t.name, tostring(ctype),
+          as_merge_why or "no three-way merge")
+    end
+  end
+  return settled(t, base, result, method, shown), why
+end
+
+local function query_value(query, name)
+  for _, kv in ipairs(query or {}) do
+    if kv[1] == name then return kv[2] end
+  end
+  return nil
+end
+
+-- A strategic merge or apply patch of an object the overlay holds
+-- (cozy.kube.three_way): sent with dryRun=All to the live object L (the
+-- engine's own requests, outside the overlay, L read first and named as
+-- the patch's resourceVersion precondition), and the server's answer
+-- merged three-way with the overlay's version. Returns the result and why
+-- it is inexact (the conflicting fields), or nil and why it cannot be had
+-- this way: the caller then applies the patch as a merge patch, inexact.
+-- Raises the server's refusal of the patch, and the run's 409 for a
+-- resourceVersion precondition on a version the overlay replaced.
+local function merged_three_way(client, t, e, path, query, body, ctype, shown)
+  local apply = ctype == APPLY_PATCH
+  local shown_obj = t.ns and (t.ns .. "/" .. t.name) or t.name
+  if type(body) ~= "table" or patch.is_array(body) then return nil, "not an object" end
+  if not e.live or e.created then
+    -- the live server does not hold this object: it cannot apply the patch to it
+    local only = "the object exists only in the rehearsal: the server cannot apply the patch to it"
+    if apply then return nil, only end
+    local result, cannot = three_way.strategic(e.obj, body, t.group)
+    if result == nil then return nil, only .. ", nor the engine to " .. cannot end
+    return settled(t, e.obj, result, "PATCH", shown)
+  end
+  local md = type(body.metadata) == "table" and body.metadata or nil
+  if md and md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then
+    refuse("PATCH", shown, conflict(t, t.name))
+  end
+  -- the engine's own requests, to the live server as they are (not through the overlay, not recorded)
+  local live = setmetatable({ dry_run = "server", record = false, binding = false }, { __index = client })
+  local function call(...)
+    local args = table.pack(...)
+    return pcall(live._internally, live, function() return (live:call(table.unpack(args, 1, args.n))) end)
+  end
+  local ok, l = call("GET", object_path({ group = t.group, version = t.version, plural = t.plural }, t.ns, t.name))
+  if not ok then
+    if not errors.is_item_error(l) then error(l, 0) end
+    return nil, "the live object could not be read: " .. l.message
+  end
+  if type(l) ~= "table" or type(l.metadata) ~= "table" then return nil, "the live object read is not an object" end
+  local sent = patch.deepcopy(body)
+  sent.metadata = type(sent.metadata) == "table" and sent.metadata or json.object {}
+  sent.metadata.resourceVersion = l.metadata.resourceVersion
+  local s
+  ok, s = call("PATCH", path, { query = query, body = sent, content_type = ctype })
+  if not ok then
+    if not errors.is_item_error(s) then error(s, 0) end
+    if s.code == 403 then return nil, "the dry-run patch of the live object was refused (403)" end
+    s.judged_on = "the live object"
+    error(s, 0)
+  end
+  if type(s) ~= "table" or type(s.metadata) ~= "table" then return nil, "the server's answer is not an object" end
+  local merged, conflicts = three_way.merge(l, s, e.obj, { patch = body, apply = apply, group = t.group,
+    field_manager = query_value(query, "fieldManager") })
+  local why
+  if #conflicts > 0 then
+    why = ("%s %s: a %s of an object the rehearsal changed: both changed %s (three-way merge)")
+      :format(what(t.group, t.plural), shown_obj, apply and "server-side apply" or "strategic merge patch",
+        table.concat(conflicts, ", "))
+  end
+  merged.metadata = type(merged.metadata) == "table" and merged.metadata or json.object {}
+  merged.metadata.resourceVersion = e.obj.metadata.resourceVersion
+  merged.metadata.name, merged.metadata.namespace = e.obj.metadata.name, e.obj.metadata.namespace
+  return merged, why
 end
 
 -- What Client:prepare does with a request in a rehearsal. Returns a table:
@@ -244,7 +333,7 @@ function rehearsal.prepare(client, method, path, query, body, ctype, spec, write
   -- refused here as the run's server would refuse it: a verdict too
   if errors.is_error(res) then
     rehearsal.verdict(client, { method = method, path = path, body = body, content_type = ctype }, "refused",
-      res.message .. " (judged on the rehearsal's version)")
+      res.message .. (" (judged on %s)"):format(res.judged_on or "the rehearsal's version"))
   end
   error(res, 0)
 end
@@ -341,7 +430,17 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
     send.live, send.from_live = true, true
     return send
   end
-  local result, why = apply_here(t, e.obj, method, ctype, body, shown)
+  local result, why
+  if method == "PATCH" and (ctype == STRATEGIC_PATCH or ctype == APPLY_PATCH) then
+    local cannot
+    result, why = merged_three_way(client, t, e, path, query, body, ctype, shown)
+    if result == nil then
+      cannot = why
+      result, why = apply_here(t, e.obj, method, ctype, body, shown, cannot)
+    end
+  else
+    result, why = apply_here(t, e.obj, method, ctype, body, shown)
+  end
   send.inexact = why
   send.result = result
   return validation(state, t, e, result, send, method, shown)

@@ -17,8 +17,12 @@ local join = require "cozy.kube.join"
 local text = require "cozy.text"
 local json = require "cozy.json"
 local sandbox = require "cozy.sandbox"
+local wait = require "cozy.kube.wait"
 
 local context = {}
+
+-- the resource behind each resource facade of ctx.kube, for ctx.kube:wait
+local resource_of = setmetatable({}, { __mode = "k" })
 
 -- What a migration holds of the engine is sealed: its metatable is not
 -- theirs to read or replace, its fields not theirs to change, and nothing
@@ -88,8 +92,17 @@ local function describe(res, obj)
   return ("%s %s%s"):format(kind, md.namespace and (md.namespace .. "/") or "", tostring(md.name))
 end
 
-local function resource_facade(res, logger, warned)
+local function resource_facade(res, logger, warned, mode)
   local r = { api_version = res.api_version, plural = res.plural, namespaced = res.namespaced, kind = res.kind }
+  -- wait(ns, name, opts) (namespaced) or wait(name, opts): cozy.kube.wait
+  r.wait = method(r, function(...)
+    if res.namespaced then
+      local ns, name, opts = ...
+      return wait.run(res, ns, name, opts, logger, mode)
+    end
+    local name, opts = ...
+    return wait.run(res, nil, name, opts, logger, mode)
+  end)
   -- update_each with the step's progress bar, a line per object deleted
   -- since the list, a warning per object that failed (kept in the step's
   -- outcome), and a summary line (opts.summary = false leaves it out)
@@ -146,7 +159,9 @@ local function resource_facade(res, logger, warned)
     facade = pager_facade(res:list(o))
     return facade
   end)
-  return seal(r, "a resource of ctx.kube")
+  seal(r, "a resource of ctx.kube")
+  resource_of[r] = res
+  return r
 end
 
 -- What a migration may pass to a raw call: the request and a retry budget
@@ -159,15 +174,29 @@ local function call_spec(spec)
     retry = spec.retry }
 end
 
-local function kube_facade(view, logger, warned)
+local function kube_facade(view, logger, warned, mode)
   local k = { namespace = view.namespace, server = view.server }
+  k.conditions = seal(wait.conditions(), "ctx.kube.conditions")
+  -- wait(resource, name, { namespace =, condition | deleted | created, timeout = }):
+  -- resource a resource of ctx.kube or a name as kubectl takes it
+  k.wait = method(k, function(resource, name, opts)
+    local res = resource_of[resource]
+    if res == nil and type(resource) == "string" then
+      local why
+      res, why = view:lookup(resource)
+      if res == nil then error(("wait: %s is not served (%s)"):format(resource, errors.safe_text(why)), 2) end
+    end
+    if res == nil then error("wait(resource, name, opts): resource must be a resource of ctx.kube or its name", 2) end
+    if opts ~= nil and type(opts) ~= "table" then error("wait(resource, name, opts): opts must be a table", 2) end
+    return wait.run(res, opts and opts.namespace, name, opts, logger, mode)
+  end)
   -- the client's live counters, seen through a view: the table the client
   -- counts in stays the client's
   k.stats = sandbox.view(view.stats, "ctx.kube.stats")
   k.resource = method(k, function(api_version, plural, opts)
     if opts ~= nil and type(opts) ~= "table" then error("resource(api_version, plural, opts): opts must be a table", 2) end
     return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced, kind = opts.kind }),
-      logger, warned)
+      logger, warned, mode)
   end)
   -- an API error of one request (not a stop): what a best-effort loop of a
   -- migration's own logs and goes on from (kube.errors.is_item_error)
@@ -185,7 +214,7 @@ local function kube_facade(view, logger, warned)
   k.lookup = method(k, function(name)
     local res, about = view:lookup(name)
     if res == nil then return nil, about end
-    return resource_facade(res, logger, warned), plain(about)
+    return resource_facade(res, logger, warned, mode), plain(about)
   end)
   -- the resources of an API group, as `kubectl api-resources --api-group`
   -- lists them (plain copies), or nil and why when the group is not served
@@ -206,7 +235,7 @@ local function kube_facade(view, logger, warned)
       logger:write("info", ("%s not served (%s): nothing to change"):format(errors.safe_text(name), errors.safe_text(about)))
       return nil, about
     end
-    local res, listing = resource_facade(found, logger, warned), {}
+    local res, listing = resource_facade(found, logger, warned, mode), {}
     for _, key in ipairs(list_options) do listing[key] = opts[key] end
     return res:update_each(res:list(listing), edit, opts)
   end)
@@ -330,7 +359,8 @@ end
 
 -- opts: view (the step's client view), log (the engine's logger for the
 -- step), namespace, from, to, mode ("run"|"plan"|"check"), findings (the
--- engine's own array that ctx.finding appends plain copies to).
+-- engine's own array that ctx.finding appends plain copies to), params
+-- (name -> value) and files (key -> path): the step's resolved inputs.
 -- Returns the ctx a migration receives.
 function context.new(opts)
   local logger = opts.log
@@ -342,13 +372,16 @@ function context.new(opts)
     logger:write("warn", line)
   end
   local ctx = {
-    kube = kube_facade(opts.view, logger, warned),
+    kube = kube_facade(opts.view, logger, warned, opts.mode or "run"),
     log = log_facade(logger, opts.outcome, opts.mode or "run"),
     namespace = opts.namespace,
     from = opts.from,
     to = opts.to,
     mode = opts.mode or "run",
     findings = sandbox.view(seen, "ctx.findings"),
+    -- the migration's declared inputs (cozy.runner.parameters, cozy.runner.files)
+    params = sandbox.view(opts.params or {}, "ctx.params"),
+    files = require("cozy.runner.files").facade(opts.files or {}, seal, method, logger),
     -- a declared tool, run (cozy.runner.tools); the step executor gives it
     tool = opts.tool,
   }

@@ -9,6 +9,8 @@
 local errors = require "cozy.errors"
 local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
+local parameters = require "cozy.runner.parameters"
+local files = require "cozy.runner.files"
 
 local discovery = {}
 
@@ -27,7 +29,7 @@ end
 -- migration needs.
 -- `tools` and `finally`: cozy.runner.tools and cozy.runner.finally.
 local allowed_keys = { description = true, run = true, check = true, walk = true, permissions = true, timeout = true,
-  tools = true, finally = true }
+  parameters = true, files = true, tools = true, finally = true }
 
 -- A declared permission: what `check` asks and `rbac` grants.
 local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true,
@@ -41,7 +43,7 @@ local permission_keys = { verb = true, group = true, resource = true, subresourc
 local function plain_copy(v, file, depth)
   if type(v) ~= "table" then return v end
   if debug.getmetatable(v) ~= nil then invalid(file, "the migration table must be plain data: a table in it has a metatable") end
-  if depth > 3 then invalid(file, "the migration table is nested too deeply") end
+  if depth > 4 then invalid(file, "the migration table is nested too deeply") end
   local c = {}
   for k, x in next, v do c[k] = plain_copy(x, file, depth + 1) end
   return c
@@ -57,7 +59,7 @@ function discovery.validate_definition(def, file)
   for k in pairs(def) do
     if not allowed_keys[k] then
       invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, walk, permissions, "
-        .. "timeout, tools, finally)",
+        .. "timeout, parameters, files, tools, finally)",
         { tostring(k) })
     end
   end
@@ -102,6 +104,10 @@ function discovery.validate_definition(def, file)
       end
     end
   end
+  -- parameters and files (cozy.runner.parameters, cozy.runner.files)
+  local function invalid_here(message) invalid(file, message) end
+  parameters.validate(def.parameters, invalid_here)
+  files.validate(def.files, def.parameters, invalid_here)
   return def
 end
 

@@ -16,7 +16,9 @@ local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
 local finally = require "cozy.runner.finally"
 local gate = require "cozy.kube.gate"
+local files = require "cozy.runner.files"
 local json = require "cozy.json"
+local parameters = require "cozy.runner.parameters"
 local request = require "cozy.kube.request"
 local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
@@ -138,6 +140,12 @@ function step.execute(m, opts)
   local outcome = { counts = {}, warnings = {}, warnings_dropped = 0 }
   local result = { defined = fn ~= nil, findings = findings, outcome = outcome }
   if fn == nil then return true, nil, result end
+  -- its inputs, checked before anything of the step runs
+  local iok, values, roots = pcall(function()
+    local v = parameters.resolve(m)
+    return v, files.resolve(m, v)
+  end)
+  if not iok then return false, classify(values, m.name), result end
   -- A blocking finding in run or plan stops the step before its first
   -- write: every write is refused from then on, naming the findings that
   -- block it, and a step that ends without writing fails the same way.
@@ -186,6 +194,7 @@ function step.execute(m, opts)
   local ctx = context.new {
     view = view, log = step_log, namespace = opts.namespace,
     from = m.number, to = m.number + 1, mode = mode, findings = findings, outcome = outcome,
+    params = values, files = roots,
     tool = tool_caller(deadline, limit, view, stopper(m.name, limit, running)),
   }
   if reporting then
@@ -210,7 +219,8 @@ function step.execute(m, opts)
         local finally_view = step_view(write_guard)
         return context.new { view = finally_view, log = step_log:with { phase = "finally" },
           namespace = opts.namespace, from = m.number, to = m.number + 1, mode = mode, findings = findings,
-          outcome = outcome, tool = tool_caller(finally_deadline, finally_limit, finally_view,
+          outcome = outcome, params = values, files = roots,
+          tool = tool_caller(finally_deadline, finally_limit, finally_view,
             stopper(m.name .. "'s finally", finally_limit, running)) }
       end })
   end

@@ -1,6 +1,8 @@
 """Patches: JSON patch's copy-on-write preparation, RFC 7386 merge patch and
 strategic merge patch, and the content types that name them."""
 
+import json
+
 from fakeapi.util import deep
 
 PATCH_JSON = "application/json-patch+json"
@@ -68,6 +70,60 @@ def merge_patch(target, patch):
 # here (ConfigMap, Namespace, Lease have none of their own beyond metadata).
 _SMP_MERGE_KEYS = {("metadata", "finalizers"): None, ("metadata", "ownerReferences"): "uid"}
 
+# The pod template's lists, by their field name (wherever a PodSpec sits: a
+# Pod's spec, a workload's spec.template.spec, a CronJob's job template), with
+# kube-apiserver's patchMergeKey (k8s.io/api/core/v1 types.go). Only of the
+# pod-bearing built-in groups: a custom resource takes no strategic merge.
+_POD_MERGE_KEYS = {"containers": "name", "initContainers": "name", "ephemeralContainers": "name",
+                   "volumes": "name", "env": "name", "imagePullSecrets": "name", "volumeMounts": "mountPath"}
+
+
+def _merge_key(path):
+    """The merge key of the list at path, as (True, key or None for a set of
+    scalars), or (False, None) for a list the patch replaces."""
+    if path in _SMP_MERGE_KEYS:
+        return True, _SMP_MERGE_KEYS[path]
+    if path and path[0] == "spec" and path[-1] in _POD_MERGE_KEYS:
+        return True, _POD_MERGE_KEYS[path[-1]]
+    if len(path) >= 2 and path[0] == "spec" and path[-1] == "ports" and path[-2] in (
+            "containers", "initContainers", "ephemeralContainers"):
+        return True, "containerPort"
+    return False, None
+
+
+def _element_order(merged, patch_list, set_order, original, key):
+    """kube-apiserver's order of a merged list (apimachinery strategicpatch
+    normalizeElementOrder): the patch's items in the patch's order (its
+    $setElementOrder when it has one), the others in the original's order,
+    interleaved: an item of the original goes before a patch item only where
+    both are in the original and it comes first there. So an item the patch
+    adds goes before the original's items after the last patch item placed."""
+    def ident(x):
+        return x.get(key) if key is not None and isinstance(x, dict) else json.dumps(x, sort_keys=True)
+    order = [ident(x) for x in (set_order if isinstance(set_order, list) else patch_list)
+             if not (isinstance(x, dict) and x.get("$patch") == "delete")]
+    in_patch = set(order)
+    where = {ident(x): i for i, x in enumerate(original)}
+    patched = sorted((m for m in merged if ident(m) in in_patch), key=lambda m: order.index(ident(m)))
+    server_only = sorted((m for m in merged if ident(m) not in in_patch), key=lambda m: where.get(ident(m), 0))
+    out, i, j = [], 0, 0
+    while i < len(server_only) or j < len(patched):
+        if j >= len(patched):
+            out.append(server_only[i])
+            i += 1
+        elif i >= len(server_only):
+            out.append(patched[j])
+            j += 1
+        else:
+            li, ri = where.get(ident(server_only[i])), where.get(ident(patched[j]))
+            if li is not None and ri is not None and li < ri:
+                out.append(server_only[i])
+                i += 1
+            else:
+                out.append(patched[j])
+                j += 1
+    return out
+
 
 def strategic_merge(target, patch, path=()):
     if not isinstance(patch, dict):
@@ -89,8 +145,8 @@ def strategic_merge(target, patch, path=()):
             result.pop(k, None)
             continue
         sub = path + (k,)
-        if isinstance(v, list) and sub in _SMP_MERGE_KEYS and isinstance(result.get(k), list):
-            key = _SMP_MERGE_KEYS[sub]
+        merges, key = _merge_key(sub) if isinstance(v, list) else (False, None)
+        if merges and isinstance(result.get(k), list):
             merged = list(result[k])
             for item in v:
                 if key is None:
@@ -106,7 +162,7 @@ def strategic_merge(target, patch, path=()):
                         merged.append(deep(item))
                     else:
                         merged[idx] = strategic_merge(merged[idx], item, sub)
-            result[k] = merged
+            result[k] = _element_order(merged, v, patch.get("$setElementOrder/" + k), result[k], key)
         elif isinstance(v, dict):
             r = strategic_merge(result.get(k), v, sub)
             if r is None:
