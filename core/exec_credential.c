@@ -196,8 +196,9 @@ static char **plugin_env(const struct cozy_exec *ex, char *info) {
 ** command found there is refused (exec.ErrDot), never run, for it may be
 ** anything the directory holds. Returns the path, or NULL with errno
 ** (ENOENT: not found; EPERM: found first through such an element, whose
-** path *dot then holds, for the message). */
-static char *find_command(const char *command, char *dot, size_t dotlen) {
+** path *dot then holds, for the message). Also the lookup of a
+** migration's declared tools (sys.find_command). */
+char *cozy_find_command(const char *command, char *dot, size_t dotlen) {
   const char *path = getenv("PATH");
   if (strchr(command, '/')) return strdup(command);
   if (path == NULL || *path == '\0') path = "/usr/local/bin:/usr/bin:/bin";
@@ -654,7 +655,7 @@ int cozy_exec_run(struct cozy_exec *ex, struct cozy_kubeconfig *kc, int renew, c
     return fail(err, errlen, ex,
                 "needs an interactive terminal (interactiveMode: Always) and standard input is not one");
   interactive = ex->interactive_mode != COZY_EXEC_NEVER && tty;
-  if (ex->path == NULL && (ex->path = find_command(ex->command, dot, sizeof dot)) == NULL) {
+  if (ex->path == NULL && (ex->path = cozy_find_command(ex->command, dot, sizeof dot)) == NULL) {
     if (errno == EPERM)
       return fail(err, errlen, ex,
                   "found in PATH as %s, relative to the current directory (an empty or relative PATH "

@@ -22,6 +22,13 @@ struct cozy_watches;
 /* How long a plugin may run (seconds), unless transport.new says exec_timeout. */
 #define COZY_EXEC_TIMEOUT_DEFAULT 60.0
 
+/* A command as client-go's exec.LookPath finds it: a name without a slash in
+** $PATH (unset or empty: /usr/local/bin:/usr/bin:/bin), else the path as
+** given. Returns a malloc'd path, or NULL with errno ENOENT (not found) or
+** EPERM (found first through an empty or relative PATH element, never run:
+** dot holds that path). */
+char *cozy_find_command(const char *command, char *dot, size_t dotlen);
+
 enum cozy_exec_interactive { COZY_EXEC_NEVER, COZY_EXEC_IF_AVAILABLE, COZY_EXEC_ALWAYS };
 
 struct cozy_exec {

@@ -67,9 +67,13 @@ static int proc_signalled(lua_State *L) {
   return 1;
 }
 
+/* proc.reset_signal([sig]): clears the flag; with sig, sets it back to a
+** signal caught earlier unless another has come since (a step's finally
+** runs with the flag cleared; the stop it answered still ends the run). */
 static int proc_reset_signal(lua_State *L) {
-  (void)L;
-  cozy_signals_reset();
+  int sig = (int)luaL_optinteger(L, 1, 0);
+  if (sig > 0) cozy_signals_restore(sig);
+  else cozy_signals_reset();
   return 0;
 }
 

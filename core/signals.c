@@ -82,6 +82,10 @@ void cozy_signals_reset(void) {
   caught_signal = 0;
 }
 
+void cozy_signals_restore(int sig) {
+  if (caught_signal == 0) caught_signal = sig;
+}
+
 int cozy_signals_stop_pending(void) {
   if (caught_signal == 0 || !atomic_load(&trapped) || !pthread_equal(pthread_self(), trap_thread)) return 0;
   return caught_signal;

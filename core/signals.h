@@ -20,6 +20,8 @@ int cozy_signals_trap(void);
 /* The signal caught since the last reset, or 0. */
 int cozy_signals_caught(void);
 void cozy_signals_reset(void);
+/* Sets the flag to sig unless a signal was caught since the last reset. */
+void cozy_signals_restore(int sig);
 
 /* The caught signal when called on the thread that trapped, else 0: what
 ** ends a wait or a request of the runner's own, with no watch armed (the

@@ -20,6 +20,7 @@
 
 #include "clock.h"
 #include "embedded.h"
+#include "exec_credential.h"
 #include "host.h"
 #include "watch.h"
 
@@ -181,6 +182,37 @@ static int sys_realpath(lua_State *L) {
   return 1;
 }
 
+/* sys.find_command(name) -> path, or nil, why ("not found" or "relative",
+** with the path found through an empty or relative PATH element): the
+** exec plugin's lookup (core/exec_credential.c), for a migration's declared
+** tools (scripts/cozy/runner/tools.lua). */
+static int sys_find_command(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  /* Lua-owned buffers first: a memory error raised while pushing must not
+  ** strand the lookup's malloc'd path */
+  char *found = lua_newuserdatauv(L, PATH_MAX, 0), *dot = lua_newuserdatauv(L, PATH_MAX, 0), *p;
+  dot[0] = '\0';
+  p = cozy_find_command(name, dot, PATH_MAX);
+  if (p == NULL) {
+    int e = errno;
+    lua_pushnil(L);
+    if (e == EPERM) lua_pushfstring(L, "relative: %s", dot);
+    else if (e == ENOENT) lua_pushliteral(L, "not found");
+    else lua_pushstring(L, strerror(e));
+    return 2;
+  }
+  if (strlen(p) >= PATH_MAX) {
+    free(p);
+    lua_pushnil(L);
+    lua_pushliteral(L, "path too long");
+    return 2;
+  }
+  memcpy(found, p, strlen(p) + 1);
+  free(p);
+  lua_pushstring(L, found);
+  return 1;
+}
+
 /* Byte order of two strings (memcmp, then length): -1, 0 or 1. The API
 ** server orders list keys this way; Lua's < uses strcoll, which follows the
 ** locale, and a byte loop in Lua costs more than the rest of a list item. */
@@ -203,6 +235,7 @@ static const luaL_Reg sys_funcs[] = {{"monotime", sys_monotime},
                                      {"listdir", sys_listdir},
                                      {"stat", sys_stat},
                                      {"realpath", sys_realpath},
+                                     {"find_command", sys_find_command},
                                      {"builtin_migrations", cozy_builtin_migrations},
                                      {"compare", sys_compare},
                                      {"write_private", sys_write_private},

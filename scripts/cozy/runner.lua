@@ -146,7 +146,7 @@ function runner.run_migration(m, opts)
   local client = opts.client or require("cozy.kube").connect{ kubeconfig = opts.kubeconfig, log = log,
     dry_run = mode == "plan" and "client" or nil, record = opts.record }
   local ok, err, result = step.execute(m, { client = client, log = log, mode = mode,
-    namespace = opts.namespace or "cozy-system", guard = opts.guard })
+    namespace = opts.namespace or "cozy-system", guard = opts.guard, tools = { kubeconfig = opts.kubeconfig } })
   if not opts.client then client:close() end
   if not ok then error(err, 0) end
   return result
@@ -359,7 +359,20 @@ end
 function Run:lua_step(m, step_log)
   local ok, err, result = step.execute(m, { client = self.client, log = self.log, namespace = self.namespace,
     mode = self.planning and "plan" or "run", timeout = self.opts.step_timeout,
-    gate = self.client.gate, guard = function() interrupted_check(m.name) end })
+    gate = self.client.gate, guard = function() interrupted_check(m.name) end,
+    tools = { kubeconfig = self.opts.kubeconfig, context = self.opts.context, lock = self.lock.holder,
+      rehearse = self.dry_run == "rehearse" and self.client or nil } })
+  if result.not_rehearsed and self.planning then
+    -- a declared tool run without dry-run marking (or not isolated): not
+    -- run, so neither this step nor what follows is rehearsed
+    if not ok and context.stop_error(err) then error(err, 0) end
+    self.rehearsed.not_rehearsed = self.rehearsed.not_rehearsed + 1
+    step_log:warn("step not rehearsed: " .. result.not_rehearsed)
+    self:emit { type = "not_rehearsed", number = m.number, name = m.name, kind = m.kind,
+      why = result.not_rehearsed .. "; it was not run" }
+    self.stopped = ("it follows step %s, which was not rehearsed"):format(m.name)
+    return result.outcome
+  end
   if not ok then
     if not self.planning then error(self:step_failure(m, err, result.outcome), 0) end
     if context.stop_error(err) then error(err, 0) end

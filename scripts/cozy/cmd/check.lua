@@ -17,6 +17,7 @@ local runner = require "cozy.runner"
 local stamp = require "cozy.runner.stamp"
 local step = require "cozy.runner.step"
 local termination = require "cozy.runner.termination"
+local tools = require "cozy.runner.tools"
 
 local as_array = json.array or function(t) return t end
 
@@ -129,8 +130,11 @@ local function run_checks(c, checked)
     elseif not review_inputs(c, m) then
       c.finding(m.name, "info", "check() not run: its parameters are refused")
     else
+      -- its declared tools, as discovery found them on PATH
+      if m.tools then c.finding(m.name, "info", "tools: " .. table.concat(tools.describe(m), ", ")) end
       local cok, err, result = step.execute(m, { client = c.client, log = c.log, namespace = c.namespace,
-        mode = "check", timeout = c.opts.step_timeout })
+        mode = "check", timeout = c.opts.step_timeout,
+        tools = { kubeconfig = c.opts.kubeconfig, context = c.opts.context } })
       for _, f in ipairs(result.findings) do c.finding(m.name, f.severity, f.message, f.fields) end
       if not result.defined then
         c.finding(m.name, "info", "no check() defined")

@@ -3,6 +3,7 @@ local cozy_text = require "cozy.text"
 local files = require "cozy.runner.files"
 local json = require "cozy.json"
 local parameters = require "cozy.runner.parameters"
+local tools = require "cozy.runner.tools"
 
 -- marks a table as a JSON array (cozy.json); the identity before it exists
 local as_array = json.array or function(t) return t end
@@ -19,7 +20,8 @@ function M.run(opts)
         items[#items + 1] = { number = m.number, name = m.name, kind = m.kind,
           description = m.description, sha256 = m.sha256, file = m.file,
           parameters = m.kind == "lua" and as_array(parameters.describe(m)) or nil,
-          files = m.kind == "lua" and as_array(files.describe(m)) or nil }
+          files = m.kind == "lua" and as_array(files.describe(m)) or nil,
+          tools = m.tools and as_array(m.tools) or nil }
       end
       io.stdout:write(cozy_text.json({ origin = set.origin, migrations = as_array(items) }), "\n")
     else
@@ -32,6 +34,9 @@ function M.run(opts)
         end
         for _, f in ipairs(m.kind == "lua" and files.describe(m) or {}) do
           out[#out + 1] = ("     file %s: %s (read-only)"):format(f.name, f.declared)
+        end
+        for _, t in ipairs(m.kind == "lua" and tools.describe(m) or {}) do
+          out[#out + 1] = "     tool " .. t
         end
       end
       io.stdout:write(cozy_text.lines(out))

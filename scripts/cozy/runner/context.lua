@@ -377,6 +377,8 @@ function context.new(opts)
     -- the migration's declared inputs (cozy.runner.parameters, cozy.runner.files)
     params = sandbox.view(opts.params or {}, "ctx.params"),
     files = require("cozy.runner.files").facade(opts.files or {}, seal, method, logger),
+    -- a declared tool, run (cozy.runner.tools); the step executor gives it
+    tool = opts.tool,
   }
   local outcome = opts.outcome
   ctx.outcome = outcome_recorder(outcome, logger)

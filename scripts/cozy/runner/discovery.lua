@@ -12,6 +12,7 @@ local sys = require "cozy.sys"
 local parameters = require "cozy.runner.parameters"
 local files = require "cozy.runner.files"
 local validate = require "cozy.validate"
+local tools = require "cozy.runner.tools"
 
 local discovery = {}
 
@@ -28,8 +29,9 @@ end
 -- What a migration table may hold. `permissions` lets `check` ask the API
 -- server (SelfSubjectAccessReview) whether this runner may do what the
 -- migration needs.
+-- `tools` and `finally`: cozy.runner.tools and cozy.runner.finally.
 local allowed_keys = { description = true, run = true, check = true, walk = true, permissions = true, timeout = true,
-  parameters = true, files = true }
+  parameters = true, files = true, tools = true, finally = true }
 
 -- A declared permission: what `check` asks and `rbac` grants.
 local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true,
@@ -58,7 +60,8 @@ function discovery.validate_definition(def, file)
   def = plain_copy(def, file, 1)
   for k in pairs(def) do
     if not allowed_keys[k] then
-      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, walk, permissions, timeout, parameters, files)",
+      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, walk, permissions, "
+        .. "timeout, parameters, files, tools, finally)",
         { tostring(k) })
     end
   end
@@ -78,6 +81,8 @@ function discovery.validate_definition(def, file)
   else
     checked("run", "function", { says = "a function(ctx) (or walk, for run and check at once)" })
   end
+  checked("finally", "function", { optional = true, says = "a function(ctx) or absent" })
+  tools.validate(def, function(message) invalid(file, message) end)
   checked("check", "function", { optional = true, says = "a function(ctx) or absent" })
   checked("timeout", function(v) return type(v) == "number" and v > 0 and v < math.huge end,
     { optional = true, says = "a positive number of seconds" })
@@ -164,6 +169,8 @@ local function load_lua(m)
   end
   m.definition = discovery.validate_definition(def, m.file)
   m.description = m.definition.description
+  -- its declared tools, found on PATH now: a missing one is its defect
+  tools.resolve(m)
 end
 
 -- sha256: the source's, when known already (a built-in migration's is

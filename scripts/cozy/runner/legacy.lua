@@ -109,6 +109,8 @@ local function private_kubeconfig(opts)
     os.remove(k.dir)
   end })
 end
+-- a migration's declared tools get theirs the same way (cozy.runner.tools)
+legacy.private_kubeconfig = private_kubeconfig
 
 -- The port of a rehearsal's endpoint in the script's own network namespace,
 -- where nothing else listens: the API server's usual one.
@@ -120,6 +122,7 @@ legacy.ENDPOINT_PORT = 6443
 local REHEARSAL_UNSET = { KUBERNETES_SERVICE_HOST = true, KUBERNETES_SERVICE_PORT = true,
   KUBERNETES_SERVICE_PORT_HTTPS = true, HTTPS_PROXY = true, HTTP_PROXY = true, ALL_PROXY = true, NO_PROXY = true,
   https_proxy = true, http_proxy = true, all_proxy = true, no_proxy = true }
+legacy.REHEARSAL_UNSET = REHEARSAL_UNSET
 
 -- The longest stderr line a failure quotes.
 legacy.QUOTE_BYTES = 300

@@ -136,6 +136,9 @@ function stamp.history_record(m, from, to, started, identity, outcome)
     rec.outcome = { counts = json.object(outcome.counts), warnings = json.array(outcome.warnings),
       warnings_dropped = outcome.warnings_dropped > 0 and outcome.warnings_dropped or nil }
   end
+  -- the migration's finally, when it has one (cozy.runner.finally): what the
+  -- step ended by, how finally ended, its writes (a few bounded fields)
+  if outcome and outcome.finally then rec.finally = outcome.finally end
   return stamp.bounded(rec)
 end
 

@@ -14,6 +14,7 @@
 local context = require "cozy.runner.context"
 local discovery = require "cozy.runner.discovery"
 local errors = require "cozy.errors"
+local finally = require "cozy.runner.finally"
 local gate = require "cozy.kube.gate"
 local files = require "cozy.runner.files"
 local json = require "cozy.json"
@@ -22,6 +23,7 @@ local request = require "cozy.kube.request"
 local sandbox = require "cozy.sandbox"
 local sys = require "cozy.sys"
 local text = require "cozy.text"
+local tools = require "cozy.runner.tools"
 
 local step = {}
 
@@ -36,12 +38,16 @@ function step.timeout(m, override)
   return override or (m.definition and m.definition.timeout) or step.DEFAULT_TIMEOUT
 end
 
--- What a watch raises when it stops a step.
-function step.stopper(name, limit)
+-- What a watch raises when it stops a step. running: the step's
+-- { tool = name } while ctx.tool runs one (cozy.runner.tools), whose group
+-- is gone by the time this error leaves the call.
+function step.stopper(name, limit, running)
   return function(reason, detail, where)
     -- where the migration was, when it was in its own code (not the engine's)
     local at = ""
-    if type(where) == "string" and not where:find("^scripts/cozy/") and not where:find("^%[") then
+    if running and running.tool then
+      at = (" during tool %s: its process group was stopped"):format(running.tool)
+    elseif type(where) == "string" and not where:find("^scripts/cozy/") and not where:find("^%[") then
       at = " (at " .. where .. ")"
     end
     if reason == "signal" then
@@ -161,16 +167,35 @@ function step.execute(m, opts)
     end
   end
   -- the run's gate (its lock), narrowed to this step's rules
-  local view = opts.client:view((opts.gate or gate.new()):narrow {
-    who = "migration " .. m.name,
-    permissions = discovery.permissions_for(def, mode),
-    read_only = mode == "check" and not reporting and "check() is read-only" or nil,
-    guard = guard,
-  })
+  local function step_view(write_guard)
+    return opts.client:view((opts.gate or gate.new()):narrow {
+      who = "migration " .. m.name,
+      permissions = discovery.permissions_for(def, mode),
+      read_only = mode == "check" and not reporting and "check() is read-only" or nil,
+      guard = write_guard,
+    })
+  end
+  local view = step_view(guard)
+  local limit = step.timeout(m, opts.timeout)
+  local deadline = sys.monotime() + limit
+  local step_log = opts.log:with { migration = m.name }
+  -- ctx.tool (cozy.runner.tools): run under the step's deadline, or finally's
+  local t = opts.tools or {}
+  local running = {}
+  -- in a rehearsal the tool's requests are served through tool_view, the
+  -- step's: its permissions judge them as they judge the migration's own
+  local function tool_caller(tool_deadline, tool_limit, tool_view, stop)
+    return tools.caller { m = m, mode = mode, log = step_log, namespace = opts.namespace, running = running,
+      stop = stop,
+      kubeconfig = t.kubeconfig, context = t.context, lock = t.lock, rehearse = t.rehearse and tool_view,
+      deadline = function() return tool_deadline, tool_limit end,
+      unrehearsed = function(why) result.not_rehearsed = result.not_rehearsed or why end }
+  end
   local ctx = context.new {
-    view = view, log = opts.log:with { migration = m.name }, namespace = opts.namespace,
+    view = view, log = step_log, namespace = opts.namespace,
     from = m.number, to = m.number + 1, mode = mode, findings = findings, outcome = outcome,
     params = values, files = roots,
+    tool = tool_caller(deadline, limit, view, stopper(m.name, limit, running)),
   }
   if reporting then
     -- the engine's own ctx.finding, taken before the migration runs
@@ -178,16 +203,29 @@ function step.execute(m, opts)
     view.dry_run = "client"
     view.record = function(w) would(finding, w) end
   end
-  local limit = step.timeout(m, opts.timeout)
   -- the step's deadline and SIGTERM/SIGINT stop it wherever it is: in Lua
   -- code, a request, a backoff, a <close> handler run while unwinding
-  local ok, err, trace = sandbox.watched({ deadline = sys.monotime() + limit, on_stop = stopper(m.name, limit) },
+  local ok, err, trace = sandbox.watched({ deadline = deadline, on_stop = stopper(m.name, limit, running) },
     function(c)
       fn(c)
       if mode ~= "check" then blocked() end
     end, ctx)
-  if ok then return true, nil, result end
-  return false, classify(err, m.name, trace), result
+  err = not ok and classify(err, m.name, trace) or nil
+  -- the migration's compensation, however the step ended (cozy.runner.finally)
+  if def.finally and mode ~= "check" then
+    err = finally.run(m, err, { mode = mode, log = step_log, outcome = outcome, guard = opts.guard,
+      classify = classify, stopper = function(name, lim) return stopper(name, lim, running) end,
+      context = function(write_guard, finally_deadline, finally_limit)
+        local finally_view = step_view(write_guard)
+        return context.new { view = finally_view, log = step_log:with { phase = "finally" },
+          namespace = opts.namespace, from = m.number, to = m.number + 1, mode = mode, findings = findings,
+          outcome = outcome, params = values, files = roots,
+          tool = tool_caller(finally_deadline, finally_limit, finally_view,
+            stopper(m.name .. "'s finally", finally_limit, running)) }
+      end })
+  end
+  if err == nil then return true, nil, result end
+  return false, err, result
 end
 
 return step
