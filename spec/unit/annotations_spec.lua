@@ -134,8 +134,9 @@ end
 local function built_ctx()
   local view = { namespace = "cozy-system", server = "https://127.0.0.1:1", stats = { requests = 0 } }
   function view.resource() return stub_resource() end
+  -- the step executor always gives a tool caller (cozy.runner.step)
   return context.new { view = view, log = stub_logger(), namespace = "cozy-system", from = 1, to = 2, mode = "run",
-    findings = {} }
+    findings = {}, tool = function() end }
 end
 
 describe("LuaCATS annotations of ctx (types/cozy/ctx.lua)", function()
