@@ -341,7 +341,7 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
     send.live, send.from_live = true, true
     return send
   end
-  local result, why = apply_here(t, e.obj, method, ctype, body, shown)
+  local result, why = apply_here(t, ov:object(e), method, ctype, body, shown)
   send.inexact = why
   send.result = result
   return validation(state, t, e, result, send, method, shown)
@@ -374,7 +374,8 @@ local function take(client, send, obj)
   local e = t.name and state.overlay:entry(t.group, t.plural, t.ns, t.name)
   if e and e.state == "present" and send.method == "POST" and not send.created then
     -- validated by a create: the object keeps the identity the overlay gave it
-    obj.metadata.uid, obj.metadata.creationTimestamp = e.obj.metadata.uid, e.obj.metadata.creationTimestamp
+    local held = state.overlay:object(e).metadata
+    obj.metadata.uid, obj.metadata.creationTimestamp = held.uid, held.creationTimestamp
   end
   local kept = state.overlay:put(t.group, t.plural, obj, {
     live = send.live or (e and e.live) or false, created = send.created,
@@ -392,8 +393,7 @@ local function deleted(client, send, answer)
   -- an object kept by its finalizers is terminating, not gone
   if type(answer) == "table" and answer.kind ~= "Status" and type(answer.metadata) == "table"
       and answer.metadata.deletionTimestamp ~= nil then
-    local base = e and e.state == "present" and e.obj or answer
-    base = patch.deepcopy(base)
+    local base = e and e.state == "present" and state.overlay:object(e) or patch.deepcopy(answer)
     base.metadata.deletionTimestamp = answer.metadata.deletionTimestamp
     state.overlay:put(t.group, t.plural, base, { live = live, live_rv = e == nil and answer.metadata.resourceVersion
       or nil, before = send.before, before_unknown = send.before_unknown })
