@@ -116,16 +116,46 @@ end
 -- The live object a write is about to change or delete, read whole (the
 -- engine's own request) for the plan's before/after: the object, or nil
 -- when absent, or nil and why it could not be read.
-local function live_original(client, t)
-  local ok, obj = pcall(client._internally, client, function()
-    return (client:call("GET", object_path({ group = t.group, version = t.version, plural = t.plural }, t.ns,
-      t.name)))
-  end)
+local function original_of(ok, obj)
   if ok then return type(obj) == "table" and obj or nil end
   -- a stop (a signal, a deadline, a lost lock) stops the rehearsal as any request's would
   if not errors.is_item_error(obj) then error(obj, 0) end
   if obj.code == 404 then return nil end
   return nil, "the live object could not be read: " .. obj.message
+end
+
+local function live_path(t)
+  return object_path({ group = t.group, version = t.version, plural = t.plural }, t.ns, t.name)
+end
+
+local function live_original(client, t)
+  return original_of(pcall(client._internally, client, function()
+    return (client:call("GET", live_path(t)))
+  end))
+end
+
+-- A write of a batch (cozy.kube.update) reads its live original beside the
+-- other writes in flight rather than before them, which would hold every
+-- one of them back for a round trip: before_read gives the prepared GET
+-- when the write (method, path, its spec) will need one (the first write
+-- of a live object), else nil; took_before judges its answer, as
+-- live_original does, into what the batch puts in the write's spec
+-- (spec.rehearsal_before), where prepare takes it instead of reading.
+function rehearsal.before_read(client, method, path, spec)
+  local state = client.rehearsal
+  if state == nil or spec.rehearsal_before ~= nil then return nil end
+  if method ~= "PATCH" and method ~= "PUT" and method ~= "DELETE" then return nil end
+  local t = target_of(method, path, "")
+  if t == nil or t.name == nil or (t.subresource ~= nil and t.subresource ~= "status") then return nil end
+  if state.overlay:entry(t.group, t.plural, t.ns, t.name) ~= nil then return nil end
+  return client:_internally(function() return client:prepare("GET", live_path(t)) end)
+end
+
+function rehearsal.took_before(client, req, status, body, attempts, warnings, decode_error)
+  local before, unknown = original_of(pcall(client._internally, client, function()
+    return (client:finish(req, status, body, attempts, warnings, decode_error))
+  end))
+  return { before = before, unknown = unknown }
 end
 
 -- Where an object to be created in namespace ns is sent for validation:
@@ -321,7 +351,12 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
   if e and e.state == "deleted" then refuse(method, shown, overlay.not_found(t.group, t.plural, t.name)) end
   if e == nil and (method == "DELETE" or method == "PUT" or method == "PATCH") then
     -- the first write of a live object: what it was, for the plan's diff
-    send.before, send.before_unknown = live_original(client, t)
+    local read = spec.rehearsal_before
+    if read ~= nil then
+      send.before, send.before_unknown = read.before, read.unknown
+    else
+      send.before, send.before_unknown = live_original(client, t)
+    end
   end
   if method == "DELETE" then
     send.op = "delete"
