@@ -509,14 +509,14 @@ end
 local KEYS_KEPT = 4096
 local key_texts, keys_kept = {}, 0
 local function key_text(k)
-  local text = key_texts[k]
-  if text ~= nil then return text end
+  local written = key_texts[k]
+  if written ~= nil then return written end
   local out = {}
   scalar(out, "", tostring(k), 0, true)
-  text = out[1]
+  written = out[1]
   if keys_kept >= KEYS_KEPT then key_texts, keys_kept = {}, 0 end
-  key_texts[k], keys_kept = text, keys_kept + 1
-  return text
+  key_texts[k], keys_kept = written, keys_kept + 1
+  return written
 end
 
 -- Collections ---------------------------------------------------------------

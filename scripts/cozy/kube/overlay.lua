@@ -111,7 +111,7 @@ function Overlay:entry(group, plural, ns, name)
 end
 
 -- A fresh copy of the object an entry holds, or nil when deleted.
-function Overlay:object(e)
+function Overlay.object(_, e)
   if e.text == nil then return nil end
   return json.decode(e.text)
 end
@@ -120,7 +120,7 @@ end
 function Overlay:before(e)
   if e.before_text ~= nil then return json.decode(e.before_text) end
   if e.before_ops ~= nil then
-    return patch.json_patch(without_server_set(json.decode(e.text)), json.decode(e.before_ops))
+    return patch.json_patch(without_server_set(self:object(e)), json.decode(e.before_ops))
   end
   return nil
 end

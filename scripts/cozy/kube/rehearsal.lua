@@ -151,9 +151,9 @@ function rehearsal.before_read(client, method, path, spec)
   return client:_internally(function() return client:prepare("GET", live_path(t)) end)
 end
 
-function rehearsal.took_before(client, req, status, body, attempts, warnings, decode_error)
+function rehearsal.took_before(client, req, code, body, attempts, warnings, decode_error)
   local before, unknown = original_of(pcall(client._internally, client, function()
-    return (client:finish(req, status, body, attempts, warnings, decode_error))
+    return (client:finish(req, code, body, attempts, warnings, decode_error))
   end))
   return { before = before, unknown = unknown }
 end
