@@ -614,8 +614,8 @@ function emit(out, v, indent, lead, depth)
   end
 end
 
--- v as one YAML document (no "---"), ended by a newline.
-function yaml.encode(v)
+-- v's document as the emitter writes it: an array of lines.
+local function document(v)
   local out = {}
   local k = kind_of(v)
   if k == "scalar" then
@@ -625,14 +625,26 @@ function yaml.encode(v)
   else
     emit(out, v, 0, nil, 0)
   end
-  return table.concat(out, "\n") .. "\n"
+  return out
 end
 
--- v's YAML as lines (no newlines at their ends).
+-- v as one YAML document (no "---"), ended by a newline.
+function yaml.encode(v)
+  return table.concat(document(v), "\n") .. "\n"
+end
+
+-- v's YAML as lines (no newlines at their ends): the emitter's own, without
+-- joining and splitting them again (an entry holding a line break, which
+-- the emitter does not write, would be split as encode's text would be).
 function yaml.lines(v)
-  local s = yaml.encode(v)
-  local out = {}
-  for line in s:gmatch("(.-)\n") do out[#out + 1] = line end
+  local out = document(v)
+  for i = 1, #out do
+    if out[i]:find("\n", 1, true) then
+      local lines = {}
+      for line in (table.concat(out, "\n") .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = line end
+      return lines
+    end
+  end
   return out
 end
 
