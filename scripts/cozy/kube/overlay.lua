@@ -131,10 +131,11 @@ end
 local function keep_before(e, before, after)
   e.before_ops, e.before_text = nil, nil
   if before == nil then return end
-  local text = json.encode(without_server_set(before))
+  local shown = without_server_set(before)
+  local text = json.encode(shown)
   if after ~= nil then
     local base = without_server_set(after)
-    local ok, ops = pcall(json.diff, base, json.decode(text))
+    local ok, ops = pcall(json.diff, base, shown)
     if ok then
       local back_ok, back = pcall(patch.json_patch, base, ops)
       if back_ok and json.encode(back) == text then
