@@ -592,7 +592,7 @@ end
 -- A rehearsal's objects, each created, changed or deleted one with its
 -- before, after and diff: one `object` event each, before the summary.
 function Run:emit_objects(r)
-  for _, o in ipairs(require("cozy.kube.changes").report(r.overlay)) do self:emit(o) end
+  require("cozy.kube.changes").each(r.overlay, function(o) self:emit(o) end)
 end
 
 -- Phase summarise: the summary event and line; the exit status, or what

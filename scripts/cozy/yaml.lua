@@ -46,7 +46,7 @@ local function is_digit(c) return c >= 48 and c <= 57 end
 local function is_letter(c) return (c >= 65 and c <= 90) or (c >= 97 and c <= 122) or c >= 0x80 end
 
 -- go-yaml's keyList.Less (sorter.go) on two strings.
-local function key_less(a, b)
+local function full_key_less(a, b)
   local ar, br = codepoints(a), codepoints(b)
   for i = 1, math.min(#ar, #br) do
     local x, y = ar[i], br[i]
@@ -79,6 +79,34 @@ local function key_less(a, b)
     end
   end
   return #ar < #br
+end
+
+-- The same order, without a table per comparison for the keys an object
+-- has (ASCII): where the first differing bytes are no digits, their classes
+-- decide (letter above non-letter, else the byte order), as full_key_less
+-- decides there; a digit there (a run of them compared by value) or a
+-- non-ASCII byte anywhere goes the full way.
+local function key_less(a, b)
+  if a == b then return false end
+  local i = 1
+  local x, y = a:byte(1), b:byte(1)
+  while x == y and x ~= nil do
+    i = i + 1
+    x, y = a:byte(i), b:byte(i)
+  end
+  if x == nil or y == nil then
+    -- one is a prefix of the other: the shorter first, in code points as in bytes
+    if a:find("[\128-\255]") or b:find("[\128-\255]") then return full_key_less(a, b) end
+    return x == nil
+  end
+  if (x >= 48 and x <= 57) or (y >= 48 and y <= 57) or x >= 0x80 or y >= 0x80
+      or a:find("[\128-\255]") or b:find("[\128-\255]") then
+    return full_key_less(a, b)
+  end
+  local al, bl = is_letter(x), is_letter(y)
+  if al and bl then return x < y end
+  if al or bl then return bl end
+  return x < y
 end
 yaml.key_less = key_less
 
@@ -178,7 +206,33 @@ local function is_blank_at(s, i)
   return b == 0x20 or b == 0x09
 end
 
+-- analyze for a string of printable ASCII and line feeds (no tab, no other
+-- control character, no byte from 0x7F): every character one byte, printable,
+-- the only break "\n"; its flags found by patterns, as the loop below sets them.
+local function analyze_ascii(s)
+  local first = s:sub(1, 1)
+  local block_ind = s:find("^%-%-%-") or s:find("^%.%.%.") or first:find("^[#,%[%]{}&%*!|>'\"%%@`]$")
+    or s:find("^[%?:%-] ") or s == "?" or s == ":" or s == "-"
+    -- ":" before a space or at the end, "#" after a space or a break (not the first character)
+    or s:find(".: ") or (#s > 1 and s:sub(-1) == ":") or s:find("[ \n]#")
+  local line_breaks = s:find("\n", 1, true) ~= nil
+  local leading = first == " " or first == "\n"
+  local last = s:sub(-1)
+  local trailing_space = last == " "
+  local trailing = trailing_space or last == "\n"
+  local break_space, space_break = s:find("\n ", 1, true) ~= nil, s:find(" \n", 1, true) ~= nil
+  local a = { multiline = line_breaks, block_plain = true, single = true, block = true }
+  if leading or trailing then a.block_plain = false end
+  if trailing_space then a.block = false end
+  if break_space then a.block_plain, a.single = false, false end
+  if space_break then a.block_plain, a.single, a.block = false, false, false end
+  if line_breaks then a.block_plain = false end
+  if block_ind then a.block_plain = false end
+  return a
+end
+
 local function analyze(s)
+  if not s:find("[^\n\32-\126]") then return analyze_ascii(s) end
   local n = #s
   local block_ind, line_breaks, special = false, false, false
   local leading_space, leading_break, trailing_space, trailing_break = false, false, false, false
@@ -284,38 +338,50 @@ local function chars(s)
   return list
 end
 
+-- Plain and single-quoted strings fold only at a space: the runs between
+-- spaces are written whole (a character at a time would write the same).
 local function write_plain(w, s)
-  local cs = chars(s)
   local spaces = false
-  for i, c in ipairs(cs) do
-    if c == " " then
-      if not spaces and w.can_fold() and cs[i + 1] ~= " " then w.fold() else w.put(c) end
+  local i, n = 1, #s
+  while i <= n do
+    if s:byte(i) == 32 then
+      if not spaces and w.can_fold() and s:byte(i + 1) ~= 32 then w.fold() else w.put(" ") end
       spaces = true
+      i = i + 1
     else
-      w.put(c)
+      local j = (s:find(" ", i, true) or n + 1) - 1
+      w.put(s:sub(i, j))
       spaces = false
+      i = j + 1
     end
   end
 end
 
 local function write_single(w, s)
-  local cs = chars(s)
-  local spaces, breaks = false, false
+  local spaces = false
+  local i, n = 1, #s
   w.put("'")
-  for i, c in ipairs(cs) do
-    if c == " " then
-      if not spaces and w.can_fold() and i > 1 and i < #cs and cs[i + 1] ~= " " then w.fold() else w.put(c) end
+  while i <= n do
+    if s:byte(i) == 32 then
+      if not spaces and w.can_fold() and i > 1 and i < n and s:byte(i + 1) ~= 32 then w.fold() else w.put(" ") end
       spaces = true
+      i = i + 1
     else
-      if breaks then w.fold() end
-      w.put(c == "'" and "''" or c)
-      spaces, breaks = false, false
+      local j = (s:find(" ", i, true) or n + 1) - 1
+      w.put((s:sub(i, j):gsub("'", "''")))
+      spaces = false
+      i = j + 1
     end
   end
   w.put("'")
 end
 
 local function write_double(w, s)
+  if not s:find("[^!#-Z%[%]^-~]") then
+    -- printable ASCII without a space, '"' or '\\' (a time, a number): nothing to escape, nowhere to fold
+    w.put('"' .. s .. '"')
+    return
+  end
   local cs = chars(s)
   local bom = s:sub(1, 3) == "\239\187\191"
   local spaces = false
@@ -399,7 +465,15 @@ local function scalar(out, first, v, indent, key)
     out[#out + 1] = first .. (int and ("%d"):format(int) or go_float(v))
     return
   end
-  local s = text.utf8(tostring(v))
+  local s = tostring(v)
+  if not RESERVED[s] and s:find("^%a[%w%._/%-]*$") and #first + #s <= WIDTH then
+    -- most strings of an object: a letter, then letters, digits, ".", "_",
+    -- "/" or "-": plain (no indicator, no number, no time, no space to fold
+    -- at), as style_of and write_plain would find them, at a fraction of the cost
+    out[#out + 1] = first .. s
+    return
+  end
+  s = text.utf8(s)
   local style = style_of(s, key)
   if style == "literal" then
     local hint = (s:sub(1, 1) == " " or s:sub(1, 1) == "\n") and tostring(INDENT) or ""
@@ -430,10 +504,19 @@ local function scalar(out, first, v, indent, key)
 end
 
 -- A key as go-yaml writes it: plain, or quoted (never folded, never a block).
+-- Remembered: an object's keys recur in every object of its kind (up to
+-- KEYS_KEPT of them, then forgotten all at once).
+local KEYS_KEPT = 4096
+local key_texts, keys_kept = {}, 0
 local function key_text(k)
+  local written = key_texts[k]
+  if written ~= nil then return written end
   local out = {}
   scalar(out, "", tostring(k), 0, true)
-  return out[1]
+  written = out[1]
+  if keys_kept >= KEYS_KEPT then key_texts, keys_kept = {}, 0 end
+  key_texts[k], keys_kept = written, keys_kept + 1
+  return written
 end
 
 -- Collections ---------------------------------------------------------------
@@ -450,10 +533,34 @@ end
 
 local emit
 
+-- A key without digits and non-ASCII bytes, rewritten so that byte order
+-- is key_less's order: a letter moved above every other byte (0x80 + its
+-- byte), the rest kept; nil for any other key.
+local letters_up = {}
+for c = 65, 122 do
+  if c <= 90 or c >= 97 then letters_up[string.char(c)] = string.char(c + 0x80) end
+end
+local function byte_order_key(k)
+  if k:find("[%d\128-\255]") then return nil end
+  return (k:gsub("%a", letters_up))
+end
+
 local function sorted_keys(t)
   local keys = {}
   for k in pairs(t) do keys[#keys + 1] = tostring(k) end
-  table.sort(keys, key_less)
+  -- most objects' keys are letters and punctuation: sorted by their
+  -- rewritten bytes in C, rather than by key_less in Lua
+  local by, order = {}, {}
+  for i = 1, #keys do
+    local o = byte_order_key(keys[i])
+    if o == nil then
+      table.sort(keys, key_less)
+      return keys
+    end
+    by[o], order[i] = keys[i], o
+  end
+  table.sort(order)
+  for i = 1, #order do keys[i] = by[order[i]] end
   return keys
 end
 
@@ -507,8 +614,8 @@ function emit(out, v, indent, lead, depth)
   end
 end
 
--- v as one YAML document (no "---"), ended by a newline.
-function yaml.encode(v)
+-- v's document as the emitter writes it: an array of lines.
+local function document(v)
   local out = {}
   local k = kind_of(v)
   if k == "scalar" then
@@ -518,14 +625,26 @@ function yaml.encode(v)
   else
     emit(out, v, 0, nil, 0)
   end
-  return table.concat(out, "\n") .. "\n"
+  return out
 end
 
--- v's YAML as lines (no newlines at their ends).
+-- v as one YAML document (no "---"), ended by a newline.
+function yaml.encode(v)
+  return table.concat(document(v), "\n") .. "\n"
+end
+
+-- v's YAML as lines (no newlines at their ends): the emitter's own, without
+-- joining and splitting them again (an entry holding a line break, which
+-- the emitter does not write, would be split as encode's text would be).
 function yaml.lines(v)
-  local s = yaml.encode(v)
-  local out = {}
-  for line in s:gmatch("(.-)\n") do out[#out + 1] = line end
+  local out = document(v)
+  for i = 1, #out do
+    if out[i]:find("\n", 1, true) then
+      local lines = {}
+      for line in (table.concat(out, "\n") .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = line end
+      return lines
+    end
+  end
   return out
 end
 

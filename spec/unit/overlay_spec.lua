@@ -281,10 +281,52 @@ describe("cozy.kube.overlay", function()
         { live = true, before = cm("a", "x", nil, { data = json.object { v = "one" } }) })
       ov:delete("", "configmaps", "a", "gone", true, cm("a", "gone"))
       ov:delete("", "configmaps", "a", "unread", true, nil, "the live object could not be read: forbidden")
-      assert.equal("live", ov:entry("", "configmaps", "a", "x").before.data.v)
-      assert.equal("two", ov:entry("", "configmaps", "a", "x").obj.data.v)
-      assert.equal("gone", ov:entry("", "configmaps", "a", "gone").before.metadata.name)
+      assert.equal("live", ov:before(ov:entry("", "configmaps", "a", "x")).data.v)
+      assert.equal("two", ov:object(ov:entry("", "configmaps", "a", "x")).data.v)
+      assert.equal("gone", ov:before(ov:entry("", "configmaps", "a", "gone")).metadata.name)
       assert.equal("the live object could not be read: forbidden", ov:entry("", "configmaps", "a", "unread").before_unknown)
+    end)
+
+    -- The overlay keeps an entry's before as the patch from its object;
+    -- json.diff takes [] for {} and 1 for 1.0, so that patch alone would
+    -- give another before back in these cases.
+    it("gives back the before exactly where a patch from the object would not: [] for {}, 1.0 for 1", function()
+      local ov = overlay.new()
+      local live = cm("a", "x", nil, { data = json.object { v = "live" }, spec = json.object {
+        empty = json.object {}, n = 1.0, list = json.array { json.object {} } } })
+      ov:put("", "configmaps", cm("a", "x", nil, { data = json.object { v = "one" }, spec = json.object {
+        empty = json.array {}, n = 1, list = json.array { json.array {} } } }), { live = true, before = live })
+      local before = ov:before(ov:entry("", "configmaps", "a", "x"))
+      assert.equal(json.encode(before.spec), json.encode(live.spec))
+      assert.equal(json.object_mt, getmetatable(before.spec.empty))
+      assert.equal("float", math.type(before.spec.n))
+      assert.equal("live", before.data.v)
+    end)
+
+    it("keeps the before through later writes that add, change and remove fields, and a delete", function()
+      local ov = overlay.new()
+      local live = cm("a", "x", nil, { data = json.object { v = "live", w = "1", deep = json.object { k = "x" } } })
+      local want = json.encode(live.data)
+      ov:put("", "configmaps", cm("a", "x", nil, { data = json.object { v = "one", w = "1" } }),
+        { live = true, before = live })
+      ov:put("", "configmaps", cm("a", "x", nil, { data = json.object { v = "two", z = "new" } }), { live = true })
+      assert.equal(want, json.encode(ov:before(ov:entry("", "configmaps", "a", "x")).data))
+      ov:delete("", "configmaps", "a", "x", true)
+      assert.equal(want, json.encode(ov:before(ov:entry("", "configmaps", "a", "x")).data))
+      ov:put("", "configmaps", cm("a", "x", nil, { data = json.object { v = "three" } }), { live = true, created = true })
+      assert.equal(want, json.encode(ov:before(ov:entry("", "configmaps", "a", "x")).data))
+      assert.equal("three", ov:object(ov:entry("", "configmaps", "a", "x")).data.v)
+    end)
+
+    it("hands out copies: changing what put or get returned leaves the overlay's object as it was", function()
+      local ov = overlay.new()
+      local kept = ov:put("", "configmaps", cm("a", "x", nil, { data = json.object { v = "one" } }), { live = true })
+      kept.data.v = "changed by the caller"
+      local _, got = ov:get("", "v1", "configmaps", "a", "x")
+      assert.equal("one", got.data.v)
+      got.data.v = "changed again"
+      local _, again = ov:get("", "v1", "configmaps", "a", "x")
+      assert.equal("one", again.data.v)
     end)
   end)
 end)

@@ -12,14 +12,15 @@
 -- annotations). A value of a Secret that the rehearsal changed is shown
 -- as "<redacted: changed>", so the diff says that it changed, not to what.
 local diff = require "cozy.diff"
+local overlay = require "cozy.kube.overlay"
 local trace = require "cozy.kube.trace"
 local yaml = require "cozy.yaml"
 
 local changes = {}
 
 -- metadata the API server sets, left out of before, after and the diff
-changes.SERVER_SET = { "resourceVersion", "uid", "managedFields", "generation", "creationTimestamp",
-  "deletionTimestamp", "selfLink" }
+-- (the overlay does not keep them in before)
+changes.SERVER_SET = overlay.SERVER_SET
 
 changes.CHANGED = "<redacted: changed>"
 
@@ -53,10 +54,10 @@ local function label(api_version, kind, ns, name)
 end
 
 -- One object's report (the event `object` of a plan).
-local function report(e, action)
+local function report(ov, e, action)
   local secret = e.group == "" and e.plural == "secrets"
-  local before_raw = action ~= "created" and e.before or nil
-  local after_raw = action ~= "deleted" and e.obj or nil
+  local before_raw = action ~= "created" and ov:before(e) or nil
+  local after_raw = action ~= "deleted" and ov:object(e) or nil
   local before, after = shown(before_raw, secret), shown(after_raw, secret)
   local any = after_raw or before_raw or {}
   if secret or any.kind == "Secret" then
@@ -80,14 +81,21 @@ local function report(e, action)
   return r
 end
 
--- The reports of every object the overlay created, changed or deleted:
--- created ones first, then changed, then deleted, each in key order.
-function changes.report(ov)
+-- Hands fn the report of every object the overlay created, changed or
+-- deleted, one at a time (made when handed: at 10,000 objects, all of
+-- them at once would hold every before and after decoded): created ones
+-- first, then changed, then deleted, each in key order.
+function changes.each(ov, fn)
   local c = ov:changes()
-  local out = {}
   for _, action in ipairs { "created", "changed", "deleted" } do
-    for _, e in ipairs(c[action]) do out[#out + 1] = report(e, action) end
+    for _, e in ipairs(c[action]) do fn(report(ov, e, action)) end
   end
+end
+
+-- The same reports, in an array.
+function changes.report(ov)
+  local out = {}
+  changes.each(ov, function(r) out[#out + 1] = r end)
   return out
 end
 

@@ -126,16 +126,46 @@ end
 -- The live object a write is about to change or delete, read whole (the
 -- engine's own request) for the plan's before/after: the object, or nil
 -- when absent, or nil and why it could not be read.
-local function live_original(client, t)
-  local ok, obj = pcall(client._internally, client, function()
-    return (client:call("GET", object_path({ group = t.group, version = t.version, plural = t.plural }, t.ns,
-      t.name)))
-  end)
+local function original_of(ok, obj)
   if ok then return type(obj) == "table" and obj or nil end
   -- a stop (a signal, a deadline, a lost lock) stops the rehearsal as any request's would
   if not errors.is_item_error(obj) then error(obj, 0) end
   if obj.code == 404 then return nil end
   return nil, "the live object could not be read: " .. obj.message
+end
+
+local function live_path(t)
+  return object_path({ group = t.group, version = t.version, plural = t.plural }, t.ns, t.name)
+end
+
+local function live_original(client, t)
+  return original_of(pcall(client._internally, client, function()
+    return (client:call("GET", live_path(t)))
+  end))
+end
+
+-- A write of a batch (cozy.kube.update) reads its live original beside the
+-- other writes in flight rather than before them, which would hold every
+-- one of them back for a round trip: before_read gives the prepared GET
+-- when the write (method, path, its spec) will need one (the first write
+-- of a live object), else nil; took_before judges its answer, as
+-- live_original does, into what the batch puts in the write's spec
+-- (spec.rehearsal_before), where prepare takes it instead of reading.
+function rehearsal.before_read(client, method, path, spec)
+  local state = client.rehearsal
+  if state == nil or spec.rehearsal_before ~= nil then return nil end
+  if method ~= "PATCH" and method ~= "PUT" and method ~= "DELETE" then return nil end
+  local t = target_of(method, path, "")
+  if t == nil or t.name == nil or (t.subresource ~= nil and t.subresource ~= "status") then return nil end
+  if state.overlay:entry(t.group, t.plural, t.ns, t.name) ~= nil then return nil end
+  return client:_internally(function() return client:prepare("GET", live_path(t)) end)
+end
+
+function rehearsal.took_before(client, req, code, body, attempts, warnings, decode_error)
+  local before, unknown = original_of(pcall(client._internally, client, function()
+    return (client:finish(req, code, body, attempts, warnings, decode_error))
+  end))
+  return { before = before, unknown = unknown }
 end
 
 -- Where an object to be created in namespace ns is sent for validation:
@@ -263,7 +293,7 @@ end
 -- this way: the caller then applies the patch as a merge patch, inexact.
 -- Raises the server's refusal of the patch, and the run's 409 for a
 -- resourceVersion precondition on a version the overlay replaced.
-local function merged_three_way(client, t, e, path, query, body, ctype, shown)
+local function merged_three_way(client, t, e, cur, path, query, body, ctype, shown)
   local apply = ctype == APPLY_PATCH
   local shown_obj = t.ns and (t.ns .. "/" .. t.name) or t.name
   if type(body) ~= "table" or patch.is_array(body) then return nil, "not an object" end
@@ -271,12 +301,12 @@ local function merged_three_way(client, t, e, path, query, body, ctype, shown)
     -- the live server does not hold this object: it cannot apply the patch to it
     local only = "the object exists only in the rehearsal: the server cannot apply the patch to it"
     if apply then return nil, only end
-    local result, cannot = three_way.strategic(e.obj, body, t.group)
+    local result, cannot = three_way.strategic(cur, body, t.group)
     if result == nil then return nil, only .. ", nor the engine to " .. cannot end
-    return settled(t, e.obj, result, "PATCH", shown)
+    return settled(t, cur, result, "PATCH", shown)
   end
   local md = type(body.metadata) == "table" and body.metadata or nil
-  if md and md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then
+  if md and md.resourceVersion ~= nil and md.resourceVersion ~= cur.metadata.resourceVersion then
     refuse("PATCH", shown, conflict(t, t.name))
   end
   -- the engine's own requests, to the live server as they are (not through the overlay, not recorded)
@@ -303,7 +333,7 @@ local function merged_three_way(client, t, e, path, query, body, ctype, shown)
     error(s, 0)
   end
   if type(s) ~= "table" or type(s.metadata) ~= "table" then return nil, "the server's answer is not an object" end
-  local merged, conflicts = three_way.merge(l, s, e.obj, { patch = body, apply = apply, group = t.group,
+  local merged, conflicts = three_way.merge(l, s, cur, { patch = body, apply = apply, group = t.group,
     field_manager = query_value(query, "fieldManager") })
   local why
   if #conflicts > 0 then
@@ -312,8 +342,8 @@ local function merged_three_way(client, t, e, path, query, body, ctype, shown)
         table.concat(conflicts, ", "))
   end
   merged.metadata = type(merged.metadata) == "table" and merged.metadata or json.object {}
-  merged.metadata.resourceVersion = e.obj.metadata.resourceVersion
-  merged.metadata.name, merged.metadata.namespace = e.obj.metadata.name, e.obj.metadata.namespace
+  merged.metadata.resourceVersion = cur.metadata.resourceVersion
+  merged.metadata.name, merged.metadata.namespace = cur.metadata.name, cur.metadata.namespace
   return merged, why
 end
 
@@ -410,7 +440,12 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
   if e and e.state == "deleted" then refuse(method, shown, overlay.not_found(t.group, t.plural, t.name)) end
   if e == nil and (method == "DELETE" or method == "PUT" or method == "PATCH") then
     -- the first write of a live object: what it was, for the plan's diff
-    send.before, send.before_unknown = live_original(client, t)
+    local read = spec.rehearsal_before
+    if read ~= nil then
+      send.before, send.before_unknown = read.before, read.unknown
+    else
+      send.before, send.before_unknown = live_original(client, t)
+    end
   end
   if method == "DELETE" then
     send.op = "delete"
@@ -430,16 +465,16 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
     send.live, send.from_live = true, true
     return send
   end
-  local result, why
+  local cur, result, why = ov:object(e), nil, nil
   if method == "PATCH" and (ctype == STRATEGIC_PATCH or ctype == APPLY_PATCH) then
     local cannot
-    result, why = merged_three_way(client, t, e, path, query, body, ctype, shown)
+    result, why = merged_three_way(client, t, e, cur, path, query, body, ctype, shown)
     if result == nil then
       cannot = why
-      result, why = apply_here(t, e.obj, method, ctype, body, shown, cannot)
+      result, why = apply_here(t, cur, method, ctype, body, shown, cannot)
     end
   else
-    result, why = apply_here(t, e.obj, method, ctype, body, shown)
+    result, why = apply_here(t, cur, method, ctype, body, shown)
   end
   send.inexact = why
   send.result = result
@@ -473,7 +508,8 @@ local function take(client, send, obj)
   local e = t.name and state.overlay:entry(t.group, t.plural, t.ns, t.name)
   if e and e.state == "present" and send.method == "POST" and not send.created then
     -- validated by a create: the object keeps the identity the overlay gave it
-    obj.metadata.uid, obj.metadata.creationTimestamp = e.obj.metadata.uid, e.obj.metadata.creationTimestamp
+    local held = state.overlay:object(e).metadata
+    obj.metadata.uid, obj.metadata.creationTimestamp = held.uid, held.creationTimestamp
   end
   local kept = state.overlay:put(t.group, t.plural, obj, {
     live = send.live or (e and e.live) or false, created = send.created,
@@ -491,8 +527,7 @@ local function deleted(client, send, answer)
   -- an object kept by its finalizers is terminating, not gone
   if type(answer) == "table" and answer.kind ~= "Status" and type(answer.metadata) == "table"
       and answer.metadata.deletionTimestamp ~= nil then
-    local base = e and e.state == "present" and e.obj or answer
-    base = patch.deepcopy(base)
+    local base = e and e.state == "present" and state.overlay:object(e) or patch.deepcopy(answer)
     base.metadata.deletionTimestamp = answer.metadata.deletionTimestamp
     state.overlay:put(t.group, t.plural, base, { live = live, live_rv = e == nil and answer.metadata.resourceVersion
       or nil, before = send.before, before_unknown = send.before_unknown })
