@@ -465,7 +465,8 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
     send.live, send.from_live = true, true
     return send
   end
-  local cur, result, why = ov:object(e), nil, nil
+  local cur = ov:object(e)
+  local result, why
   if method == "PATCH" and (ctype == STRATEGIC_PATCH or ctype == APPLY_PATCH) then
     local cannot
     result, why = merged_three_way(client, t, e, cur, path, query, body, ctype, shown)
