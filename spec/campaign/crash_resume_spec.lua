@@ -19,7 +19,7 @@ local POINTS = 20
 local FAST = { "--qps", "1000", "--burst", "1000" }
 -- The rerun is the Job's container restarted in the same pod (same
 -- POD_NAME): it takes the dead runner's lock at once. Taking over an expired
--- lease from another identity is runner_kill_spec's and runner_lock_spec's.
+-- lease from another identity is e2e/runner/kill_spec's and e2e/lease/lock_spec's.
 local ENV = { POD_NAME = "cozy-migrate-job-x7k2p", COZY_MIGRATE_LEASE_SECONDS = "6" }
 
 local function regex_escape(s)

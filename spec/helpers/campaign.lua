@@ -59,7 +59,7 @@ end
 -- creationTimestamp, managedFields: a reset of the real server makes the
 -- object again), and the stamp's version and the numbers of its completed
 -- steps' history records (a failed attempt's record, which a failure may or
--- may not get written, is the failure's business: runner_failure_spec). Leases are
+-- may not get written, is the failure's business: e2e/runner/failure_spec). Leases are
 -- left out (a run that could not release leaves its lease to expire).
 -- An ownerReference's uid reads as the object it names ("owner Kind
 -- ns/name"), or "foreign" when it names none (a deliberate mismatch).

@@ -1,6 +1,6 @@
 -- cozy.worker (a background thread with its own Lua state) and cozy.proc
 -- (child processes). The write guard is proven with the step executor, in
--- spec/e2e/step_boundary_spec.lua.
+-- spec/e2e/step/boundary_spec.lua.
 local proc = require "cozy.proc"
 local support = require "spec.helpers.cli"
 local worker = require "cozy.worker"

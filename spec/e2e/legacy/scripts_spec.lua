@@ -94,7 +94,7 @@ describe("runner legacy scripts", function()
     local r = support.run(support.args(srv, "legacy", "plan", "--target", "3"))
     assert.equal(0, r.code, r.stderr)
     -- a rehearsal runs the script in a namespace of its own, served from the overlay: it patches
-    -- the ConfigMap step 1 created only there, and its stamp decides the rest (spec/e2e/plan_legacy_rehearsal_spec.lua)
+    -- the ConfigMap step 1 created only there, and its stamp decides the rest (spec/e2e/plan/legacy_rehearsal_spec.lua)
     assert.matches("legacy script .*2%-stamps: rehearsed in a network namespace of its own", r.stdout)
     assert.matches("legacy 2 running", r.stderr)
     assert.matches("PATCH /api/v1/namespaces/cozy%-system/configmaps/runner%-test%?dryRun=All", r.stdout)

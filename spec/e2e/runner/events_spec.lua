@@ -201,7 +201,7 @@ describe("a run's Events and termination message", function()
   it("has check warn, not block, when the identity may not create Events", function()
     srv:reset(support.fixture(1, { support.configmap("runner-test", {}) }))
     local ns = "cozy-system"
-    -- everything check asks about but the Events' create (as runner_status_spec's checker)
+    -- everything check asks about but the Events' create (as runner/status_spec's checker)
     local checker = support.restricted(srv, ns, "no-events-checker", {
       { verb = "get", group = "", resource = "configmaps" },
       { verb = "list", group = "", resource = "configmaps" },
