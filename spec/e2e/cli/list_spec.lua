@@ -1,4 +1,4 @@
--- `list` and `new`: no cluster needed.
+-- `list`: no cluster needed.
 local support = require "spec.helpers.cli"
 local json = require "cozy.json"
 
@@ -41,29 +41,5 @@ describe("cozy-migrate list", function()
     local line = json.decode(support.lines(r.stderr)[1])
     assert.equal("error", line.level)
     assert.matches("duplicate", line.msg)
-  end)
-end)
-
-describe("cozy-migrate new", function()
-  local dir
-  before_each(function()
-    dir = support.tmpdir()
-    os.execute(("mkdir -p %s/migrations && cp %s/two/*.lua %s/migrations/"):format(dir, fixtures, dir))
-  end)
-  after_each(function() os.execute("rm -rf " .. support.quote(dir)) end)
-
-  it("scaffolds the next number and its spec, which list accepts", function()
-    local r = support.run({ "new", "add-labels", "--migrations", dir .. "/migrations" })
-    assert.equal(0, r.code, r.stderr)
-    assert.truthy(support.slurp(dir .. "/migrations/3-add-labels.lua"))
-    assert.truthy(support.slurp(dir .. "/spec/migrations/3-add-labels_spec.lua"))
-    local l = support.run({ "list", "--no-builtin", "--migrations", dir .. "/migrations" })
-    assert.equal(0, l.code, l.stderr)
-    assert.matches("3%-add%-labels", l.stdout)
-  end)
-
-  it("refuses a bad name and an existing file", function()
-    assert.equal(2, support.run({ "new", "Bad_Name", "--migrations", dir .. "/migrations" }).code)
-    assert.equal(2, support.run({ "new", "--migrations", dir .. "/migrations" }).code)
   end)
 end)
