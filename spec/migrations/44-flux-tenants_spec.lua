@@ -3,7 +3,7 @@
 -- compared object by object. Differences are the shell's, listed in
 -- docs/migrations/44-flux-tenants.md with the case that shows each.
 local harness = require "spec.helpers"
-local differential = require "spec.helpers.differential"
+local differential = require("spec.helpers").differential
 local json = require "cozy.json"
 
 local HR_CRD = "helmreleases.helm.toolkit.fluxcd.io"

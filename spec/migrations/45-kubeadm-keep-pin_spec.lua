@@ -3,7 +3,7 @@
 -- compared object by object. Differences are the shell's, listed in
 -- docs/migrations/45-kubeadm-keep-pin.md with the case that shows each.
 local harness = require "spec.helpers"
-local differential = require "spec.helpers.differential"
+local differential = require("spec.helpers").differential
 
 local GROUP = "bootstrap.cluster.x-k8s.io"
 

@@ -3,7 +3,7 @@
 -- compared object by object. Differences are the shell's, listed in
 -- docs/migrations/46-kubernetes-v1-31.md with the case that shows each.
 local harness = require "spec.helpers"
-local differential = require "spec.helpers.differential"
+local differential = require("spec.helpers").differential
 
 local function namespace(name)
   return { apiVersion = "v1", kind = "Namespace", metadata = { name = name } }

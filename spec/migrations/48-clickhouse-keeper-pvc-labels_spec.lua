@@ -3,7 +3,7 @@
 -- both, compared object by object. Differences are the shell's, listed in
 -- docs/migrations/48-clickhouse-keeper-pvc-labels.md with the case that shows each.
 local harness = require "spec.helpers"
-local differential = require "spec.helpers.differential"
+local differential = require("spec.helpers").differential
 
 local LABEL = "app.kubernetes.io/instance"
 

@@ -139,7 +139,7 @@ end)
 -- Beside the platform's script 49 (spec/helpers/differential.lua): the same fixtures
 -- run by both, compared object by object (docs/migrations/49-tenant-ancestor-labels.md).
 describe("migration 49-tenant-ancestor-labels beside the platform's script #platform", function()
-  local differential = require "spec.helpers.differential"
+  local differential = require("spec.helpers").differential
   local h = harness.fake { fixtures = { CLUSTER } }
   local function same_as_shell(d)
     assert.equal(0, d.shell.code, d.shell.stderr)

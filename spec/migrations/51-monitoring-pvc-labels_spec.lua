@@ -191,7 +191,7 @@ end)
 -- Beside the platform's script 51 (spec/helpers/differential.lua): the same fixtures
 -- run by both, compared object by object (docs/migrations/51-monitoring-pvc-labels.md).
 describe("migration 51-monitoring-pvc-labels beside the platform's script #platform", function()
-  local differential = require "spec.helpers.differential"
+  local differential = require("spec.helpers").differential
   local h = harness.fake { fixtures = { CLUSTER } }
   local MYXDB = "PersistentVolumeClaim tenant-a/vmstorage-db-vmstorage-myxdb-0"
 

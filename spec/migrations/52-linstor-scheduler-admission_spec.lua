@@ -112,7 +112,7 @@ end)
 -- Beside the platform's script 52 (spec/helpers/differential.lua): the same fixtures
 -- run by both, compared object by object (docs/migrations/52-linstor-scheduler-admission.md).
 describe("migration 52-linstor-scheduler-admission beside the platform's script #platform", function()
-  local differential = require "spec.helpers.differential"
+  local differential = require("spec.helpers").differential
   local h = harness.fake { fixtures = { CLUSTER } }
   local function same_as_shell(d, code)
     assert.equal(code or 0, d.shell.code, d.shell.stderr)

@@ -137,7 +137,7 @@ end)
 -- Beside the platform's script 54 (spec/helpers/differential.lua): the same fixtures
 -- run by both, compared object by object (docs/migrations/54-redisfailover-adopt.md).
 describe("migration 54-redisfailover-adopt beside the platform's script #platform", function()
-  local differential = require "spec.helpers.differential"
+  local differential = require("spec.helpers").differential
   local h = harness.fake { fixtures = { CLUSTER } }
   local function same_as_shell(d)
     assert.equal(0, d.shell.code, d.shell.stderr)

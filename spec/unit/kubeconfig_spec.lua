@@ -2,9 +2,9 @@
 -- variants, contexts, KUBECONFIG lists, in-cluster, and errors that name the
 -- file and the field. No server is contacted: connect does not send requests.
 local kube = require "cozy.kube"
-local cli = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 local harness = require "spec.helpers"
-local files = require "spec.helpers.files"
+local files = require("spec.helpers").files
 
 local function tmpdir()
   return files.tmpdir("cozy-kubeconfig")

@@ -1,13 +1,13 @@
 -- The binary's exit status is what cozy.cli.main returns (core/main.c): an
 -- integer 0-255 passed through, nil as 0, anything else one clear error
 -- line and exit 1, never a panic.
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
-local q = support.quote
+local q = cli.quote
 
 -- A copy of scripts/ whose cozy/cli.lua is `source`, for COZY_MIGRATE_SCRIPTS.
 local function scripts_with_cli(source)
-  local dir = support.tmpdir()
+  local dir = cli.tmpdir()
   assert(os.execute("cp -r scripts " .. q(dir .. "/scripts")))
   local f = assert(io.open(dir .. "/scripts/cozy/cli.lua", "wb"))
   f:write(source)
@@ -24,7 +24,7 @@ describe("core/main.c: the exit status of cozy.cli.main", function()
   local function run_with(result)
     local dir = scripts_with_cli("return { main = function() return " .. result .. " end }\n")
     dirs[#dirs + 1] = dir
-    return support.run({ "--version" }, { COZY_MIGRATE_SCRIPTS = dir .. "/scripts" })
+    return cli.run({ "--version" }, { COZY_MIGRATE_SCRIPTS = dir .. "/scripts" })
   end
 
   it("is an error (exit 1, one clear line), not a panic, when it is a string", function()

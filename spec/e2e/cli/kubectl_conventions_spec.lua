@@ -3,9 +3,9 @@
 -- data redacted, Go durations, COMMAND --help. Where kubectl has the same
 -- convention, the real kubectl runs beside us on the same kubeconfig and the
 -- API server's request log says both did the same thing.
-local fake = require "spec.support.fake"
-local support = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 
 local TOKEN = "tok-never-logged-7f3a"
 local SECRET_B64 = "c2VjcmV0LXZhbHVl" -- "secret-value"
@@ -78,7 +78,7 @@ describe("kubectl's conventions", function()
   before_each(function() srv:reset{ cluster() } end)
 
   local function ours(...)
-    return support.run({ "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", "spec/fixtures/runner/two", ... })
+    return cli.run({ "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", "spec/fixtures/runner/two", ... })
   end
 
   -- -n forms before and after the command, against kubectl's same forms
@@ -176,7 +176,7 @@ describe("kubectl's conventions", function()
   describe("-v=8 bodies", function()
     local dir
     before_each(function()
-      dir = support.tmpdir()
+      dir = cli.tmpdir()
       files.write(dir .. "/1-secret.lua", [[
 return {
   description = "reads and patches a Secret",
@@ -196,7 +196,7 @@ return {
     after_each(function() files.rm_rf(dir) end)
 
     it("shows request and answer bodies, with a Secret's data redacted and the token never", function()
-      local r = support.run({ "-v=9", "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir, "run" })
+      local r = cli.run({ "-v=9", "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir, "run" })
       assert.equal(0, r.code, r.stderr)
       -- the migration did read and write the Secret
       assert.equal(SECRET_B64 .. "QQ==", srv:object("Secret", "other", "s").data.password)
@@ -224,7 +224,7 @@ return {
         message = 'Secret "s" is invalid: stringData: Invalid value: {"extra":"plain-secret-text"}' } } } }
       finally(function() srv:clear_faults() end)
       for _, v in ipairs({ "0", "9" }) do
-        local r = support.run({ "-v=" .. v, "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir, "run" })
+        local r = cli.run({ "-v=" .. v, "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir, "run" })
         assert.equal(1, r.code, r.stderr)
         assert.matches("Invalid (422): the server's message is not shown: on a secrets path it may quote the "
           .. "Secret's data (HTTP 422)", r.stderr, 1, true)
@@ -241,7 +241,7 @@ return {
         data = { n = tostring(i) } }
     end
     srv:reset{ items }
-    local dir = support.tmpdir()
+    local dir = cli.tmpdir()
     files.write(dir .. "/1-label.lua", [[
 return {
   description = "labels other's ConfigMaps in one batch",
@@ -260,7 +260,7 @@ return {
 }
 ]])
     srv:clear_requests()
-    local r = support.run({ "-v=6", "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir, "run" })
+    local r = cli.run({ "-v=6", "--kubeconfig", srv.kubeconfig, "--no-builtin", "--migrations", dir, "run" })
     files.rm_rf(dir)
     assert.equal(0, r.code, r.stderr)
     local seen = served(srv)
@@ -307,7 +307,7 @@ return {
       assert.matches("Usage:", kr.stdout, 1, true)
     end
     for _, form in ipairs({ { "status", "--help" }, { "help", "status" }, { "-n", "x", "status", "-h" } }) do
-      local r = support.run(form)
+      local r = cli.run(form)
       assert.equal(0, r.code, r.stderr)
       assert.equal("", r.stderr)
       assert.matches("^Usage: cozy%-migrate status ", r.stdout)

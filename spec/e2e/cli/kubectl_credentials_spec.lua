@@ -2,8 +2,8 @@
 -- beside the real kubectl on the same kubeconfig: the exec plugin gets the
 -- same KUBERNETES_EXEC_INFO from both, both take the context's namespace,
 -- and tls-server-name and proxy-url decide the same way for both.
-local support = require "spec.helpers.transport"
-local fake = require "spec.support.fake"
+local transport_harness = require("spec.helpers").transport
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
 
 local PLUGIN = os.getenv("PWD") .. "/spec/fixtures/exec/plugin.sh"
@@ -32,8 +32,8 @@ end
 describe("credentials beside kubectl", function()
   local srv, dir, seq = nil, nil, 0
   setup(function()
-    srv = support.start()
-    dir = support.tmpdir()
+    srv = transport_harness.start()
+    dir = transport_harness.tmpdir()
   end)
   teardown(function()
     if srv then srv:stop() end
@@ -44,19 +44,19 @@ describe("credentials beside kubectl", function()
   local function kubeconfig(server, cluster_extra, user, ns, ca)
     seq = seq + 1
     local path = ("%s/kubeconfig-%d"):format(dir, seq)
-    support.write_file(path, table.concat({
+    transport_harness.write_file(path, table.concat({
       "apiVersion: v1", "kind: Config", "current-context: c",
       "contexts: [{name: c, context: {cluster: k, user: u" .. (ns and (", namespace: " .. ns) or "") .. "}}]",
       "clusters:", "- name: k", "  cluster:", "    server: " .. server,
       ca ~= false and ("    certificate-authority: " .. (ca or srv.ca)) or "",
       cluster_extra or "",
-      "users:", "- name: u", "  user:", user or ("    token: " .. support.TOKEN), "" }, "\n"))
+      "users:", "- name: u", "  user:", user or ("    token: " .. transport_harness.TOKEN), "" }, "\n"))
     return path
   end
 
   it("an exec plugin gets the same KUBERNETES_EXEC_INFO from both, and both are served with its token", function()
     local tf = dir .. "/token"
-    support.write_file(tf, support.TOKEN .. "\n")
+    transport_harness.write_file(tf, transport_harness.TOKEN .. "\n")
     local function exec_user(info_out)
       return table.concat({ "    exec:", "      command: " .. PLUGIN,
         "      apiVersion: client.authentication.k8s.io/v1", "      interactiveMode: IfAvailable",
@@ -72,8 +72,8 @@ describe("credentials beside kubectl", function()
       :resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)]])
     assert.equal(0, rc, out)
     assert.matches("prod\n$", out)
-    local theirs = json.decode(support.read_file(dir .. "/info-kubectl"))
-    local mine = json.decode(support.read_file(dir .. "/info-ours"))
+    local theirs = json.decode(transport_harness.read_file(dir .. "/info-kubectl"))
+    local mine = json.decode(transport_harness.read_file(dir .. "/info-ours"))
     -- client-go also sends the cluster's `config` (extensions) as null: nothing to compare
     if theirs.spec.cluster then theirs.spec.cluster.config = nil end
     assert.same(theirs, mine)
@@ -82,7 +82,7 @@ describe("credentials beside kubectl", function()
   it("an existing ~/.kube/config comes before the in-cluster configuration for both", function()
     local home = dir .. "/home"
     os.execute("mkdir -p " .. q(home .. "/.kube"))
-    support.write_file(home .. "/.kube/config", support.read_file(kubeconfig(srv.url)))
+    transport_harness.write_file(home .. "/.kube/config", transport_harness.read_file(kubeconfig(srv.url)))
     -- in-cluster would be a dead address: only ~/.kube/config reaches the server
     local env = ("env -u KUBECONFIG HOME=%s KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=1 "):format(q(home))
     srv:clear_requests()
@@ -110,7 +110,7 @@ describe("credentials beside kubectl", function()
   end)
 
   it("tls-server-name: both refuse the address the certificate lacks, both accept the name it has", function()
-    local other = fake.start { fixtures = { support.FIXTURE }, tls = true, token = support.TOKEN,
+    local other = fake.start { fixtures = { transport_harness.FIXTURE }, tls = true, token = transport_harness.TOKEN,
       listen = "127.0.0.2:0" }
     local ok, err = pcall(function()
       local bare = kubeconfig(other.url, nil, nil, nil, other.ca)
@@ -141,7 +141,7 @@ describe("credentials beside kubectl", function()
   describe("an https proxy-url", function()
     local pdir, proxy, mtls
     setup(function()
-      pdir = support.tmpdir()
+      pdir = transport_harness.tmpdir()
       local function openssl(args)
         assert(os.execute(("cd %s && openssl %s >/dev/null 2>&1"):format(q(pdir), args)), "openssl " .. args)
       end
@@ -149,25 +149,25 @@ describe("credentials beside kubectl", function()
       openssl("req -x509 " .. ec .. " -keyout proxy-ca.key -out proxy-ca.crt -days 3 -subj /CN=proxy-ca"
         .. " -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign")
       openssl("req " .. ec .. " -keyout proxy.key -out proxy.csr -subj /CN=127.0.0.1")
-      support.write_file(pdir .. "/ext.cnf", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+      transport_harness.write_file(pdir .. "/ext.cnf", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
       openssl("x509 -req -in proxy.csr -CA proxy-ca.crt -CAkey proxy-ca.key -CAcreateserial -out proxy.crt"
         .. " -days 3 -extfile ext.cnf")
       -- a client certificate for the proxy that asks for one
       openssl("req " .. ec .. " -keyout client.key -out client.csr -subj /CN=migrator")
-      support.write_file(pdir .. "/client.cnf", "extendedKeyUsage=clientAuth\n")
+      transport_harness.write_file(pdir .. "/client.cnf", "extendedKeyUsage=clientAuth\n")
       openssl("x509 -req -in client.csr -CA proxy-ca.crt -CAkey proxy-ca.key -CAcreateserial -out client.crt"
         .. " -days 3 -extfile client.cnf")
       -- the cluster's CA and the proxy's CA in one certificate-authority file
-      support.write_file(pdir .. "/both-ca.crt", support.read_file(srv.ca) .. support.read_file(pdir .. "/proxy-ca.crt"))
+      transport_harness.write_file(pdir .. "/both-ca.crt", transport_harness.read_file(srv.ca) .. transport_harness.read_file(pdir .. "/proxy-ca.crt"))
       local function start_proxy(name, flags)
         local p = { log = pdir .. "/" .. name .. ".log" }
         os.execute(("sh -c %s >/dev/null 2>&1 </dev/null &"):format(q(
           ("spec/support/connect-proxy --ready-file %s --log %s --tls %s %s %s & echo $! >%s; wait"):format(
             q(pdir .. "/" .. name .. ".ready"), q(p.log), q(pdir .. "/proxy.crt"), q(pdir .. "/proxy.key"), flags,
             q(pdir .. "/" .. name .. ".pid")))))
-        p.port = fake.poll(10, function() return support.read_file(pdir .. "/" .. name .. ".ready") end, 0.02)
+        p.port = fake.poll(10, function() return transport_harness.read_file(pdir .. "/" .. name .. ".ready") end, 0.02)
         assert(p.port, "connect-proxy did not start")
-        p.pid = tonumber(support.read_file(pdir .. "/" .. name .. ".pid"):match("%d+"))
+        p.pid = tonumber(transport_harness.read_file(pdir .. "/" .. name .. ".pid"):match("%d+"))
         return p
       end
       proxy = start_proxy("plain", "")
@@ -184,11 +184,11 @@ describe("credentials beside kubectl", function()
     local function proxy_log(p)
       p = p or proxy
       local targets, tls_errors = {}, 0
-      for line in (support.read_file(p.log) or ""):gmatch("[^\n]+") do
+      for line in (transport_harness.read_file(p.log) or ""):gmatch("[^\n]+") do
         local e = json.decode(line)
         if e.target then targets[#targets + 1] = e.target else tls_errors = tls_errors + 1 end
       end
-      support.write_file(p.log, "")
+      transport_harness.write_file(p.log, "")
       return targets, tls_errors
     end
 
@@ -233,7 +233,7 @@ describe("credentials beside kubectl", function()
       assert.same({}, targets)
       assert.is_true(refused >= 1, "kubectl's handshake with the proxy was not refused")
       -- ours: exit 1 (an API call failed), one ERROR line naming the TLS check
-      local code, out, stderr = support.run("HTTPS_PROXY= NO_PROXY=", ("status --kubeconfig %s"):format(q(path)))
+      local code, out, stderr = transport_harness.run("HTTPS_PROXY= NO_PROXY=", ("status --kubeconfig %s"):format(q(path)))
       assert.equal(1, code, out .. stderr)
       local lines = {}
       for l in stderr:gmatch("[^\n]+") do lines[#lines + 1] = l end
@@ -252,7 +252,7 @@ describe("credentials beside kubectl", function()
       assert.matches("tls: failed to verify certificate: x509", kout)
       assert.not_matches("proxyconnect", kout)
       assert.same({ { target() }, 0 }, { proxy_log() })
-      local code, out, stderr = support.run("HTTPS_PROXY= NO_PROXY=", ("status --kubeconfig %s"):format(q(path)))
+      local code, out, stderr = transport_harness.run("HTTPS_PROXY= NO_PROXY=", ("status --kubeconfig %s"):format(q(path)))
       assert.equal(1, code, out .. stderr)
       assert.matches(" ERROR GET /api/v1/.*: TLSVerification: SSL certificate problem", stderr)
       assert.not_matches("https proxy", stderr)
@@ -267,7 +267,7 @@ describe("credentials beside kubectl", function()
     end)
 
     it("a proxy that asks for a client certificate gets the kubeconfig user's from both", function()
-      local user = table.concat({ "    token: " .. support.TOKEN, "    client-certificate: " .. pdir .. "/client.crt",
+      local user = table.concat({ "    token: " .. transport_harness.TOKEN, "    client-certificate: " .. pdir .. "/client.crt",
         "    client-key: " .. pdir .. "/client.key" }, "\n")
       assert.equal("prod\n", both_read(through(mtls, pdir .. "/both-ca.crt", user), mtls))
     end)

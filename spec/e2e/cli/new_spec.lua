@@ -3,8 +3,8 @@
 -- migrations/): the scaffold validates; its spec, run by busted on the
 -- harness, fails until the migration makes its first real change, saying so;
 -- uncommenting the one example line makes it pass.
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 
 local q = files.quote
 

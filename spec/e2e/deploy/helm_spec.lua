@@ -3,18 +3,18 @@
 -- generate-rbac.lua. What the chart renders, real Helm renders against the real
 -- API server: spec/real/helm_chart_spec.lua.
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local CHART = "deploy/helm"
 local NS = "cozy-system"
 
 describe("deploy/helm", function()
   it("the preflight's check reviews the hook's account with SubjectAccessReviews", function()
-    local fake = require "spec.support.fake"
+    local fake = require("spec.helpers").server
     local srv = fake.start{ fixtures = { "spec/fixtures/59-vmi-hotplug/cluster.json" }, tls = true, token = "t",
       deny = { "patch:kubevirt.io:virtualmachines" } }
     finally(function() srv:stop() end)
-    local r = support.run({ "check", "--service-account", "cozystack-migration-hook", "--kubeconfig", srv.kubeconfig,
+    local r = cli.run({ "check", "--service-account", "cozystack-migration-hook", "--kubeconfig", srv.kubeconfig,
       "--output", "json" }, { NAMESPACE = NS, TARGET_VERSION = "60", COZY_MIGRATE_MIGRATIONS = "" })
     assert.equal(1, r.code, r.stderr)
     local report = json.decode(r.stdout)
@@ -37,17 +37,17 @@ describe("deploy/helm", function()
     end
     assert.is_true(sar > 0)
     assert.equal(0, ssar)
-    assert.same({}, support.writes(srv))
+    assert.same({}, cli.writes(srv))
   end)
 
   it("keeps the generated RBAC templates in step with generate-rbac.lua", function()
-    local dir = support.tmpdir()
-    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
+    local dir = cli.tmpdir()
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
     local ok = os.execute(("COZY_MIGRATE_MIGRATIONS= %s lua %s/generate-rbac.lua %s >/dev/null"):format(
-      support.quote(support.bin), CHART, support.quote(dir)))
+      cli.quote(cli.bin), CHART, cli.quote(dir)))
     assert.is_true(ok)
     local name = "migration-hook.yaml"
-    assert.equal(support.slurp(dir .. "/" .. name), support.slurp(CHART .. "/templates/" .. name),
+    assert.equal(cli.slurp(dir .. "/" .. name), cli.slurp(CHART .. "/templates/" .. name),
       name .. " is stale: run build/cozy-migrate lua deploy/helm/generate-rbac.lua")
   end)
 end)

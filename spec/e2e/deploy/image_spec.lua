@@ -5,10 +5,10 @@
 -- `cozy-migrate run` in-cluster against the fake, as a non-root uid, with
 -- nothing in it writable. Needs the Debian mirror for the download (cached
 -- under build/runtime-debs/): unreachable, the spec fails.
-local fake = require "spec.support.fake"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local cli = require("spec.helpers").cli
 
-local q = support.quote
+local q = cli.quote
 local CACHE = "build/runtime-debs"
 local UID = 65532
 local CLUSTER = "spec/fixtures/59-vmi-hotplug/cluster.json"
@@ -24,7 +24,7 @@ local function sh(cmd)
 end
 
 local function dockerfile_packages()
-  local text = assert(support.slurp("deploy/Dockerfile"))
+  local text = assert(cli.slurp("deploy/Dockerfile"))
   local list = assert(text:match('ARG RUNTIME_PACKAGES="(.-)"'), "no RUNTIME_PACKAGES in deploy/Dockerfile")
   local set = {}
   for name in list:gsub("\\\n", " "):gmatch("[%w%.%+%-]+") do set[name] = true end
@@ -81,7 +81,7 @@ describe("the runtime image's closure", function()
   -- no container engine here: this reads deploy/Dockerfile's text; that the
   -- root its stages assemble really runs is the third case below
   it("deploy/Dockerfile declares the default image as scratch plus the rootfs, uid 65532, `cozy-migrate run`; LEGACY=1 the shell tools", function()
-    local text = assert(support.slurp("deploy/Dockerfile"))
+    local text = assert(cli.slurp("deploy/Dockerfile"))
     local default = assert(text:match("FROM scratch AS runtime%-0\n(.-)\n\n"))
     assert.same({ "COPY --from=rootfs /rootfs/ /" }, (function()
       local lines = {}
@@ -119,9 +119,9 @@ describe("the runtime image's closure", function()
   -- a pinned sum. That the sums are the releases' own is checked by the
   -- image build itself, which fails on a mismatch.
   it("deploy/Dockerfile's transition image fetches the specs' kubectl and helm, each checked against a pinned SHA-256", function()
-    local text = assert(support.slurp("deploy/Dockerfile"))
+    local text = assert(cli.slurp("deploy/Dockerfile"))
     local tools = assert(text:match("FROM debian:bookworm%-slim AS tools\n(.-)\n\n"))
-    local gomod = assert(support.slurp("spec/support/tools/go.mod"))
+    local gomod = assert(cli.slurp("spec/support/tools/go.mod"))
     local helm = assert(gomod:match("\n%s*helm%.sh/helm/v3 (v[%d%.]+)\n"))
     local minor, patch = assert(gomod:match("\n%s*k8s%.io/kubectl v0%.(%d+)%.(%d+)\n"))
     assert.equal("v1." .. minor .. "." .. patch, tools:match("ARG KUBECTL_VERSION=(%S+)"))
@@ -141,11 +141,11 @@ describe("the runtime image's closure", function()
   end)
 
   it("installs exactly the packages of the libraries the binary links", function()
-    assert.same(keys(ldd_packages(support.bin)), keys(expected_packages(support.bin)))
+    assert.same(keys(ldd_packages(cli.bin)), keys(expected_packages(cli.bin)))
   end)
 
   it("runs cozy-migrate from a root of those packages, in-cluster, as a non-root uid", function()
-    local packages = keys(expected_packages(support.bin))
+    local packages = keys(expected_packages(cli.bin))
     assert(os.execute("mkdir -p " .. q(CACHE)))
     local missing = {}
     for _, name in ipairs(packages) do
@@ -157,7 +157,7 @@ describe("the runtime image's closure", function()
       assert(ok, "apt-get download failed (the Debian mirror is needed): " .. out)
     end
 
-    local root = support.tmpdir()
+    local root = cli.tmpdir()
     local proc_mounted, srv = false, nil
     -- busted keeps one finally per test: every cleanup is here
     finally(function()
@@ -173,7 +173,7 @@ describe("the runtime image's closure", function()
     srv = fake.start{ fixtures = { CLUSTER }, tls = true, token = "image-token" }
     local setup_cmds = {
       ("mkdir -p %s/usr/bin %s/etc %s"):format(q(root), q(root), q(sa)),
-      ("install -m 0755 %s %s/usr/bin/cozy-migrate"):format(q(support.bin), q(root)),
+      ("install -m 0755 %s %s/usr/bin/cozy-migrate"):format(q(cli.bin), q(root)),
       ("printf 'cozy-migrate:x:%d:%d::/nonexistent:/usr/sbin/nologin\\n' >%s/etc/passwd"):format(UID, UID, q(root)),
       ("printf 'image-token\\n' >%s/token && cp %s %s/ca.crt && printf cozy-system >%s/namespace"):format(
         q(sa), q(srv.ca), q(sa), q(sa)),
@@ -196,7 +196,7 @@ describe("the runtime image's closure", function()
     chroot = chroot:gsub("%s+$", "")
     -- the sanitizers' runtime reads /proc (LeakSanitizer at exit); a
     -- container has it mounted, the plain binary does not need it
-    if sanitized(support.bin) then
+    if sanitized(cli.bin) then
       local mok, mout = sh(("mkdir -p %s/proc && mount -t proc proc %s/proc"):format(q(root), q(root)))
       assert(mok, "mount /proc for the sanitizer build: " .. mout)
       proc_mounted = true
@@ -216,7 +216,7 @@ describe("the runtime image's closure", function()
     local cm = srv:object("ConfigMap", "cozy-system", "cozystack-version")
     assert.equal("60", cm.data.version)
     assert.matches("updated 7 VMs", out)
-    local h = support.history(cm)
+    local h = cli.history(cm)
     assert.same({ 59, "hook-pod" }, { h[#h].number, h[#h].runner })
   end)
 end)

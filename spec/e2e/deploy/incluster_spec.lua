@@ -3,17 +3,17 @@
 -- ($COZY_MIGRATE_SERVICEACCOUNT_DIR) and KUBERNETES_SERVICE_HOST/PORT point
 -- at the fake API server. The namespace file, POD_NAME as the lock holder,
 -- a token rotated mid-run, SIGTERM mid-run, and HTTPS_PROXY/NO_PROXY.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
-local q = support.quote
+local q = cli.quote
 
-local write = require("spec.helpers.files").write
+local write = require("spec.helpers").files.write
 
 -- A migration set with one step of `n` writes to ConfigMap runner-test.
 local function writes_dir(n)
-  local dir = support.tmpdir()
+  local dir = cli.tmpdir()
   write(dir .. "/1-writes.lua", ([[
 return {
   description = "writes %d times",
@@ -41,9 +41,9 @@ local function port_of(url) return url:match(":(%d+)$") end
 
 -- The service account directory and the environment of a pod.
 local function pod(srv, namespace, token)
-  local sa = support.tmpdir()
+  local sa = cli.tmpdir()
   write(sa .. "/token", token .. "\n")
-  write(sa .. "/ca.crt", support.slurp(srv.ca))
+  write(sa .. "/ca.crt", cli.slurp(srv.ca))
   write(sa .. "/namespace", namespace)
   local env = { KUBERNETES_SERVICE_HOST = "127.0.0.1", KUBERNETES_SERVICE_PORT = port_of(srv.url),
     COZY_MIGRATE_SERVICEACCOUNT_DIR = sa, KUBECONFIG = false, HOME = sa, COZY_MIGRATE_MIGRATIONS = "",
@@ -92,13 +92,13 @@ describe("in-cluster operation", function()
 
   it("takes the namespace from the service account's namespace file, POD_NAME as the lock holder", function()
     dir = writes_dir(3)
-    local r = support.run({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir },
+    local r = cli.run({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir },
       merged(env, { POD_NAME = "cozystack-migration-hook-x7k2p" }))
     assert.equal(0, r.code, r.stderr)
     local cm = srv:object("ConfigMap", "tenant-root", "cozystack-version")
     assert.equal("2", cm.data.version)
     assert.equal("3", srv:object("ConfigMap", "tenant-root", "runner-test").data.i)
-    assert.equal("cozystack-migration-hook-x7k2p", support.history(cm)[1].runner)
+    assert.equal("cozystack-migration-hook-x7k2p", cli.history(cm)[1].runner)
     -- the Lease was taken by the pod's name, in the pod's namespace
     local taken
     for _, req in ipairs(srv:requests{ path = "namespaces/tenant%-root/leases" }) do
@@ -109,16 +109,16 @@ describe("in-cluster operation", function()
     assert.matches("holder=cozystack%-migration%-hook%-x7k2p", r.stderr)
     -- $NAMESPACE still wins over the file
     srv:reset({ fixture("tenant-root", 1)[1], fixture("cozy-system", 1)[1], fixture("cozy-system", 1)[2] })
-    r = support.run({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir }, merged(env, { NAMESPACE = "cozy-system" }))
+    r = cli.run({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir }, merged(env, { NAMESPACE = "cozy-system" }))
     assert.equal(0, r.code, r.stderr)
     assert.equal("2", srv:object("ConfigMap", "cozy-system", "cozystack-version").data.version)
   end)
 
   it("re-reads a token file rotated mid-run when the old token gets 401, and finishes", function()
     dir = writes_dir(400)
-    local p = support.start({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir }, env)
+    local p = cli.start({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir }, env)
     finally(function() p:cleanup() end)
-    assert.truthy(support.poll(30, function() return patches_of(srv, "tenant-root", "runner-test") >= 50 end),
+    assert.truthy(cli.poll(30, function() return patches_of(srv, "tenant-root", "runner-test") >= 50 end),
       p:stderr())
     -- the kubelet writes the new token, then the old one stops working
     write(sa .. "/token.new", "token-two\n")
@@ -139,12 +139,12 @@ describe("in-cluster operation", function()
   end)
 
   it("on SIGTERM mid-run stops at once, sends no further write and exits within the hook's grace period", function()
-    local values = support.slurp("deploy/helm/values.yaml")
+    local values = cli.slurp("deploy/helm/values.yaml")
     local grace = assert(tonumber(values:match("terminationGracePeriodSeconds:%s*(%d+)")))
     dir = writes_dir(100000)
-    local p = support.start({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir }, env)
+    local p = cli.start({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir }, env)
     finally(function() p:cleanup() end)
-    assert.truthy(support.poll(30, function() return patches_of(srv, "tenant-root", "runner-test") >= 20 end),
+    assert.truthy(cli.poll(30, function() return patches_of(srv, "tenant-root", "runner-test") >= 20 end),
       p:stderr())
     -- frozen while counting, so the count is the writes sent before the
     -- signal (one may still be on its way to the server's log)
@@ -165,14 +165,14 @@ describe("in-cluster operation", function()
   describe("through a proxy", function()
     local proxy
     setup(function()
-      local pdir = support.tmpdir()
+      local pdir = cli.tmpdir()
       proxy = { dir = pdir, log = pdir .. "/connects" }
       os.execute(("sh -c %s >/dev/null 2>&1 </dev/null &"):format(q(
         ("spec/support/connect-proxy --ready-file %s --log %s & echo $! >%s; wait"):format(
           q(pdir .. "/ready"), q(proxy.log), q(pdir .. "/pid")))))
-      proxy.port = support.poll(10, function() return support.slurp(pdir .. "/ready") end)
+      proxy.port = cli.poll(10, function() return cli.slurp(pdir .. "/ready") end)
       assert(proxy.port, "connect-proxy did not start")
-      proxy.pid = tonumber(support.slurp(pdir .. "/pid"):match("%d+"))
+      proxy.pid = tonumber(cli.slurp(pdir .. "/pid"):match("%d+"))
     end)
     teardown(function()
       if proxy.pid then os.execute("kill " .. proxy.pid) end
@@ -181,7 +181,7 @@ describe("in-cluster operation", function()
 
     local function connects()
       local out = {}
-      for line in (support.slurp(proxy.log) or ""):gmatch("[^\n]+") do out[#out + 1] = json.decode(line).target end
+      for line in (cli.slurp(proxy.log) or ""):gmatch("[^\n]+") do out[#out + 1] = json.decode(line).target end
       return out
     end
 
@@ -193,7 +193,7 @@ describe("in-cluster operation", function()
     it("runs through HTTPS_PROXY with a CONNECT to the service's host and port", function()
       write(proxy.log, "")
       dir = writes_dir(2)
-      local r = support.run({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir },
+      local r = cli.run({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir },
         by_name({ HTTPS_PROXY = "http://127.0.0.1:" .. proxy.port }))
       assert.equal(0, r.code, r.stderr)
       assert.equal("2", srv:object("ConfigMap", "tenant-root", "cozystack-version").data.version)
@@ -205,7 +205,7 @@ describe("in-cluster operation", function()
     it("reads https_proxy too, and a proxy without a scheme as http://", function()
       write(proxy.log, "")
       dir = writes_dir(1)
-      local r = support.run({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir },
+      local r = cli.run({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir },
         by_name({ https_proxy = "127.0.0.1:" .. proxy.port }))
       assert.equal(0, r.code, r.stderr)
       assert.is_true(#connects() >= 1)
@@ -217,7 +217,7 @@ describe("in-cluster operation", function()
         "kubernetes.default.svc:" .. "PORT", "*" }) do
       it("goes direct for a host NO_PROXY matches (" .. no_proxy .. ")", function()
         write(proxy.log, "")
-        local r = support.run({ "check", "--no-builtin", "--migrations", "spec/fixtures/runner/two", "--output", "json" },
+        local r = cli.run({ "check", "--no-builtin", "--migrations", "spec/fixtures/runner/two", "--output", "json" },
           by_name({ HTTPS_PROXY = "http://127.0.0.1:" .. proxy.port, NO_PROXY = no_proxy:gsub("PORT", port_of(srv.url)) }))
         assert.equal(1, r.code, r.stderr)
         assert.is_false(json.decode(r.stdout).reachable)
@@ -228,7 +228,7 @@ describe("in-cluster operation", function()
     for _, no_proxy in ipairs({ "example.com", "svc.other", "kubernetes.default.svc:1", "10.0.0.0/8" }) do
       it("still uses the proxy when NO_PROXY does not match (" .. no_proxy .. ")", function()
         write(proxy.log, "")
-        local r = support.run({ "check", "--no-builtin", "--migrations", "spec/fixtures/runner/two", "--output", "json" },
+        local r = cli.run({ "check", "--no-builtin", "--migrations", "spec/fixtures/runner/two", "--output", "json" },
           by_name({ HTTPS_PROXY = "http://127.0.0.1:" .. proxy.port, NO_PROXY = no_proxy }))
         assert.is_true(json.decode(r.stdout).reachable, r.stderr)
         assert.is_true(#connects() >= 1)
@@ -238,11 +238,11 @@ describe("in-cluster operation", function()
     it("never proxies a loopback server, and HTTP_PROXY does not apply to https", function()
       write(proxy.log, "")
       dir = writes_dir(1)
-      local r = support.run({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir },
+      local r = cli.run({ "run", "--qps", "1000", "--burst", "1000", "--no-builtin", "--migrations", dir },
         merged(env, { HTTPS_PROXY = "http://127.0.0.1:" .. proxy.port }))
       assert.equal(0, r.code, r.stderr)
       assert.same({}, connects())
-      r = support.run({ "check", "--no-builtin", "--migrations", "spec/fixtures/runner/two", "--output", "json" },
+      r = cli.run({ "check", "--no-builtin", "--migrations", "spec/fixtures/runner/two", "--output", "json" },
         by_name({ HTTP_PROXY = "http://127.0.0.1:" .. proxy.port }))
       assert.is_false(json.decode(r.stdout).reachable)
       assert.same({}, connects())

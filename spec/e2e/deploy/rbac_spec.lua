@@ -1,8 +1,8 @@
 -- `cozy-migrate rbac`: the least-privilege RBAC of the pending range (read
 -- from the stamp) or of every migration (--all, no cluster needed).
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local NO_DIR = { COZY_MIGRATE_MIGRATIONS = "" }
 
@@ -26,12 +26,12 @@ local function granted(items, role)
 end
 
 local function legacy_dir()
-  local dir = support.tmpdir()
+  local dir = cli.tmpdir()
   for _, n in ipairs({ "57-old", "58-older" }) do
     local f = assert(io.open(dir .. "/" .. n, "w"))
     f:write("#!/bin/sh\nexit 0\n")
     f:close()
-    os.execute("chmod +x " .. support.quote(dir .. "/" .. n))
+    os.execute("chmod +x " .. cli.quote(dir .. "/" .. n))
   end
   return dir
 end
@@ -39,22 +39,22 @@ end
 describe("cozy-migrate rbac", function()
   local srv
   setup(function()
-    srv = fake.start{ fixtures = { support.fixture(59) }, tls = true, token = "t" }
+    srv = fake.start{ fixtures = { cli.fixture(59) }, tls = true, token = "t" }
   end)
   teardown(function() srv:stop() end)
 
   local function at(version)
-    srv:reset(support.fixture(version))
+    srv:reset(cli.fixture(version))
   end
 
   it("--all needs no cluster, and prints YAML equal to its JSON", function()
-    local r = support.run({ "rbac", "--all", "--kubeconfig", "/nonexistent/kubeconfig" }, NO_DIR)
+    local r = cli.run({ "rbac", "--all", "--kubeconfig", "/nonexistent/kubeconfig" }, NO_DIR)
     assert.equal(0, r.code, r.stderr)
     local p = io.popen("python3 -c 'import sys, yaml, json; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))' <<'EOF'\n"
       .. r.stdout .. "EOF\n")
     local from_yaml = json.decode(p:read("a"))
     p:close()
-    local j = support.run({ "rbac", "--all", "--output", "json" }, NO_DIR)
+    local j = cli.run({ "rbac", "--all", "--output", "json" }, NO_DIR)
     assert.equal(0, j.code, j.stderr)
     assert.same(json.decode(j.stdout).items, from_yaml)
     -- the kinds, each once in order of first appearance: a built-in that declares a
@@ -71,7 +71,7 @@ describe("cozy-migrate rbac", function()
 
   it("grants the pending range's declared permissions, and only the engine's when nothing is pending", function()
     at(59)
-    local r = support.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--output", "json" }, NO_DIR)
+    local r = cli.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--output", "json" }, NO_DIR)
     assert.equal(0, r.code, r.stderr)
     local items = json.decode(r.stdout).items
     assert.same({ "create selfsubjectaccessreviews.authorization.k8s.io",
@@ -82,7 +82,7 @@ describe("cozy-migrate rbac", function()
     local role = find(items, "Role", "cozystack-migration-hook")
     assert.equal("cozy-system", role.metadata.namespace)
     -- what only check() reads (59's KubeVirt CRs, check_only) is the preflight's alone
-    r = support.run({ "rbac", "--preflight", "--kubeconfig", srv.kubeconfig, "--output", "json" }, NO_DIR)
+    r = cli.run({ "rbac", "--preflight", "--kubeconfig", srv.kubeconfig, "--output", "json" }, NO_DIR)
     assert.equal(0, r.code, r.stderr)
     local preflight = granted(json.decode(r.stdout).items, "cozystack-migration-preflight")
     assert.is_true(preflight[1] ~= nil)
@@ -91,7 +91,7 @@ describe("cozy-migrate rbac", function()
     assert.is_true(has["list kubevirts.kubevirt.io"], table.concat(preflight, ", "))
     assert.is_nil(has["patch virtualmachines.kubevirt.io"], table.concat(preflight, ", "))
     at(60)
-    r = support.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--output", "json" }, NO_DIR)
+    r = cli.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--output", "json" }, NO_DIR)
     assert.equal(0, r.code, r.stderr)
     assert.same({ "create selfsubjectaccessreviews.authorization.k8s.io",
       "create selfsubjectreviews.authentication.k8s.io", "get /api", "get /api/*", "get /apis",
@@ -100,22 +100,22 @@ describe("cozy-migrate rbac", function()
 
   it("binds cluster-admin, loudly, when the pending range holds a legacy script, and not after it", function()
     local dir = legacy_dir()
-    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
     at(57)
-    local r = support.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--migrations", dir, "--output", "json" })
+    local r = cli.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--migrations", dir, "--output", "json" })
     assert.equal(0, r.code, r.stderr)
     assert.matches("WARNING: the range %(57%.%.59%) holds legacy script%(s%) .*57%-old, .*58%-older", r.stderr)
     local admin = find(json.decode(r.stdout).items, "ClusterRoleBinding", "cozystack-migration-hook-cluster-admin")
     assert.equal("cluster-admin", admin.roleRef.name)
     at(59)
-    r = support.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--migrations", dir, "--output", "json" })
+    r = cli.run({ "rbac", "--kubeconfig", srv.kubeconfig, "--migrations", dir, "--output", "json" })
     assert.equal(0, r.code, r.stderr)
     assert.equal("", r.stderr)
     assert.is_nil(find(json.decode(r.stdout).items, "ClusterRoleBinding", "cozystack-migration-hook-cluster-admin"))
   end)
 
   it("refuses a bad --output with exit 2", function()
-    local r = support.run({ "rbac", "--all", "--output", "text" }, NO_DIR)
+    local r = cli.run({ "rbac", "--all", "--output", "text" }, NO_DIR)
     assert.equal(2, r.code)
     assert.matches("%-%-output must be one of yaml|json", r.stderr)
   end)

@@ -2,8 +2,8 @@
 -- spec under "Test it with busted", as the guide prints them, in a temporary
 -- tree with the harness, against a fixture of the objects they name. A guide
 -- whose example no longer passes fails here.
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 
 local GUIDE = "docs/authoring.md"
 

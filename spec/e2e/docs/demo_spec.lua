@@ -4,8 +4,8 @@
 -- server is the one this run of the specs uses (COZY_SPEC_SERVER): the fake,
 -- or, under COZY_SPEC_SERVER=real, the real control plane (the demo's
 -- COZY_DEMO_SERVER=real).
-local cli = require "spec.helpers.cli"
-local fake = require "spec.support.fake"
+local cli = require("spec.helpers").cli
+local fake = require("spec.helpers").server
 
 -- The lines of `text` that contain `needle`.
 local function lines_with(text, needle)

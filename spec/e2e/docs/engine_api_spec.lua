@@ -4,9 +4,9 @@
 -- under "Resources by kubectl name" runs against a server (the fake, or the
 -- real one with COZY_SPEC_SERVER=real). An example whose assert no longer
 -- holds fails here.
-local cli = require "spec.helpers.cli"
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
 local harness = require "spec.helpers"
 local runner = require "cozy.runner"
 local sandbox = require "cozy.sandbox"

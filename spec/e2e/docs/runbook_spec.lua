@@ -2,11 +2,11 @@
 -- failed step, a lock held by a dead runner, a manual repair and a baseline:
 -- what status shows, the command the runbook gives, and what it leaves.
 -- Runs on the real server too.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
 local lease = require "cozy.runner.lease"
 local sys = require "cozy.sys"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local LEASE = "cozystack-migrations"
 
@@ -17,12 +17,12 @@ end
 
 -- "partial" at version 2: vm-1 .. vm-6, `broken` one of them
 local function fleet(broken, extra)
-  local objects = { support.configmap("runner-test", { first = "done" }) }
+  local objects = { cli.configmap("runner-test", { first = "done" }) }
   for i = 1, 6 do
-    objects[#objects + 1] = support.configmap("vm-" .. i, { broken = i == broken and "its disk is gone" or nil })
+    objects[#objects + 1] = cli.configmap("vm-" .. i, { broken = i == broken and "its disk is gone" or nil })
   end
   for _, o in ipairs(extra or {}) do objects[#objects + 1] = o end
-  return support.fixture(2, objects)
+  return cli.fixture(2, objects)
 end
 
 local function fix_vm(srv, name)
@@ -36,7 +36,7 @@ describe("the runbook (docs/operations.md)", function()
   setup(function() srv = fake.start{ fixtures = { fleet(nil) } } end)
   teardown(function() srv:stop() end)
 
-  local function cozy(...) return support.run(support.args(srv, "partial", ...)) end
+  local function cozy(...) return cli.run(cli.args(srv, "partial", ...)) end
 
   it("a failed step: status names it, fix the cause, `run` resumes at it", function()
     srv:reset(fleet(5))
@@ -48,7 +48,7 @@ describe("the runbook (docs/operations.md)", function()
     fix_vm(srv, "vm-5")
     local r = cozy("run")
     assert.equal(0, r.code, r.stderr)
-    assert.equal(3, support.version(srv))
+    assert.equal(3, cli.version(srv))
     s = cozy("status")
     assert.matches("state:%s+up to date", s.stdout)
     assert.not_matches("last failure", s.stdout, 1, true)
@@ -58,11 +58,11 @@ describe("the runbook (docs/operations.md)", function()
     srv:reset(fleet(nil, { a_lease("cozystack-migration-hook-dead", 120) }))
     local s = cozy("status")
     assert.matches("lock:%s+held by cozystack%-migration%-hook%-dead %(renewed [^,]+, expired%)", s.stdout)
-    local r = support.run(support.args(srv, "partial", "run", "--lock-timeout", "1m"), { POD_NAME = "hook-new" })
+    local r = cli.run(cli.args(srv, "partial", "run", "--lock-timeout", "1m"), { POD_NAME = "hook-new" })
     assert.equal(0, r.code, r.stderr)
-    assert.equal(3, support.version(srv))
-    assert.equal("hook-new", support.history(select(2, support.version(srv)))[1].runner)
-    assert.equal("", support.lease_holder(srv))
+    assert.equal(3, cli.version(srv))
+    assert.equal("hook-new", cli.history(select(2, cli.version(srv)))[1].runner)
+    assert.equal("", cli.lease_holder(srv))
   end)
 
   it("a manual repair: the step's work done by hand, `stamp N+1 --reason`, then `run` goes on", function()
@@ -94,15 +94,15 @@ describe("the runbook (docs/operations.md)", function()
     local r = cozy("run")
     assert.equal(1, r.code, r.stderr)
     assert.matches("is missing", r.stderr, 1, true)
-    assert.is_nil(support.version(srv))
+    assert.is_nil(cli.version(srv))
     r = cozy("stamp", "2", "--reason", "baseline: the stamp was deleted, the Job's logs say 2")
     assert.equal(0, r.code, r.stderr)
-    assert.equal(2, support.version(srv))
+    assert.equal(2, cli.version(srv))
     r = cozy("run")
     assert.equal(0, r.code, r.stderr)
-    local v, cm = support.version(srv)
+    local v, cm = cli.version(srv)
     assert.equal(3, v)
-    local h = support.history(cm)
+    local h = cli.history(cm)
     assert.same({ "manual", "2-patches" }, { h[1].kind, h[2].name })
   end)
 end)

@@ -3,7 +3,7 @@
 -- production step executor; fixtures, marks and the CLI runner behave as
 -- documented. The migrations here live in a temporary directory.
 local harness = require "spec.helpers"
-local files = require "spec.helpers.files"
+local files = require("spec.helpers").files
 
 local CM_PERMISSIONS = [[
   permissions = {

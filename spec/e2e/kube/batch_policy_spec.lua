@@ -6,7 +6,7 @@
 -- an error of the migration's own code still stops the batch. ctx.kube.is_item_error
 -- tells an API error apart for a migration's own best-effort loop.
 local harness = require "spec.helpers"
-local files = require "spec.helpers.files"
+local files = require("spec.helpers").files
 
 local migration, fixture = harness.configmap_probe, harness.configmaps_fixture
 

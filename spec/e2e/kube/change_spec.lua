@@ -2,10 +2,10 @@
 -- under COZY_SPEC_SERVER=real), through the step executor: the difference is
 -- sent once, re-edited after a conflict, a deleted object is skipped only when
 -- the migration says so, plan sends nothing.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local runner = require "cozy.runner"
 local sandbox = require "cozy.sandbox"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 local harness = require "spec.helpers"
 
 -- Another client of the API server, writing while the engine works: the
@@ -134,11 +134,11 @@ local PERMISSIONS = [[
 -- Runs a migration whose run is `body` through the spec harness; returns ok,
 -- err or result, and the log lines.
 local function run(target, body, mode)
-  local dir = support.migration_dir { ["1-probe.lua"] =
+  local dir = cli.migration_dir { ["1-probe.lua"] =
     ("local obj = require 'cozy.obj'\nlocal concurrent = require 'spec.concurrent'\nreturn { description = 'probe',\n%s  run = function(ctx)\n%s\n  end }\n")
       :format(PERMISSIONS, body) }
   local m = runner.load_file(dir .. "/1-probe.lua")
-  os.execute("rm -rf " .. support.quote(dir))
+  os.execute("rm -rf " .. cli.quote(dir))
   local captured = harness.capture_log()
   local ok, res = pcall(runner.run_migration, m, { kubeconfig = target.kubeconfig, mode = mode, log = captured.log })
   local lines = {}
@@ -148,8 +148,8 @@ end
 
 local function fixture(n)
   local extra = {}
-  for i = 1, n do extra[i] = support.configmap(("cm-%d"):format(i), { keep = "me" }) end
-  return support.fixture(1, extra)
+  for i = 1, n do extra[i] = cli.configmap(("cm-%d"):format(i), { keep = "me" }) end
+  return cli.fixture(1, extra)
 end
 
 local EACH = [[
@@ -193,7 +193,7 @@ describe("update_each", function()
     srv:clear_requests()
     ok, res = run(srv, EACH:format('"skip"'))
     assert.is_true(ok, tostring(res))
-    assert.same({}, support.writes(srv))
+    assert.same({}, cli.writes(srv))
     assert.equal(3, res.outcome.counts.unchanged)
   end)
 
@@ -408,7 +408,7 @@ describe("update_each", function()
 ]]):format(n))
       assert.is_false(ok)
       assert.matches("items must be an array, a list or a function", tostring(res.message or res))
-      assert.same({}, support.writes(srv))
+      assert.same({}, cli.writes(srv))
     end)
   end
 
@@ -428,7 +428,7 @@ describe("update_each", function()
   it("in plan mode, records each change and sends none", function()
     local ok, res, lines = run(srv, EACH:format('"skip"'), "plan")
     assert.is_true(ok, tostring(res))
-    assert.same({}, support.writes(srv))
+    assert.same({}, cli.writes(srv))
     assert.equal(3, res.outcome.counts.changed)
     assert.equal("cm-1 would be done", lines[1])
   end)
@@ -478,7 +478,7 @@ describe("update_each with carried values", function()
       if case[3] == "plan" then
         -- nothing deleted in a plan: all four change, on paper
         want.changed, want.absent, want["absent cm-4"], want["changed cm-4"] = 4, 0, nil, "carried-cm-4"
-        assert.same({}, support.writes(srv))
+        assert.same({}, cli.writes(srv))
       else
         local held = stored()
         for n = 1, 3 do assert.equal("carried-cm-" .. n, held["cm-" .. n].data.carried) end
@@ -550,7 +550,7 @@ describe("single writes with absent = \"skip\", and read_back", function()
 ]], "plan")
     assert.is_true(ok, tostring(res))
     assert.same({ a = "1", same = true }, res.outcome.counts)
-    assert.same({}, support.writes(srv))
+    assert.same({}, cli.writes(srv))
     -- the merge patch's simulation read the object once; read_back read nothing more
     assert.equal(1, #engine_requests { method = "GET", path = "^/api/v1/namespaces/cozy%-system/configmaps/cm%-1$" })
     assert.is_nil(stored()["cm-1"].data.a)

@@ -1,8 +1,8 @@
 -- create if absent (`res:create(obj, { exists = "skip" })`) and what check
 -- says of a create: the object it would create, by name.
 local harness = require "spec.helpers"
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 local runner = require "cozy.runner"
 
 local MIGRATION = [[

@@ -4,7 +4,7 @@
 -- fake this holds since it checks them as kube-apiserver does (it stored
 -- "tenant.cozystack.io/tenant-" before); COZY_SPEC_SERVER=real runs the same
 -- against the real kube-apiserver.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
 local obj = require "cozy.obj"
 

@@ -5,7 +5,7 @@
 -- 422 Invalid naming the key, and the server's request log shows nothing sent.
 -- Before, the write went out and its 422 came back in the middle of a batch
 -- (on the old binary every case here finds the request in the log).
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local harness = require "spec.helpers"
 local json = require "cozy.json"
 local kube = require "cozy.kube"

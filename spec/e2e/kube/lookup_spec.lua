@@ -4,10 +4,10 @@
 -- kubectl does (each name is also handed to `kubectl get`, which must list
 -- the same resource at the same version); an API the server does not serve is nil and why, a discovery
 -- failure raises. Runs on the fake and on the real server (COZY_SPEC_SERVER=real).
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local harness = require "spec.helpers"
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 local kube = require "cozy.kube"
 local runner = require "cozy.runner"
 

@@ -5,7 +5,7 @@
 -- never without the backoff or a server's Retry-After between attempts. Each
 -- case counts the requests the fake logged, never the clock.
 local harness = require "spec.helpers"
-local files = require "spec.helpers.files"
+local files = require("spec.helpers").files
 local kube = require "cozy.kube"
 
 local migration, fixture = harness.configmap_probe, harness.configmaps_fixture

@@ -1,6 +1,6 @@
 -- ctx.kube:served(api_version, plural): discovery, cached; an error is never
 -- read as "absent".
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local kube = require "cozy.kube"
 
 describe("client:served", function()

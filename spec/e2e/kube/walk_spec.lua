@@ -2,8 +2,8 @@
 -- run"): a migration's `walk` runs in every mode; in check each write it would
 -- make is kept back and reported as a finding, and nothing is sent.
 local harness = require "spec.helpers"
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 local runner = require "cozy.runner"
 
 -- A migration file of `source`, loaded (validated) as the runner loads it.

@@ -1,9 +1,9 @@
 -- The Lease lock: a live foreign lease (wait, then exit 3), an expired one
 -- (taken over), two runners at once, a lost lease, SIGTERM.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local lease = require "cozy.runner.lease"
 local sys = require "cozy.sys"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/cozy-system/leases/cozystack-migrations"
 
@@ -15,7 +15,7 @@ end
 
 -- Waits until the slow migration has written (it is then under the lock).
 local function wait_slow(srv, p)
-  assert.truthy(support.poll(20, function()
+  assert.truthy(cli.poll(20, function()
     local t = srv:object("ConfigMap", "cozy-system", "runner-test")
     return t and t.data and t.data.i
   end), "the slow migration did not start: " .. p:stderr())
@@ -28,8 +28,8 @@ local function stopped_by_theft(srv, p)
   local r = p:wait(20)
   assert.equal(1, r.code, r.stderr)
   assert.matches("lock lost", r.stderr)
-  assert.equal(1, support.version(srv))
-  assert.equal("thief", support.get_lease(srv).spec.holderIdentity)
+  assert.equal(1, cli.version(srv))
+  assert.equal("thief", cli.get_lease(srv).spec.holderIdentity)
   assert.is_true(tonumber(srv:object("ConfigMap", "cozy-system", "runner-test").data.i) < 20000)
   return r
 end
@@ -49,7 +49,7 @@ end
 -- and the reasons of those Events.
 local function state_writes(srv)
   local out, reasons = {}, {}
-  for _, e in ipairs(support.writes(srv)) do
+  for _, e in ipairs(cli.writes(srv)) do
     if is_event(e) then reasons[#reasons + 1] = fake.json.decode(e.body).reason else out[#out + 1] = e end
   end
   return out, reasons
@@ -57,14 +57,14 @@ end
 
 describe("runner lock", function()
   local srv
-  setup(function() srv = fake.start{ fixtures = { support.fixture(1) } } end)
+  setup(function() srv = fake.start{ fixtures = { cli.fixture(1) } } end)
   teardown(function() srv:stop() end)
 
   it("waits for a live foreign lease, then exits 3 within the timeout without a write", function()
-    srv:reset(support.fixture(1, { support.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    srv:reset(cli.fixture(1, { cli.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
     srv:clear_requests()
     local t0 = sys.monotime()
-    local r = support.run(support.args(srv, "two", "run", "--lock-timeout", "1"))
+    local r = cli.run(cli.args(srv, "two", "run", "--lock-timeout", "1"))
     local took = sys.monotime() - t0
     assert.equal(3, r.code, r.stderr)
     assert.matches("held by other%-runner", r.stderr)
@@ -72,45 +72,45 @@ describe("runner lock", function()
     local writes, reasons = state_writes(srv)
     assert.same({}, writes)
     assert.same({ "LockWaiting" }, reasons)
-    assert.equal(1, support.version(srv))
+    assert.equal(1, cli.version(srv))
   end)
 
   it("goes on when the foreign holder releases within the timeout", function()
-    srv:reset(support.fixture(1, { support.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
-    local p = support.start(support.args(srv, "two", "run", "--lock-timeout", "60"))
+    srv:reset(cli.fixture(1, { cli.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    local p = cli.start(cli.args(srv, "two", "run", "--lock-timeout", "60"))
     finally(function() p:cleanup() end)
-    assert.truthy(support.poll(20, function() return p:stderr():find("waiting for the lock", 1, true) end))
-    assert.equal(1, support.version(srv))
+    assert.truthy(cli.poll(20, function() return p:stderr():find("waiting for the lock", 1, true) end))
+    assert.equal(1, cli.version(srv))
     set_holder(srv, "")
     local r = p:wait(30)
     assert.equal(0, r.code, r.stderr)
-    assert.equal(3, support.version(srv))
+    assert.equal(3, cli.version(srv))
   end)
 
   it("takes over an expired lease and logs it", function()
-    srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
-    local r = support.run(support.args(srv, "two", "run", "--lock-timeout", "5"), { POD_NAME = "migrate-job-abc" })
+    srv:reset(cli.fixture(1, { cli.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
+    local r = cli.run(cli.args(srv, "two", "run", "--lock-timeout", "5"), { POD_NAME = "migrate-job-abc" })
     assert.equal(0, r.code, r.stderr)
     assert.matches("lock taken over from an expired holder", r.stderr)
     assert.matches("previous=dead%-runner", r.stderr)
-    assert.equal(3, support.version(srv))
-    local l = support.get_lease(srv)
+    assert.equal(3, cli.version(srv))
+    local l = cli.get_lease(srv)
     assert.equal("", l.spec.holderIdentity)         -- released at the end
     assert.equal(1, l.spec.leaseTransitions)
-    local h = support.history(select(2, support.version(srv)))
+    local h = cli.history(select(2, cli.version(srv)))
     assert.equal("migrate-job-abc", h[1].runner)    -- identity: $POD_NAME
   end)
 
   it("runs each step exactly once with two runners started at the same moment (10 times)", function()
     for round = 1, 10 do
-      srv:reset(support.fixture(1))
+      srv:reset(cli.fixture(1))
       -- both released at once from a gate (started one after the other, the
       -- second could find the first done, which is no race at all)
       local gate = os.tmpname()
       os.remove(gate)
-      local a = support.start(support.args(srv, "counter", "run"), nil, { gate = gate })
-      local b = support.start(support.args(srv, "counter", "run"), nil, { gate = gate })
-      support.open_gate(gate)
+      local a = cli.start(cli.args(srv, "counter", "run"), nil, { gate = gate })
+      local b = cli.start(cli.args(srv, "counter", "run"), nil, { gate = gate })
+      cli.open_gate(gate)
       local ra, rb = a:wait(60), b:wait(60)
       os.remove(gate)
       a:cleanup(); b:cleanup()
@@ -118,14 +118,14 @@ describe("runner lock", function()
       assert.equal(0, rb.code, "round " .. round .. ": " .. rb.stderr)
       local counter = srv:object("ConfigMap", "cozy-system", "runner-counter")
       assert.equal("1", counter.data.count, "round " .. round)
-      assert.equal(2, support.version(srv))
-      assert.equal(1, #support.history(select(2, support.version(srv))))
+      assert.equal(2, cli.version(srv))
+      assert.equal(1, #cli.history(select(2, cli.version(srv))))
     end
   end)
 
   it("stops when another holder takes the lease", function()
-    srv:reset(support.fixture(1))
-    local p = support.start(support.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
+    srv:reset(cli.fixture(1))
+    local p = cli.start(cli.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
     finally(function() p:cleanup() end)
     wait_slow(srv, p)
     set_holder(srv, "thief")
@@ -165,10 +165,10 @@ describe("runner lock", function()
   end)
 
   it("stops before the next write when the lease is lost #fakeonly", function()
-    srv:reset(support.fixture(1))
-    local p = support.start(support.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
+    srv:reset(cli.fixture(1))
+    local p = cli.start(cli.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
     finally(function() p:cleanup(); srv:clear_faults() end)
-    assert.truthy(support.poll(20, function()
+    assert.truthy(cli.poll(20, function()
       local t = srv:object("ConfigMap", "cozy-system", "runner-test")
       return t and t.data and t.data.i
     end), "the slow migration did not start: " .. p:stderr())
@@ -220,7 +220,7 @@ describe("runner lock", function()
   end)
 
   it("stops when it may no longer renew the lease", function()
-    srv:reset(support.fixture(1))
+    srv:reset(cli.fixture(1))
     -- the runner as an identity that may do what the run needs (RBAC on a
     -- real server, allow rules on the fake), then no longer patch the lease
     local ns = "cozy-system"
@@ -233,8 +233,8 @@ describe("runner lock", function()
       { verb = "update", group = "coordination.k8s.io", resource = "leases", namespace = ns },
       { verb = "patch", group = "coordination.k8s.io", resource = "leases", namespace = ns },
     }
-    local runner = support.restricted(srv, ns, "runner", needs)
-    local p = support.start(support.with_kubeconfig(support.args(srv, "slow", "run"), runner.kubeconfig),
+    local runner = cli.restricted(srv, ns, "runner", needs)
+    local p = cli.start(cli.with_kubeconfig(cli.args(srv, "slow", "run"), runner.kubeconfig),
       { COZY_MIGRATE_LEASE_SECONDS = "3" })
     finally(function() p:cleanup() end)
     wait_slow(srv, p)
@@ -249,7 +249,7 @@ describe("runner lock", function()
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("lock lost: not renewed for", r.stderr)
-    assert.equal(1, support.version(srv))
+    assert.equal(1, cli.version(srv))
     -- the renewals were refused, and nothing else stopped the run: no other
     -- request of the runner failed (its writes wait for a renewal that is
     -- due, so after the refused one it may send none)
@@ -275,14 +275,14 @@ describe("runner lock", function()
     -- lease still names the runner, to expire
     local holder = r.stderr:match("lock acquired holder=(%S+)")
     assert.is_string(holder, r.stderr)
-    assert.equal(holder, support.get_lease(srv).spec.holderIdentity)
+    assert.equal(holder, cli.get_lease(srv).spec.holderIdentity)
   end)
 
   it("stops before the next write when the lease cannot be renewed #fakeonly", function()
-    srv:reset(support.fixture(1))
-    local p = support.start(support.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
+    srv:reset(cli.fixture(1))
+    local p = cli.start(cli.args(srv, "slow", "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
     finally(function() p:cleanup(); srv:clear_faults() end)
-    assert.truthy(support.poll(20, function()
+    assert.truthy(cli.poll(20, function()
       local t = srv:object("ConfigMap", "cozy-system", "runner-test")
       return t and t.data and t.data.i
     end), "the slow migration did not start: " .. p:stderr())
@@ -292,7 +292,7 @@ describe("runner lock", function()
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("lock lost: not renewed for", r.stderr)
-    assert.equal(1, support.version(srv))
+    assert.equal(1, cli.version(srv))
     -- the renewals (and the release) met the 503s: nothing else stopped the run
     local fired = srv:fired { method = "PATCH", path = "leases/cozystack%-migrations$" }
     assert.is_true(#fired >= 2, #fired .. " renewals met the fault")
@@ -300,22 +300,22 @@ describe("runner lock", function()
   end)
 
   it("stops waiting for the lock on SIGTERM", function()
-    srv:reset(support.fixture(1, { support.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
-    local p = support.start(support.args(srv, "two", "run", "--lock-timeout", "60"))
+    srv:reset(cli.fixture(1, { cli.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    local p = cli.start(cli.args(srv, "two", "run", "--lock-timeout", "60"))
     finally(function() p:cleanup() end)
-    assert.truthy(support.poll(20, function() return p:stderr():find("waiting for the lock", 1, true) end))
+    assert.truthy(cli.poll(20, function() return p:stderr():find("waiting for the lock", 1, true) end))
     p:kill("TERM")
     local r = p:wait(10)
     assert.equal(1, r.code, r.stderr)
     assert.matches("interrupted while waiting for the lock", r.stderr)
-    assert.equal(1, support.version(srv))
+    assert.equal(1, cli.version(srv))
   end)
 
   it("on SIGTERM stops at a safe point, releases the lock and exits non-zero", function()
-    srv:reset(support.fixture(1))
-    local p = support.start(support.args(srv, "slow", "run"))
+    srv:reset(cli.fixture(1))
+    local p = cli.start(cli.args(srv, "slow", "run"))
     finally(function() p:cleanup() end)
-    assert.truthy(support.poll(20, function()
+    assert.truthy(cli.poll(20, function()
       local t = srv:object("ConfigMap", "cozy-system", "runner-test")
       return t and t.data and t.data.i
     end), "the slow migration did not start: " .. p:stderr())
@@ -324,7 +324,7 @@ describe("runner lock", function()
     assert.equal(1, r.code, r.stderr)
     assert.matches("stopped by signal 15", r.stderr)
     assert.matches("lock released", r.stderr)
-    assert.equal("", support.get_lease(srv).spec.holderIdentity)
-    assert.equal(1, support.version(srv))
+    assert.equal("", cli.get_lease(srv).spec.holderIdentity)
+    assert.equal(1, cli.version(srv))
   end)
 end)

@@ -2,22 +2,22 @@
 -- to the built-in Lua migrations, in one run. The scripts here are written
 -- the way the platform's are (kubectl, a helper sourced through
 -- `$(dirname "$0")`, and stamping N+1 themselves).
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 
 local CLUSTER = "spec/fixtures/59-vmi-hotplug/cluster.json"
 
 local function write(path, text, mode)
   files.write(path, text)
-  if mode then assert(os.execute("chmod " .. mode .. " " .. support.quote(path))) end
+  if mode then assert(os.execute("chmod " .. mode .. " " .. cli.quote(path))) end
 end
 
 -- A directory with legacy scripts 57 and 58, as the platform ships them.
 local function legacy_dir()
-  local dir = support.tmpdir()
-  assert(os.execute("mkdir -p " .. support.quote(dir .. "/lib")))
+  local dir = cli.tmpdir()
+  assert(os.execute("mkdir -p " .. cli.quote(dir .. "/lib")))
   write(dir .. "/lib/stamp.sh", [[
 # note NAME KEY VALUE: a ConfigMap recording what the script saw
 note() {
@@ -67,22 +67,22 @@ describe("legacy scripts beside the built-in migrations", function()
     srv:reset(CLUSTER)
     at_version(srv, 57)
     local dir = legacy_dir()
-    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
-    local r = support.run({ "run", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
+    local r = cli.run({ "run", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
       { NAMESPACE = "cozy-system", TARGET_VERSION = "60", ETCD_ADOPT_SKIP_BACKUP = "true" })
     assert.equal(0, r.code, r.stderr)
-    local v, cm = support.version(srv)
+    local v, cm = cli.version(srv)
     assert.equal(60, v)
 
     -- the environment the scripts got, and where they ran
     assert.matches("57: NAMESPACE=cozy%-system CURRENT_VERSION=57 TARGET_VERSION=60", r.stderr)
     assert.matches("58: cwd=" .. dir:gsub("%p", "%%%0"), r.stderr)
     assert.equal("true", srv:object("ConfigMap", "cozy-system", "legacy-57").data.skip)
-    local real = io.popen("realpath " .. support.quote(dir)):read("l")
+    local real = io.popen("realpath " .. cli.quote(dir)):read("l")
     assert.equal(real, srv:object("ConfigMap", "cozy-system", "legacy-58").data.cwd)
 
     -- the history shows all three, in order, each with its kind
-    local h = support.history(cm)
+    local h = cli.history(cm)
     local steps = {}
     for _, rec in ipairs(h) do steps[#steps + 1] = { rec.number, rec.name, rec.kind, rec.from, rec.to } end
     assert.same({
@@ -101,11 +101,11 @@ describe("legacy scripts beside the built-in migrations", function()
     assert.is_number(counts.disks)
     assert.equal(0, counts.deleted_meanwhile)
     -- status shows it, and its JSON carries it
-    local st = support.run({ "status", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
+    local st = cli.run({ "status", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
       { NAMESPACE = "cozy-system", TARGET_VERSION = "60" })
     assert.equal(0, st.code, st.stderr)
     assert.matches("outcome: already_complete=%d+ deleted_meanwhile=0 disks=%d+ updated=7", st.stdout)
-    local js = support.run({ "status", "--output", "json", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
+    local js = cli.run({ "status", "--output", "json", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
       { NAMESPACE = "cozy-system", TARGET_VERSION = "60" })
     local doc = require("cozy.json").decode(js.stdout)
     assert.equal(7, doc.history[3].outcome.counts.updated)
@@ -113,15 +113,15 @@ describe("legacy scripts beside the built-in migrations", function()
 
   it("lists the directory's scripts beside the built-ins", function()
     local dir = legacy_dir()
-    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
-    local r = support.run({ "list", "--output", "json", "--migrations", dir })
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
+    local r = cli.run({ "list", "--output", "json", "--migrations", dir })
     assert.equal(0, r.code, r.stderr)
     local doc = json.decode(r.stdout)
     local got = {}
     for _, m in ipairs(doc.migrations) do got[#got + 1] = m.number .. " " .. m.kind end
     -- whatever the build has compiled in (a new built-in must not break this),
     -- with the directory's two scripts in their place
-    local builtin = json.decode(support.run({ "list", "--output", "json" }, { COZY_MIGRATE_MIGRATIONS = "" }).stdout)
+    local builtin = json.decode(cli.run({ "list", "--output", "json" }, { COZY_MIGRATE_MIGRATIONS = "" }).stdout)
     local want = { "57 legacy", "58 legacy" }
     for _, m in ipairs(builtin.migrations) do want[#want + 1] = m.number .. " " .. m.kind end
     table.sort(want, function(a, b) return tonumber(a:match("%d+")) < tonumber(b:match("%d+")) end)
@@ -131,11 +131,11 @@ describe("legacy scripts beside the built-in migrations", function()
 
   it("takes the directory from $COZY_MIGRATE_MIGRATIONS; empty means none", function()
     local dir = legacy_dir()
-    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
-    local r = support.run({ "list" }, { COZY_MIGRATE_MIGRATIONS = dir })
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
+    local r = cli.run({ "list" }, { COZY_MIGRATE_MIGRATIONS = dir })
     assert.equal(0, r.code, r.stderr)
     assert.matches("57%-etcd%-adopt", r.stdout)
-    r = support.run({ "list" }, { COZY_MIGRATE_MIGRATIONS = "" })
+    r = cli.run({ "list" }, { COZY_MIGRATE_MIGRATIONS = "" })
     assert.equal(0, r.code, r.stderr)
     assert.not_matches("57%-etcd%-adopt", r.stdout)
     assert.matches("59%-vmi%-hotplug", r.stdout)
@@ -143,7 +143,7 @@ describe("legacy scripts beside the built-in migrations", function()
 
   it("runs the built-in in place of a legacy script of its number: the platform's directory drops in as it is", function()
     local dir = legacy_dir()
-    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
     -- the shell original of the built-in 59, as the platform's directory holds it
     write(dir .. "/59", [[
 #!/bin/bash
@@ -154,20 +154,20 @@ stamp $((CURRENT_VERSION + 1))
 ]], "755")
     srv:reset(CLUSTER)
     at_version(srv, 57)
-    local r = support.run({ "run", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
+    local r = cli.run({ "run", "--kubeconfig", srv.kubeconfig, "--migrations", dir },
       { NAMESPACE = "cozy-system", TARGET_VERSION = "60" })
     assert.equal(0, r.code, r.stderr)
-    assert.equal(60, support.version(srv))
+    assert.equal(60, cli.version(srv))
     assert.matches("the built%-in migrations/59%-vmi%-hotplug%.lua runs in place of the legacy script "
       .. dir:gsub("%p", "%%%0") .. "/59", r.stderr)
     -- the script never ran; the built-in did, recorded as the Lua step it is
     assert.is_nil(srv:object("ConfigMap", "cozy-system", "legacy-59"))
-    local _, cm = support.version(srv)
+    local _, cm = cli.version(srv)
     local steps = {}
-    for _, rec in ipairs(support.history(cm)) do steps[#steps + 1] = { rec.number, rec.name, rec.kind } end
+    for _, rec in ipairs(cli.history(cm)) do steps[#steps + 1] = { rec.number, rec.name, rec.kind } end
     assert.same({ { 57, "57-etcd-adopt", "legacy" }, { 58, "58-cleanup", "legacy" }, { 59, "59-vmi-hotplug", "lua" } }, steps)
     -- and list shows one 59, the built-in
-    local l = json.decode(support.run({ "list", "--output", "json", "--migrations", dir }).stdout)
+    local l = json.decode(cli.run({ "list", "--output", "json", "--migrations", dir }).stdout)
     local kinds = {}
     for _, m in ipairs(l.migrations) do if m.number == 59 then kinds[#kinds + 1] = m.kind end end
     assert.same({ "lua" }, kinds)
@@ -175,23 +175,23 @@ stamp $((CURRENT_VERSION + 1))
 
   it("refuses a .lua numbered like a built-in, naming both files (exit 2)", function()
     local dir = legacy_dir()
-    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
     write(dir .. "/59-other.lua", "return { description = 'x', run = function() end }\n")
     srv:reset(CLUSTER)
     at_version(srv, 57)
-    local r = support.run({ "run", "--kubeconfig", srv.kubeconfig, "--migrations", dir })
+    local r = cli.run({ "run", "--kubeconfig", srv.kubeconfig, "--migrations", dir })
     assert.equal(2, r.code, r.stderr)
     assert.matches(dir:gsub("%p", "%%%0") .. "/59%-other%.lua", r.stderr)
     assert.matches("migrations/59%-vmi%-hotplug%.lua", r.stderr)
     assert.matches("also built in", r.stderr)
-    assert.same({}, support.writes(srv))
+    assert.same({}, cli.writes(srv))
   end)
 
   it("refuses a .lua that shadows a built-in, naming both files (exit 2)", function()
     local dir = legacy_dir()
-    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
     write(dir .. "/59-vmi-hotplug.lua", "return { description = 'x', run = function() end }\n")
-    local r = support.run({ "list", "--migrations", dir })
+    local r = cli.run({ "list", "--migrations", dir })
     assert.equal(2, r.code, r.stderr)
     assert.matches(dir:gsub("%p", "%%%0") .. "/59%-vmi%-hotplug%.lua: shadows the built%-in migrations/59%-vmi%-hotplug%.lua",
       r.stderr)
@@ -199,13 +199,13 @@ stamp $((CURRENT_VERSION + 1))
 
   it("accepts a directory's .lua of a number the binary does not have", function()
     local dir = legacy_dir()
-    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
     write(dir .. "/60-later.lua", "return { description = 'a later step', run = function() end }\n")
-    local r = support.run({ "list", "--output", "json", "--migrations", dir })
+    local r = cli.run({ "list", "--output", "json", "--migrations", dir })
     assert.equal(0, r.code, r.stderr)
     local doc = json.decode(r.stdout)
     -- the built-ins, however many there are, the directory's two scripts and 60
-    local builtin = json.decode(support.run({ "list", "--output", "json" }, { COZY_MIGRATE_MIGRATIONS = "" }).stdout)
+    local builtin = json.decode(cli.run({ "list", "--output", "json" }, { COZY_MIGRATE_MIGRATIONS = "" }).stdout)
     assert.equal(#builtin.migrations + 3, #doc.migrations)
     local last = doc.migrations[#doc.migrations]
     assert.same({ 60, "lua", "a later step" }, { last.number, last.kind, last.description })
@@ -213,8 +213,8 @@ stamp $((CURRENT_VERSION + 1))
 
   it("runs the directory's set alone with --no-builtin", function()
     local dir = legacy_dir()
-    finally(function() os.execute("rm -rf " .. support.quote(dir)) end)
-    local r = support.run({ "list", "--output", "json", "--no-builtin", "--migrations", dir })
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
+    local r = cli.run({ "list", "--output", "json", "--no-builtin", "--migrations", dir })
     assert.equal(0, r.code, r.stderr)
     assert.equal(2, #json.decode(r.stdout).migrations)
   end)

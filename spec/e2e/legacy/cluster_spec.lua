@@ -3,9 +3,9 @@
 -- the kubeconfig, $KUBECONFIG or the in-cluster variables would choose.
 -- Two API servers: A, the one `--context a` names, and B, the kubeconfig's
 -- current context and everything the environment points at.
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 
 local TOKEN_A, TOKEN_B = "token-a-7f3c9e", "token-b-51d2aa"
 
@@ -36,7 +36,7 @@ describe("legacy scripts act on the engine's cluster", function()
   setup(function()
     a = fake.start{ fixtures = { cluster("ns-a") }, tls = true, token = TOKEN_A }
     b = fake.start{ fixtures = { cluster("ns-b"), cluster("cozy-system") }, tls = true, token = TOKEN_B }
-    dir = support.tmpdir()
+    dir = cli.tmpdir()
     assert.equal(0, files.sh("mkdir " .. files.quote(dir .. "/migrations")))
     files.write(dir .. "/migrations/1-platform-style", SCRIPT)
     -- both clusters in one kubeconfig, B current
@@ -68,7 +68,7 @@ describe("legacy scripts act on the engine's cluster", function()
     b:reset({ cluster("ns-b"), cluster("cozy-system") })
     b:clear_requests()
     local host, port = b.url:match("^https://([^:]+):(%d+)$")
-    local r = support.run({ "run", "--kubeconfig", dir .. "/both", "--context", "a", "--no-builtin",
+    local r = cli.run({ "run", "--kubeconfig", dir .. "/both", "--context", "a", "--no-builtin",
       "--migrations", dir .. "/migrations", "--target", "2" },
       { KUBECONFIG = b.kubeconfig, KUBERNETES_SERVICE_HOST = host, KUBERNETES_SERVICE_PORT = port })
     assert.equal(0, r.code, r.stderr)
@@ -111,7 +111,7 @@ describe("legacy scripts act on the engine's cluster", function()
       .. "interactiveMode: Never, env: [{name: TOKEN_FILE, value: '%s/token-a'}, {name: RUNS, value: '%s'}]}}")
       :format(dir, runs))
     a:reset(cluster("ns-a"))
-    local r = support.run({ "run", "--kubeconfig", exec, "--no-builtin", "--migrations", dir .. "/migrations",
+    local r = cli.run({ "run", "--kubeconfig", exec, "--no-builtin", "--migrations", dir .. "/migrations",
       "--target", "2" })
     assert.equal(0, r.code, r.stderr)
     assert.equal("ns-a 1", line(r.stderr, "read"))
@@ -122,7 +122,7 @@ describe("legacy scripts act on the engine's cluster", function()
 
     local token_file = single("token-file", "{tokenFile: token-a}")
     a:reset(cluster("ns-a"))
-    r = support.run({ "run", "--kubeconfig", token_file, "--no-builtin", "--migrations", dir .. "/migrations",
+    r = cli.run({ "run", "--kubeconfig", token_file, "--no-builtin", "--migrations", dir .. "/migrations",
       "--target", "2" })
     assert.equal(0, r.code, r.stderr)
     assert.equal("ns-a 1", line(r.stderr, "read"))
@@ -137,7 +137,7 @@ describe("legacy scripts act on the engine's cluster", function()
     files.write(sa .. "/ca.crt", files.read(a.ca))
     files.write(sa .. "/namespace", "ns-a")
     a:reset(cluster("ns-a"))
-    local r = support.run({ "run", "--no-builtin", "--migrations", dir .. "/migrations", "--target", "2" },
+    local r = cli.run({ "run", "--no-builtin", "--migrations", dir .. "/migrations", "--target", "2" },
       { KUBERNETES_SERVICE_HOST = "127.0.0.1", KUBERNETES_SERVICE_PORT = a.url:match(":(%d+)$"),
         COZY_MIGRATE_SERVICEACCOUNT_DIR = sa, KUBECONFIG = false, HOME = sa, HTTPS_PROXY = false,
         https_proxy = false })
@@ -150,7 +150,7 @@ describe("legacy scripts act on the engine's cluster", function()
   end)
 
   it("a script that fails or is stopped at its time limit leaves no kubeconfig behind", function()
-    local failing = support.tmpdir()
+    local failing = cli.tmpdir()
     finally(function() files.rm_rf(failing) end)
     files.write(failing .. "/1-fails", '#!/bin/sh\necho "path=$KUBECONFIG"\nexit 3\n')
     files.write(failing .. "/2-hangs", '#!/bin/sh\necho "path=$KUBECONFIG"\nexec sleep 600\n')
@@ -160,7 +160,7 @@ describe("legacy scripts act on the engine's cluster", function()
         assert.truthy(a:kubectl("-n", "ns-a", "patch", "configmap", "cozystack-version", "--type", "merge",
           "-p", '{"data":{"version":"2"}}').ok)
       end
-      local r = support.run({ "run", "--kubeconfig", dir .. "/both", "--context", "a", "--no-builtin",
+      local r = cli.run({ "run", "--kubeconfig", dir .. "/both", "--context", "a", "--no-builtin",
         "--migrations", failing, "--target", tostring(case[1] + 1), "--step-timeout", "1s" })
       assert.equal(1, r.code, r.stderr)
       assert.matches(case[2], r.stderr, 1, true)
@@ -171,7 +171,7 @@ describe("legacy scripts act on the engine's cluster", function()
 
   it("-n overrides the context's namespace for the script as for the engine", function()
     a:reset({ cluster("ns-a"), cluster("ns-other") })
-    local r = support.run({ "run", "--kubeconfig", dir .. "/both", "--context", "a", "-n", "ns-other",
+    local r = cli.run({ "run", "--kubeconfig", dir .. "/both", "--context", "a", "-n", "ns-other",
       "--no-builtin", "--migrations", dir .. "/migrations", "--target", "2" })
     assert.equal(0, r.code, r.stderr)
     assert.equal("ns-other 1", line(r.stderr, "read"))

@@ -7,9 +7,9 @@
 -- first on PATH), from 55 to 61. Against the real API server in CI
 -- (REAL_SERVER_SPECS), the fake otherwise. Then the same run from a Debian
 -- workstation's shell, dash, which refuses `set -o pipefail` itself.
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 local json = require "cozy.json"
 local scenarios = require "spec.fixtures.59-vmi-hotplug.scenarios"
 
@@ -26,7 +26,7 @@ local PATH = files.absolute("spec/support") .. ":" .. os.getenv("PATH")
 -- 55's cluster and 59's in one, at version 55 with the label the platform's
 -- chart gives the ConfigMap
 local function cluster()
-  -- support.fixture brings the namespace and the ConfigMap
+  -- cli.fixture brings the namespace and the ConfigMap
   local seen, items = { ["Namespace//cozy-system"] = true, ["ConfigMap/cozy-system/cozystack-version"] = true }, {}
   for _, path in ipairs { "spec/fixtures/55-fluxcd-addon-orphan/cluster.json",
       "spec/fixtures/59-vmi-hotplug/cluster.json" } do
@@ -38,7 +38,7 @@ local function cluster()
       end
     end
   end
-  return support.fixture(55, items, { [NO_DELETE] = "true" })
+  return cli.fixture(55, items, { [NO_DELETE] = "true" })
 end
 
 -- what each script reported before it changed anything (lib/common.sh's
@@ -97,7 +97,7 @@ describe("the platform's style of legacy scripts with the built-in 55 and 59, in
     assert.matches("stamped_past=57", r.stderr, 1, true)
 
     -- one ConfigMap: the scripts' stamps, the engine's stamps and its history
-    local version, cm = support.version(srv)
+    local version, cm = cli.version(srv)
     assert.equal(61, version)
     assert.equal("true", cm.metadata.labels[NO_DELETE])
     local keys = {}
@@ -108,7 +108,7 @@ describe("the platform's style of legacy scripts with the built-in 55 and 59, in
     -- merge saw no history there, so it never removed it
     local applied = json.decode(cm.metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"])
     assert.same({ version = "61" }, applied.data)
-    local h = support.history(cm)
+    local h = cli.history(cm)
     local got = {}
     for i, rec in ipairs(h) do got[i] = { rec.name, rec.from, rec.to, rec.result or "stamped" } end
     assert.same({
@@ -155,7 +155,7 @@ describe("the platform's style of legacy scripts with the built-in 55 and 59, in
   end
 
   it("reads as the platform's scripts are: mode 0644 in git, #!/bin/sh with pipefail, lib/ sourced", function()
-    local r = support.shell("git ls-files -s " .. files.quote("spec/fixtures/dropin/migrations"))
+    local r = cli.shell("git ls-files -s " .. files.quote("spec/fixtures/dropin/migrations"))
     assert.equal(0, r.code, r.stderr)
     local modes = {}
     for mode, path in r.stdout:gmatch("(%d+) %x+ %d+\t([^\n]+)") do modes[path:match("[^/]+$")] = mode end
@@ -172,26 +172,26 @@ describe("the platform's style of legacy scripts with the built-in 55 and 59, in
   it("runs with 55 and 59 under the current kubectl: stamps, history, objects, the label kept", function()
     srv:reset(cluster())
     local root_before = srv:object("HelmRelease", "tenant-root", "tenant-root")
-    local r = support.run({ "run", "--kubeconfig", srv.kubeconfig, "--migrations", DIR, "--target", "61" },
+    local r = cli.run({ "run", "--kubeconfig", srv.kubeconfig, "--migrations", DIR, "--target", "61" },
       { PATH = PATH })
     assert_the_run(r, root_before)
   end)
 
   it("runs the same from a Debian workstation's shell, where /bin/sh is dash", function()
     -- the shell the engine is started from refuses the scripts' own first line
-    local refused = support.shell("dash -c 'set -euo pipefail'")
+    local refused = cli.shell("dash -c 'set -euo pipefail'")
     assert.equal(2, refused.code)
     assert.matches("Illegal option -o pipefail", refused.stderr, 1, true)
 
     srv:reset(cluster())
     local root_before = srv:object("HelmRelease", "tenant-root", "tenant-root")
-    local home = support.tmpdir()
+    local home = cli.tmpdir()
     finally(function() files.rm_rf(home) end)
     local cmdline = ("cd %s && exec env -u NAMESPACE -u TARGET_VERSION -u CURRENT_VERSION -u POD_NAME PATH=%s "
       .. "SHELL=/bin/dash %s run --kubeconfig %s --migrations %s --target 61")
-      :format(files.quote(home), files.quote(PATH), files.quote(files.absolute(support.bin)),
+      :format(files.quote(home), files.quote(PATH), files.quote(files.absolute(cli.bin)),
         files.quote(srv.kubeconfig), files.quote(DIR))
-    local r = support.shell("dash -c " .. files.quote(cmdline))
+    local r = cli.shell("dash -c " .. files.quote(cmdline))
     assert_the_run(r, root_before)
   end)
 end)

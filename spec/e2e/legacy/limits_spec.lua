@@ -3,18 +3,18 @@
 -- is stopped on that limit, on SIGTERM and once the script exits; it inherits
 -- none of the engine's descriptors; output of any size and shape is read in
 -- bounded pieces.
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 
 local STAMP = [[kubectl -n "$NAMESPACE" patch configmap cozystack-version --type merge -p '{"data":{"version":"2"}}' >/dev/null]]
 
 -- A directory holding one executable legacy script `1-<name>`, and a file
 -- path inside it where the script may leave pids.
 local function script_dir(name, body)
-  local dir = support.tmpdir()
+  local dir = cli.tmpdir()
   files.write(dir .. "/1-" .. name, "#!/bin/sh\n" .. body .. "\n")
-  assert(files.sh("chmod +x " .. support.quote(dir .. "/1-" .. name)) == 0)
+  assert(files.sh("chmod +x " .. cli.quote(dir .. "/1-" .. name)) == 0)
   return dir
 end
 
@@ -25,7 +25,7 @@ end
 -- The pids the script wrote into dir/pids, one a line (polled: the script
 -- writes them as it goes).
 local function pids(dir, n)
-  return support.poll(20, function()
+  return cli.poll(20, function()
     local got = {}
     for line in (files.read(dir .. "/pids") or ""):gmatch("%d+") do got[#got + 1] = tonumber(line) end
     return #got >= n and got or nil
@@ -34,28 +34,28 @@ end
 
 describe("hostile legacy scripts", function()
   local srv
-  setup(function() srv = fake.start { fixtures = { support.fixture(1) } } end)
+  setup(function() srv = fake.start { fixtures = { cli.fixture(1) } } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)) end)
+  before_each(function() srv:reset(cli.fixture(1)) end)
 
   it("stops a script at --step-timeout, with everything it started", function()
     local dir = script_dir("sleeps", 'sleep 600 &\necho $! >>pids\necho $$ >>pids\nexec sleep 600')
     finally(function() files.rm_rf(dir) end)
-    local p = support.start(support.args(srv, dir, "run", "--step-timeout", "2"))
+    local p = cli.start(cli.args(srv, dir, "run", "--step-timeout", "2"))
     finally(function() p:cleanup() end)
     local r = p:wait(60)
     assert.equal(1, r.code, r.stderr)
     assert.matches("legacy script [^ ]*/1%-sleeps ran past its time limit of 2s: its process group was stopped "
       .. "%(it was killed by signal 15%); version stays at 1: a rerun resumes at 1%-sleeps kind=timeout", r.stderr)
     for _, pid in ipairs(pids(dir, 2)) do assert.is_false(alive(pid), "pid " .. pid .. " survived") end
-    assert.equal(1, support.version(srv))
-    assert.equal("", support.lease_holder(srv))
+    assert.equal(1, cli.version(srv))
+    assert.equal("", cli.lease_holder(srv))
   end)
 
   it("kills a script that ignores SIGTERM at its time limit after the grace", function()
     local dir = script_dir("stubborn", "trap '' TERM\necho $$ >>pids\nwhile :; do sleep 1; done")
     finally(function() files.rm_rf(dir) end)
-    local p = support.start(support.args(srv, dir, "run", "--step-timeout", "1"))
+    local p = cli.start(cli.args(srv, dir, "run", "--step-timeout", "1"))
     finally(function() p:cleanup() end)
     local r = p:wait(60)
     assert.equal(1, r.code, r.stderr)
@@ -68,22 +68,22 @@ describe("hostile legacy scripts", function()
     -- the child keeps the script's stdout and stderr open, as `kubectl port-forward &` does
     local dir = script_dir("forwards", "sleep 600 &\necho $! >>pids\necho forwarding\n" .. STAMP)
     finally(function() files.rm_rf(dir) end)
-    local p = support.start(support.args(srv, dir, "run"))
+    local p = cli.start(cli.args(srv, dir, "run"))
     finally(function() p:cleanup() end)
     local r = p:wait(60)
     assert.equal(0, r.code, r.stderr)
     assert.matches("forwarding", r.stderr)
     assert.matches("lock released", r.stderr)
-    assert.equal(2, support.version(srv))
+    assert.equal(2, cli.version(srv))
     assert.is_false(alive(pids(dir, 1)[1]))
   end)
 
   it("passes SIGTERM to the script's whole group, not just the script", function()
     local dir = script_dir("waits", "sleep 600 &\necho $! >>pids\necho waiting\nwait")
     finally(function() files.rm_rf(dir) end)
-    local p = support.start(support.args(srv, dir, "run"))
+    local p = cli.start(cli.args(srv, dir, "run"))
     finally(function() p:cleanup() end)
-    assert.truthy(support.poll(20, function() return p:stderr():find("waiting", 1, true) end), p:stderr())
+    assert.truthy(cli.poll(20, function() return p:stderr():find("waiting", 1, true) end), p:stderr())
     local child = pids(dir, 1)[1]
     p:kill("TERM")
     local r = p:wait(60)
@@ -92,7 +92,7 @@ describe("hostile legacy scripts", function()
       .. "version stays at 1: a rerun resumes at 1%-waits kind=interrupted", r.stderr)
     assert.matches("lock released", r.stderr)
     assert.is_false(alive(child))
-    assert.equal(1, support.version(srv))
+    assert.equal(1, cli.version(srv))
   end)
 
   it("gives the script no descriptor but 0, 1 and 2, and SIGPIPE, SIGTERM, SIGINT unblocked, not ignored", function()
@@ -103,7 +103,7 @@ describe("hostile legacy scripts", function()
     -- waits for a child: that is the shell's, not what the runner gave it)
     local dir = script_dir("fds", "ls -l /proc/$$/fd/\ngrep -E '^Sig(Blk|Ign):' /proc/self/status\n" .. STAMP)
     finally(function() files.rm_rf(dir) end)
-    local r = support.run(support.args(srv, dir, "run"))
+    local r = cli.run(cli.args(srv, dir, "run"))
     assert.equal(0, r.code, r.stderr)
     local listed = {}
     for fd, target in r.stderr:gmatch(" (%d+) %-> (%S+)") do
@@ -123,7 +123,7 @@ describe("hostile legacy scripts", function()
   it("delivers a 3 MB line without a newline in bounded pieces, then the lines after it", function()
     local dir = script_dir("floods", "head -c 3000000 /dev/zero | tr '\\0' x\necho\necho after the flood\n" .. STAMP)
     finally(function() files.rm_rf(dir) end)
-    local r = support.run(support.args(srv, dir, "run"))
+    local r = cli.run(cli.args(srv, dir, "run"))
     assert.equal(0, r.code, r.stderr:sub(1, 2000))
     local total, pieces, longest = 0, 0, 0
     -- the flood's pieces only: an "x" or two in a temporary path on the same

@@ -1,9 +1,9 @@
 -- No credential reaches any output: a proxy URL's password in the runner's
 -- log (text and JSON), a bearer token and a URL's user-info in a legacy
 -- script's output.
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 
 describe("no credential in any output", function()
   -- curl quotes a proxy URL it cannot parse; the server is never reached
@@ -24,7 +24,7 @@ current-context: x
 
   for _, format in ipairs({ "text", "json" }) do
     it("a proxy URL's password is blanked in the " .. format .. " log, with -v", function()
-      local r = support.run({ "status", "--kubeconfig", kubeconfig, "--no-builtin", "--target", "1",
+      local r = cli.run({ "status", "--kubeconfig", kubeconfig, "--no-builtin", "--target", "1",
         "--log-format", format, "-v" }, { HTTPS_PROXY = "http://admin:s3cret@[::1" })
       assert.equal(1, r.code, r.stderr)
       assert.matches("Unsupported proxy syntax", r.stderr, 1, true)
@@ -41,16 +41,16 @@ describe("a legacy script's output", function()
   teardown(function() srv:stop() end)
 
   it("has a bearer token and a URL's user-info blanked", function()
-    srv:reset(support.fixture(1))
-    local dir = support.migration_dir {}
+    srv:reset(cli.fixture(1))
+    local dir = cli.migration_dir {}
     files.write(dir .. "/1-leaks", [[#!/bin/sh
 echo "curl -H 'Authorization: Bearer eyJhbGciOi.secret-part' https://user:hunter2@registry.example/v2/"
 echo "token is Bearer abc.def-ghi" >&2
 kubectl() { :; }
 exit 3
 ]])
-    os.execute("chmod +x " .. support.quote(dir .. "/1-leaks"))
-    local r = support.run(support.args(srv, dir, "run"))
+    os.execute("chmod +x " .. cli.quote(dir .. "/1-leaks"))
+    local r = cli.run(cli.args(srv, dir, "run"))
     files.rm_rf(dir)
     assert.equal(1, r.code, r.stderr)
     assert.matches("Authorization: ***", r.stderr, 1, true)

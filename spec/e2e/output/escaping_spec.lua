@@ -6,10 +6,10 @@
 -- failing. One function at the output edge (cozy.text: text.line,
 -- text.lines, text.json) does it for every path.
 -- (Issue 35, class 6: output integrity.)
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local ESC = "\27"
 -- what a hostile value tries to pass for: the last line of a run that succeeded
@@ -21,19 +21,19 @@ local LOG_LINE = "^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ [A-Z]+ "
 local function assert_log_lines(stderr)
   assert.not_matches(ESC, stderr, 1, true)
   assert.not_matches("\r", stderr, 1, true)
-  for _, line in ipairs(support.lines(stderr)) do
+  for _, line in ipairs(cli.lines(stderr)) do
     assert.matches(LOG_LINE, line)
   end
 end
 
 local function last_line(s)
-  local lines = support.lines(s)
+  local lines = cli.lines(s)
   return lines[#lines]
 end
 
 local function run(srv, sources, ...)
-  local dir = support.migration_dir(sources)
-  local r = support.run(support.args(srv, dir, ...))
+  local dir = cli.migration_dir(sources)
+  local r = cli.run(cli.args(srv, dir, ...))
   files.rm_rf(dir)
   return r
 end
@@ -42,7 +42,7 @@ describe("a string cut inside a UTF-8 sequence, under -o json", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)) end)
+  before_each(function() srv:reset(cli.fixture(1)) end)
 
   -- "café" cut after the first byte of "é", in the description and a finding
   local CUT = [[
@@ -81,7 +81,7 @@ describe("a newline or ESC from outside", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)); srv:clear_faults() end)
+  before_each(function() srv:reset(cli.fixture(1)); srv:clear_faults() end)
 
   local READS = [[
 return { description = "reads", permissions = { { verb = "get", group = "", resource = "configmaps" } },
@@ -109,7 +109,7 @@ return { description = "reads", permissions = { { verb = "get", group = "", reso
     r = run(srv, { ["1-reads.lua"] = READS }, "run", "--log-format", "json")
     assert.equal(1, r.code, r.stderr)
     assert.not_matches(ESC, r.stderr, 1, true)
-    local lines = support.lines(r.stderr)
+    local lines = cli.lines(r.stderr)
     local decoded = json.decode(lines[#lines])
     assert.equal("error", decoded.level)
     assert.matches("denied\n" .. FORGED .. ESC .. "[2K\r", decoded.msg, 1, true)
@@ -117,11 +117,11 @@ return { description = "reads", permissions = { { verb = "get", group = "", reso
 
   it("in a history error is escaped by status, and in the termination message", function()
     local termination = os.tmpname()
-    local dir = support.migration_dir { ["1-fails.lua"] = ([[
+    local dir = cli.migration_dir { ["1-fails.lua"] = ([[
 return { description = "fails", run = function() error(%q, 0) end }
 ]]):format("boom\n" .. FORGED .. ESC .. "]0;title\7") }
     finally(function() os.remove(termination); files.rm_rf(dir) end)
-    local r = support.run(support.args(srv, dir, "run"), { COZY_MIGRATE_TERMINATION_LOG = termination })
+    local r = cli.run(cli.args(srv, dir, "run"), { COZY_MIGRATE_TERMINATION_LOG = termination })
     assert.equal(1, r.code, r.stderr)
     assert_log_lines(r.stderr)
     -- the termination message: one line, escaped
@@ -129,27 +129,27 @@ return { description = "fails", run = function() error(%q, 0) end }
     assert.not_matches("%c", message)
     assert.matches("boom\\n" .. FORGED .. "\\x1b]0;title\\x07", message, 1, true)
     -- status shows the record's error on one line
-    r = support.run(support.args(srv, dir, "status"))
+    r = cli.run(cli.args(srv, dir, "status"))
     assert.equal(0, r.code, r.stderr)
     assert.not_matches("[\27\7]", r.stdout)
     assert.matches("        error (migration): boom\\n" .. FORGED .. "\\x1b]0;title\\x07\n", r.stdout, 1, true)
-    for _, line in ipairs(support.lines(r.stdout)) do assert.not_matches("^" .. FORGED:gsub("%p", "%%%0"), line) end
+    for _, line in ipairs(cli.lines(r.stdout)) do assert.not_matches("^" .. FORGED:gsub("%p", "%%%0"), line) end
   end)
 
   it("in a stamp's reason is escaped by status and by stamp's own output", function()
-    local dir = support.migration_dir { ["1-one.lua"] = [[return { description = "one", run = function() end }]] }
+    local dir = cli.migration_dir { ["1-one.lua"] = [[return { description = "one", run = function() end }]] }
     finally(function() files.rm_rf(dir) end)
     local reason = "restored by hand\n" .. FORGED .. ESC .. "[31m"
-    local r = support.run(support.args(srv, dir, "stamp", "2", "--reason", reason))
+    local r = cli.run(cli.args(srv, dir, "stamp", "2", "--reason", reason))
     assert.equal(0, r.code, r.stderr)
     assert_log_lines(r.stderr)
     assert.not_matches(ESC, r.stdout, 1, true)
-    r = support.run(support.args(srv, dir, "status"))
+    r = cli.run(cli.args(srv, dir, "status"))
     assert.equal(0, r.code, r.stderr)
     assert.not_matches(ESC, r.stdout, 1, true)
     assert.matches(": restored by hand\\n" .. FORGED .. "\\x1b[31m  at ", r.stdout, 1, true)
     -- -o json keeps the reason's bytes, as JSON escapes
-    r = support.run(support.args(srv, dir, "status", "-o", "json"))
+    r = cli.run(cli.args(srv, dir, "status", "-o", "json"))
     assert.equal(0, r.code, r.stderr)
     assert.not_matches(ESC, r.stdout, 1, true)
     local st = json.decode(r.stdout)
@@ -157,10 +157,10 @@ return { description = "fails", run = function() error(%q, 0) end }
   end)
 
   it("in a legacy script's output (a CR and an ESC that would redraw the line)", function()
-    local dir = support.migration_dir {}
+    local dir = cli.migration_dir {}
     files.write(dir .. "/1-redraws", "#!/bin/sh\nprintf 'working\\r\\033[2K" .. FORGED .. "\\n'\nexit 3\n")
-    os.execute("chmod +x " .. support.quote(dir .. "/1-redraws"))
-    local r = support.run(support.args(srv, dir, "run"))
+    os.execute("chmod +x " .. cli.quote(dir .. "/1-redraws"))
+    local r = cli.run(cli.args(srv, dir, "run"))
     files.rm_rf(dir)
     assert.equal(1, r.code, r.stderr)
     assert_log_lines(r.stderr)
@@ -182,12 +182,12 @@ end }
   end)
 
   it("in the user's arguments, quoted back in a usage error", function()
-    local r = support.run({ "status", "--bogus\n" .. FORGED .. ESC .. "[2J" })
+    local r = cli.run({ "status", "--bogus\n" .. FORGED .. ESC .. "[2J" })
     assert.equal(2, r.code, r.stderr)
     assert.not_matches(ESC, r.stderr, 1, true)
     -- the option quoted as Lua quotes it (%q), its newline escaped once more
     assert.matches('unknown option "--bogus\\\\n' .. FORGED .. '\\27[2J"', r.stderr, 1, true)
-    assert.equal(2, #support.lines(r.stderr), r.stderr)
+    assert.equal(2, #cli.lines(r.stderr), r.stderr)
   end)
 
   it("in the kubeconfig: a context name quoted in the error", function()
@@ -201,7 +201,7 @@ users: [{name: u, user: {token: t}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: "gone\n%s\e[2J"
 ]]):format(FORGED))
-    local r = support.run({ "status", "--kubeconfig", kubeconfig, "--no-builtin", "--target", "1" })
+    local r = cli.run({ "status", "--kubeconfig", kubeconfig, "--no-builtin", "--target", "1" })
     assert.equal(2, r.code, r.stderr)
     assert_log_lines(r.stderr)
     assert.matches("gone\\n" .. FORGED .. "\\x1b[2J", r.stderr, 1, true)

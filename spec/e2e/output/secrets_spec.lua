@@ -6,9 +6,9 @@
 -- kapp's original), and the user-info of a URL whose password holds a '/',
 -- a quote or an '@' (a kubeconfig's proxy-url, $HTTPS_PROXY, a server URL).
 -- Each case failed on the binary before the fix.
-local fake = require "spec.support.fake"
-local support = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 local json = require "cozy.json"
 
 local TOKEN = "tok-output-secrets-5e1d"
@@ -28,7 +28,7 @@ end
 local LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 local function cluster()
-  return support.fixture(1, {
+  return cli.fixture(1, {
     { apiVersion = "v1", kind = "Namespace", metadata = { name = "other" } },
     { apiVersion = "v1", kind = "Secret", type = "Opaque",
       metadata = { name = "applied", namespace = "other", annotations = {
@@ -95,7 +95,7 @@ describe("output paths and secrets", function()
   teardown(function() if srv then srv:stop() end end)
   before_each(function()
     srv:reset { cluster() }
-    dir = support.tmpdir()
+    dir = cli.tmpdir()
   end)
   after_each(function() files.rm_rf(dir) end)
 
@@ -105,7 +105,7 @@ describe("output paths and secrets", function()
     for _, format in ipairs { "text", "json" } do
       for _, v in ipairs { "8", "9" } do
         srv:reset { cluster() }
-        local r = support.run { "-v=" .. v, "--log-format", format, "--kubeconfig", srv.kubeconfig, "--no-builtin",
+        local r = cli.run { "-v=" .. v, "--log-format", format, "--kubeconfig", srv.kubeconfig, "--no-builtin",
           "--migrations", dir, "run" }
         assert.equal(0, r.code, r.stderr)
         -- the migration did read and write the Secret, and the trace shows
@@ -129,7 +129,7 @@ describe("output paths and secrets", function()
       { "check" }, { "check", "-o", "json" }, { "plan" }, { "plan", "--log-format", "json" },
       { "run", "--dry-run" }, { "run", "--dry-run", "--log-format", "json" },
     } do
-      local r = support.run(support.args(srv, dir, table.unpack(args)))
+      local r = cli.run(cli.args(srv, dir, table.unpack(args)))
       local what = table.concat(args, " ")
       assert.equal(0, r.code, what .. ": " .. r.stderr)
       assert.matches("secrets", r.stdout, 1, true)
@@ -164,7 +164,7 @@ describe("output paths and secrets", function()
         if via == "HTTPS_PROXY" then env.HTTPS_PROXY = url end
         for _, output in ipairs { "text", "json" } do
           files.write(dir .. "/termination", "")
-          local r = support.run({ "--kubeconfig", path, "--no-builtin", "--target", "2", "check", "-o", output }, env)
+          local r = cli.run({ "--kubeconfig", path, "--no-builtin", "--target", "2", "check", "-o", output }, env)
           local what = via .. " " .. output .. " " .. password
           assert.equal(1, r.code, what .. ": " .. r.stdout .. r.stderr)
           assert.matches("API server not reachable", r.stdout, 1, true, what)
@@ -184,7 +184,7 @@ describe("output paths and secrets", function()
       local server = srv.url:gsub("^https://", "https://admin:" .. password .. "@")
       local path = kubeconfig(nil, "'" .. server .. "'")
       for _, format in ipairs { "text", "json" } do
-        local r = support.run { "-v=9", "--log-format", format, "--kubeconfig", path, "--no-builtin", "--target", "2", "status" }
+        local r = cli.run { "-v=9", "--log-format", format, "--kubeconfig", path, "--no-builtin", "--target", "2", "status" }
         assert.matches("connected", r.stderr, 1, true)
         for _, part in ipairs { password, password:sub(1, 4), "admin:" } do
           assert(not r.stderr:find(part, 1, true), ("%s shows %q:\n%s"):format(format, part, r.stderr))
@@ -206,13 +206,13 @@ return {
 ]]):format("registry " .. url .. " was slow", "could not pull from " .. url))
     local env = { COZY_MIGRATE_TERMINATION_LOG = dir .. "/termination", POD_NAME = "migrate-pod" }
     files.write(dir .. "/termination", "")
-    local r = support.run(support.args(srv, dir, "run"), env)
+    local r = cli.run(cli.args(srv, dir, "run"), env)
     assert.equal(1, r.code, r.stderr)
-    local _, cm = support.version(srv)
+    local _, cm = cli.version(srv)
     local history = cm.data.history
     assert.matches("could not pull from https://***@registry.example.com/v2", history, 1, true)
-    local st = support.run(support.args(srv, dir, "status"))
-    local st_json = support.run(support.args(srv, dir, "status", "-o", "json"))
+    local st = cli.run(cli.args(srv, dir, "status"))
+    local st_json = cli.run(cli.args(srv, dir, "status", "-o", "json"))
     local events = srv:request("GET", "/apis/events.k8s.io/v1/namespaces/cozy-system/events").body
     assert.matches("could not pull", events, 1, true)
     local all = table.concat({ r.stdout, r.stderr, history, st.stdout, st.stderr, st_json.stdout, events,

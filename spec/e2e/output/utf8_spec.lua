@@ -1,15 +1,15 @@
 -- Bytes that are not UTF-8, from outside, logged safely in either log format
 -- (text.utf8: U+FFFD for a bad byte; an error body cut at a UTF-8 boundary).
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 -- Each stderr line of a --log-format json run, decoded; a line that does
 -- not decode fails the spec.
 local function json_lines(stderr)
   local out = {}
-  for _, line in ipairs(support.lines(stderr)) do
+  for _, line in ipairs(cli.lines(stderr)) do
     local ok, v = pcall(json.decode, line)
     assert(ok and type(v) == "table", "not a JSON log line: " .. line)
     out[#out + 1] = v
@@ -21,10 +21,10 @@ describe("bytes that are not UTF-8", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)); srv:clear_faults() end)
+  before_each(function() srv:reset(cli.fixture(1)); srv:clear_faults() end)
 
   it("a legacy script printing Latin-1 is logged as JSON lines, and its step is recorded", function()
-    local dir = support.migration_dir {}
+    local dir = cli.migration_dir {}
     files.write(dir .. "/1-latin1", [[#!/bin/sh
 printf 'caf\351 cr\350me\n'
 printf 'na\357ve \377\376 on stderr\n' >&2
@@ -33,8 +33,8 @@ kubectl() { :; }
 curl -sk -X PATCH -H 'Content-Type: application/merge-patch+json' "$SERVER/api/v1/namespaces/cozy-system/configmaps/cozystack-version" \
   --data '{"data":{"version":"2"}}' >/dev/null
 ]]))
-    os.execute("chmod +x " .. support.quote(dir .. "/1-latin1"))
-    local r = support.run(support.args(srv, dir, "run", "--log-format", "json"), { SERVER = srv.url })
+    os.execute("chmod +x " .. cli.quote(dir .. "/1-latin1"))
+    local r = cli.run(cli.args(srv, dir, "run", "--log-format", "json"), { SERVER = srv.url })
     files.rm_rf(dir)
     assert.equal(0, r.code, r.stderr)
     local lines = json_lines(r.stderr)
@@ -43,9 +43,9 @@ curl -sk -X PATCH -H 'Content-Type: application/merge-patch+json' "$SERVER/api/v
     local all = table.concat(msgs, "\n")
     assert.matches("caf\u{FFFD} cr\u{FFFD}me", all, 1, true)
     assert.matches("na\u{FFFD}ve \u{FFFD}\u{FFFD} on stderr", all, 1, true)
-    local _, cm = support.version(srv)
-    assert.equal(2, support.version(srv))
-    assert.equal("1-latin1", support.history(cm)[1].name)
+    local _, cm = cli.version(srv)
+    assert.equal(2, cli.version(srv))
+    assert.equal("1-latin1", cli.history(cm)[1].name)
   end)
 
   for _, format in ipairs({ "text", "json" }) do
@@ -53,11 +53,11 @@ curl -sk -X PATCH -H 'Content-Type: application/merge-patch+json' "$SERVER/api/v
       -- 199 bytes, then a two-byte "é": the 200-byte cut falls inside it
       srv:faults { { method = "GET", path = "configmaps/settings$", times = -1,
         respond = { status = 403, body = ("x"):rep(199) .. "\u{E9} denied", content_type = "text/plain" } } }
-      local dir = support.migration_dir { ["1-reads.lua"] = [[
+      local dir = cli.migration_dir { ["1-reads.lua"] = [[
 return { description = "reads", permissions = { { verb = "get", group = "", resource = "configmaps" } },
   run = function(ctx) ctx.kube:resource("v1", "configmaps"):get("cozy-system", "settings") end }
 ]] }
-      local r = support.run(support.args(srv, dir, "run", "--log-format", format))
+      local r = cli.run(cli.args(srv, dir, "run", "--log-format", format))
       files.rm_rf(dir)
       assert.equal(1, r.code, r.stderr)
       assert.same({ "respond" }, srv:fired())

@@ -4,15 +4,15 @@
 -- hold (docs/operations.md, "A saved plan"). Runs on both servers.
 local harness = require "spec.helpers"
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 local sys = require "cozy.sys"
 
 local DIR = "spec/fixtures/plan_binding/"
 local SECRET_VALUE = "s3cr3t-token-value"
 
 local function fixture()
-  return support.fixture(1, {
+  return cli.fixture(1, {
     { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "src", namespace = "cozy-system" },
       data = { token = SECRET_VALUE, note = "hello" } },
     { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "dst", namespace = "cozy-system",
@@ -32,8 +32,8 @@ local function migration_writes(h)
 end
 
 local function plan_file(h, dir, ...)
-  local path = support.tmpdir() .. "/plan.json"
-  local r = h:cli(support.args(h.srv, DIR .. dir, "plan", "--save", path, ...))
+  local path = cli.tmpdir() .. "/plan.json"
+  local r = h:cli(cli.args(h.srv, DIR .. dir, "plan", "--save", path, ...))
   return path, r
 end
 
@@ -53,13 +53,13 @@ end
 -- run --plan PATH refused before it starts: exit 1 naming `pattern`, no
 -- write sent and nothing stored changed.
 local function refused_to_start(h, path, pattern)
-  local before = support.stored_versions(h, { Lease = true })
+  local before = cli.stored_versions(h, { Lease = true })
   h:mark()
-  local r = h:cli(support.args(h.srv, DIR .. "bind", "run", "--plan", path))
+  local r = h:cli(cli.args(h.srv, DIR .. "bind", "run", "--plan", path))
   assert.equal(1, r.code, r.stdout .. r.stderr)
   assert.matches(pattern, r.stderr)
   assert.same({}, h:writes())
-  assert.same(before, support.stored_versions(h, { Lease = true }))
+  assert.same(before, cli.stored_versions(h, { Lease = true }))
 end
 
 local function configmaps(h)
@@ -80,10 +80,10 @@ describe("a saved plan binds the run", function()
     assert.equal(3, doc.target)
     assert.equal(2, #doc.steps)
     h:mark()
-    local r = h:cli(support.args(h.srv, DIR .. "bind", "run", "--plan", path))
+    local r = h:cli(cli.args(h.srv, DIR .. "bind", "run", "--plan", path))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.same(planned_writes(doc), migration_writes(h))
-    assert.equal(3, (support.version(h.srv)))
+    assert.equal(3, (cli.version(h.srv)))
     local dst = h:object("ConfigMap", "cozy-system", "dst")
     assert.equal("hello", dst.data.copied)
     assert.truthy(h:object("Secret", "cozy-system", "made"))
@@ -129,14 +129,14 @@ describe("a saved plan binds the run", function()
     local path, p = plan_file(h, "differs")
     assert.equal(0, p.code, p.stdout .. p.stderr)
     -- the time of day written must be another one in the run: the clock has moved to the next second
-    assert.truthy(support.poll(3, function() return os.time() > planned_at + 1 end))
+    assert.truthy(cli.poll(3, function() return os.time() > planned_at + 1 end))
     h:mark()
-    local r = h:cli(support.args(h.srv, DIR .. "differs", "run", "--plan", path))
+    local r = h:cli(cli.args(h.srv, DIR .. "differs", "run", "--plan", path))
     assert.equal(1, r.code, r.stdout .. r.stderr)
     assert.matches("step 2's write differs from the plan: expected POST /api/v1/namespaces/cozy%-system/configmaps "
       .. "[^\n]*, got POST /api/v1/namespaces/cozy%-system/configmaps [^\n]*; not sent", r.stderr)
     assert.matches("version stays at 2", r.stderr)
-    assert.equal(2, (support.version(h.srv)))
+    assert.equal(2, (cli.version(h.srv)))
     assert.truthy(h:object("ConfigMap", "cozy-system", "first"))
     assert.truthy(h:object("ConfigMap", "cozy-system", "second-a"))
     assert.is_nil(h:object("ConfigMap", "cozy-system", "second-b"))
@@ -154,11 +154,11 @@ describe("a saved plan binds the run", function()
     local path, p = plan_file(h, "mode")
     assert.equal(0, p.code, p.stdout .. p.stderr)
     h:mark()
-    local r = h:cli(support.args(h.srv, DIR .. "mode", "run", "--plan", path))
+    local r = h:cli(cli.args(h.srv, DIR .. "mode", "run", "--plan", path))
     assert.equal(1, r.code, r.stdout .. r.stderr)
     assert.matches("step 1's write differs from the plan", r.stderr)
     assert.is_nil(h:object("ConfigMap", "cozy-system", "moded"))
-    assert.equal(1, (support.version(h.srv)))
+    assert.equal(1, (cli.version(h.srv)))
   end)
 
   it("stops a step that wrote fewer than planned before its stamp", function()
@@ -176,11 +176,11 @@ describe("a saved plan binds the run", function()
     doc.digest = sys.sha256(json.encode(json.object(copy)))
     files.write(path, json.encode(doc))
     h:mark()
-    local r = h:cli(support.args(h.srv, DIR .. "bind", "run", "--plan", path))
+    local r = h:cli(cli.args(h.srv, DIR .. "bind", "run", "--plan", path))
     assert.equal(1, r.code, r.stdout .. r.stderr)
     assert.matches("step 2 wrote fewer than planned: the planned write DELETE "
       .. "/api/v1/namespaces/cozy%-system/configmaps/never[^\n]* was not made", r.stderr)
-    assert.equal(2, (support.version(h.srv)))
+    assert.equal(2, (cli.version(h.srv)))
   end)
 end)
 
@@ -189,7 +189,7 @@ describe("a plan file run --plan cannot use", function()
 
   local function refused(path, pattern, ...)
     h:mark()
-    local r = h:cli(support.args(h.srv, DIR .. "bind", "run", "--plan", path, ...))
+    local r = h:cli(cli.args(h.srv, DIR .. "bind", "run", "--plan", path, ...))
     assert.equal(2, r.code, r.stdout .. r.stderr)
     assert.matches(pattern, r.stderr)
     assert.is_nil(r.stderr:find("traceback", 1, true))
@@ -197,13 +197,13 @@ describe("a plan file run --plan cannot use", function()
   end
 
   it("is refused, exit 2, when it is not JSON", function()
-    local path = support.tmpdir() .. "/plan.json"
+    local path = cli.tmpdir() .. "/plan.json"
     files.write(path, "{\"kind\": \"CozyMigratePlan\", \"vers")
     refused(path, "%-%-plan [^\n]*: not a JSON document")
   end)
 
   it("is refused, exit 2, when it does not exist", function()
-    refused(support.tmpdir() .. "/none.json", "%-%-plan [^\n]*: cannot read it")
+    refused(cli.tmpdir() .. "/none.json", "%-%-plan [^\n]*: cannot read it")
   end)
 
   it("is refused, exit 2, when a write in it was edited", function()
@@ -227,14 +227,14 @@ describe("a plan file run --plan cannot use", function()
     assert.equal(0, p.code, p.stdout .. p.stderr)
     assert.equal("legacy", read_plan(path).migrations[1].kind)
     h:mark()
-    local r = h:cli(support.args(h.srv, DIR .. "script", "run", "--plan", path))
+    local r = h:cli(cli.args(h.srv, DIR .. "script", "run", "--plan", path))
     assert.equal(2, r.code, r.stdout .. r.stderr)
     assert.matches("legacy script step%(s%) 1%-script: a run does not yet route a script's requests", r.stderr)
     assert.same({}, h:writes())
   end)
 
   it("is refused, exit 2, when it is not a plan", function()
-    local path = support.tmpdir() .. "/plan.json"
+    local path = cli.tmpdir() .. "/plan.json"
     files.write(path, '{"kind":"ConfigMap","version":1}')
     refused(path, 'kind is "ConfigMap", not CozyMigratePlan')
   end)

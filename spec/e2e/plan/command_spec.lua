@@ -1,14 +1,14 @@
 -- `plan`, `run --dry-run` and `--server-dry-run`: nothing persists.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 -- objects without the bookkeeping a server adds (the request log shows
 -- reads; this shows nothing changed)
 -- the writes a plan sent that could persist: a rehearsal sends each with dryRun=All
 local function persisting_writes(srv)
   local out = {}
-  for _, r in ipairs(support.writes(srv)) do
+  for _, r in ipairs(cli.writes(srv)) do
     if r.query ~= "dryRun=All" then out[#out + 1] = r.method .. " " .. r.path .. "?" .. tostring(r.query) end
   end
   return out
@@ -26,17 +26,17 @@ end
 
 describe("cozy-migrate plan", function()
   local srv
-  setup(function() srv = fake.start{ fixtures = { support.fixture(1) } } end)
+  setup(function() srv = fake.start{ fixtures = { cli.fixture(1) } } end)
   teardown(function() srv:stop() end)
   before_each(function()
-    srv:reset(support.fixture(1))
+    srv:reset(cli.fixture(1))
     srv:clear_requests()
   end)
 
   for _, args in ipairs({ { "plan" }, { "run", "--dry-run" } }) do
     it(table.concat(args, " ") .. " writes nothing, sends each write with dryRun=All and prints it", function()
       local before = state(srv)
-      local r = support.run(support.args(srv, "two", table.unpack(args)))
+      local r = cli.run(cli.args(srv, "two", table.unpack(args)))
       assert.equal(0, r.code, r.stderr)
       assert.same({}, persisting_writes(srv))
       assert.same(before, state(srv))
@@ -51,10 +51,10 @@ describe("cozy-migrate plan", function()
   end
 
   it("prints JSON lines with --log-format json", function()
-    local r = support.run(support.args(srv, "two", "plan", "--log-format", "json"))
+    local r = cli.run(cli.args(srv, "two", "plan", "--log-format", "json"))
     assert.equal(0, r.code, r.stderr)
     local kinds, writes = {}, {}
-    for _, line in ipairs(support.lines(r.stdout)) do
+    for _, line in ipairs(cli.lines(r.stdout)) do
       local obj = json.decode(line)
       kinds[#kinds + 1] = obj.type
       if obj.type == "write" then writes[#writes + 1] = obj end
@@ -71,9 +71,9 @@ describe("cozy-migrate plan", function()
 
   it("--server-dry-run sends the writes with dryRun=All and persists nothing", function()
     local before = state(srv)
-    local r = support.run(support.args(srv, "two", "plan", "--server-dry-run"))
+    local r = cli.run(cli.args(srv, "two", "plan", "--server-dry-run"))
     assert.equal(0, r.code, r.stderr)
-    local writes = support.writes(srv)
+    local writes = cli.writes(srv)
     assert.is_true(#writes >= 3)
     for _, w in ipairs(writes) do
       assert.matches("dryRun=All", w.query, w.method .. " " .. w.path)
@@ -85,23 +85,23 @@ describe("cozy-migrate plan", function()
     for _ in r.stdout:gmatch("\n  [A-Z]+ /[^\n]*%?dryRun=All") do shown = shown + 1 end
     assert.equal(#writes, shown)
     assert.matches("writes sent with dryRun=All", r.stdout)
-    r = support.run(support.args(srv, "two", "run", "--server-dry-run"))
+    r = cli.run(cli.args(srv, "two", "run", "--server-dry-run"))
     assert.equal(0, r.code, r.stderr)
     assert.same(before, state(srv))
   end)
 
   it("plans the bootstrap of a fresh install without writing it", function()
-    srv:reset(support.fixture(nil))
+    srv:reset(cli.fixture(nil))
     srv:clear_requests()
-    local r = support.run(support.args(srv, "two", "plan"))
+    local r = cli.run(cli.args(srv, "two", "plan"))
     assert.equal(0, r.code, r.stderr)
     assert.same({}, persisting_writes(srv))
     assert.matches("would create it at version 3", r.stdout)
-    assert.is_nil(support.version(srv))
+    assert.is_nil(cli.version(srv))
   end)
 
   it("reports a step that would fail, rehearses none after it, and exits 1", function()
-    local r = support.run(support.args(srv, "fail", "plan"))
+    local r = cli.run(cli.args(srv, "fail", "plan"))
     assert.equal(1, r.code, r.stderr)
     assert.matches("step 2 %(2%-fails%) would fail", r.stdout)
     assert.matches("step 3: 3%-never %(lua%): not rehearsed: step 2%-fails would fail", r.stdout)

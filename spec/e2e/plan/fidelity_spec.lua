@@ -12,12 +12,12 @@
 -- case puts the platform's own scripts 44 and 45 at their numbers (read from
 -- $COZY_PLATFORM_MIGRATIONS, never copied here; spec/helpers/differential.lua).
 -- Runs on both servers; the real one (REAL_SERVER_SPECS) is what judges.
-local differential = require "spec.helpers.differential"
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
+local differential = require("spec.helpers").differential
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
 local harness = require "spec.helpers"
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local FIXTURES = "spec/fixtures/plan_fidelity/"
 local q = files.quote
@@ -66,12 +66,12 @@ local function bootstrap(kind, name, helm)
 end
 
 -- The one fixture both servers load: version 40, what the steps change, and what they must leave alone.
-local FIXTURE = support.fixture(40, {
+local FIXTURE = cli.fixture(40, {
   namespace("cozy-fluxcd"), namespace("tenant-a"), hr_crd(),
   capi_crd("kubeadmconfigtemplates", "KubeadmConfigTemplate"), capi_crd("kubeadmconfigs", "KubeadmConfig"),
-  support.configmap("old", { original = "yes" }),
-  support.configmap("replaced", { original = "yes" }),
-  support.configmap("untouched", { original = "yes" }),
+  cli.configmap("old", { original = "yes" }),
+  cli.configmap("replaced", { original = "yes" }),
+  cli.configmap("untouched", { original = "yes" }),
   helmrelease("postgres-a", "shard1"), helmrelease("kafka-a", "tenants"),
   { apiVersion = "apps/v1", kind = "Deployment",
     metadata = { name = "flux-tenants", namespace = "cozy-fluxcd", labels = { ["app.kubernetes.io/name"] = "flux-tenants" } },
@@ -87,7 +87,7 @@ local FIXTURE = support.fixture(40, {
 -- (N-name.lua for Lua), or { number, platform = n }: the platform's script n
 -- as the file N, with its lib/ beside it as run-migrations.sh expects.
 local function assemble(steps)
-  local dir = support.tmpdir()
+  local dir = cli.tmpdir()
   for _, s in ipairs(steps) do
     if s.platform then
       local script = differential.script(s.platform)
@@ -172,22 +172,22 @@ end
 local STAMP = key("", "ConfigMap", "cozy-system", "cozystack-version")
 
 local function plan(h, dir)
-  return h:cli(support.args(h.srv, dir, "plan", "-o", "json"), { PATH = PATH })
+  return h:cli(cli.args(h.srv, dir, "plan", "-o", "json"), { PATH = PATH })
 end
 
 local function run(h, dir)
-  return h:cli(support.args(h.srv, dir, "run"), { PATH = PATH })
+  return h:cli(cli.args(h.srv, dir, "run"), { PATH = PATH })
 end
 
 -- Rehearses dir on A and runs it on B; asserts fidelity. Returns the plan's
 -- document, the objects by "action key", the inexact ones with their
 -- reasons and differences, and B's state after.
 local function rehearse_and_run(a, b, dir)
-  local a_before = support.stored_versions(a)
+  local a_before = cli.stored_versions(a)
   local b_before = state(b)
   local p = plan(a, dir)
   -- A did not move at all (first: a write that reached it can also be why the plan failed)
-  assert.same(a_before, support.stored_versions(a))
+  assert.same(a_before, cli.stored_versions(a))
   assert.equal(0, p.code, p.stdout .. p.stderr)
   local doc = json.decode(p.stdout)
   assert.equal(0, doc.exit)
@@ -257,13 +257,13 @@ describe("a rehearsal predicts the run", function()
   it("leaves the live object a script's kubectl delete names: its DeleteOptions body is a dry run too", function()
     -- kube-apiserver reads a DELETE's options from its body when it has one, and kubectl always sends one
     -- ({"propagationPolicy":"Background"}): dryRun=All in the query alone is not a dry run there
-    dir = support.migration_dir { ["40-deletes"] = table.concat({ "#!/bin/sh", "set -eu",
+    dir = cli.migration_dir { ["40-deletes"] = table.concat({ "#!/bin/sh", "set -eu",
       'kubectl -n "$NAMESPACE" delete configmap untouched',
       [[kubectl -n "$NAMESPACE" patch configmap cozystack-version --type merge -p '{"data":{"version":"41"}}']], "" },
       "\n") }
-    local before = support.stored_versions(a)
+    local before = cli.stored_versions(a)
     local p = plan(a, dir)
-    assert.same(before, support.stored_versions(a))
+    assert.same(before, cli.stored_versions(a))
     assert.equal(0, p.code, p.stdout .. p.stderr)
     local listed = {}
     for _, o in ipairs(json.decode(p.stdout).objects) do listed[#listed + 1] = o.action .. " " .. o.name end

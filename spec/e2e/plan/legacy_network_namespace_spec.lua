@@ -3,8 +3,8 @@
 -- opts.endpoint, core/endpoint.c): the runner serves it while the script
 -- runs; where no namespace can be had, the script is not run at all.
 local harness = require "spec.helpers"
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 
 local q = files.quote
 local DRIVER = "spec/fixtures/legacy_netns/driver.lua"

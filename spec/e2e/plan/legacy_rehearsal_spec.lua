@@ -4,10 +4,10 @@
 -- by the server with dryRun=All and listed with the step's, its stamp
 -- decides the next step as in a run, and it can reach nothing real.
 -- Runs on both servers.
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
 local harness = require "spec.helpers"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local DIR = "spec/fixtures/plan_legacy_rehearsal/"
 local q = files.quote
@@ -17,15 +17,15 @@ local KUBECTL_DIR = fake.kubectl_path:match("^(.*)/[^/]+$")
 local PATH = (KUBECTL_DIR and (KUBECTL_DIR .. ":") or "") .. os.getenv("PATH")
 
 local function fixture(version)
-  return support.fixture(version or 1, {
-    support.configmap("old", { original = "yes" }),
+  return cli.fixture(version or 1, {
+    cli.configmap("old", { original = "yes" }),
   })
 end
 
 local function plan(h, dir, env, ...)
   local e = { PATH = PATH }
   for k, v in pairs(env or {}) do e[k] = v end
-  return h:cli(support.args(h.srv, dir, "plan", ...), e)
+  return h:cli(cli.args(h.srv, dir, "plan", ...), e)
 end
 
 -- nothing stored: every request a read or a dryRun=All write, no object changed, came or went
@@ -35,7 +35,7 @@ local function nothing_written(h, before)
       assert.matches("dryRun=All", req.query or "", 1, true, req.method .. " " .. req.path)
     end
   end
-  assert.same(before, support.stored_versions(h))
+  assert.same(before, cli.stored_versions(h))
 end
 
 -- a legacy script: `body` (shell lines) then, unless `stamps` is false, the
@@ -72,7 +72,7 @@ return {
 
 local function step_writes(evs, n)
   local out = {}
-  for _, w in ipairs(support.of_type(evs, "write")) do
+  for _, w in ipairs(cli.of_type(evs, "write")) do
     if w.step == n then out[#out + 1] = ("%s %s %s"):format(w.method, w.path, w.verdict) end
   end
   return out
@@ -84,12 +84,12 @@ describe("plan rehearses a legacy script", function()
   after_each(function() if dir then files.rm_rf(dir) end dir = nil end)
 
   it("serves its kubectl from the overlay: its writes listed and judged, the next step sees them", function()
-    local before = support.stored_versions(h)
+    local before = cli.stored_versions(h)
     h:mark()
     local r = plan(h, DIR .. "writes", nil, "--log-format", "json")
     assert.equal(0, r.code, r.stdout .. r.stderr)
-    local evs = support.json_lines(r.stdout)
-    assert.is_true(support.of_type(evs, "legacy")[1].rehearsal)
+    local evs = cli.json_lines(r.stdout)
+    assert.is_true(cli.of_type(evs, "legacy")[1].rehearsal)
     -- the script's writes, as the step's: judged by the server
     local cv = "/api/v1/namespaces/cozy-system/configmaps/cozystack-version"
     assert.same({ "POST /api/v1/namespaces/cozy-system/configmaps admitted",
@@ -100,36 +100,36 @@ describe("plan rehearses a legacy script", function()
     -- its kubectl read back what it created from the overlay
     assert.matches('"msg":"yes","stream":"stdout"', r.stderr, 1, true)
     -- step 2 was decided by the script's stamp, and saw what it created and patched
-    local rehearsed = support.of_type(evs, "rehearsed")
+    local rehearsed = cli.of_type(evs, "rehearsed")
     assert.same({ 1, 2 }, { rehearsed[1].number, rehearsed[2].number })
-    local w2 = support.of_type(evs, "write")
+    local w2 = cli.of_type(evs, "write")
     local label
     for _, w in ipairs(w2) do if w.step == 2 and w.body.metadata and w.body.metadata.labels then label = w end end
     assert.same({ seen = "yes-yes" }, label.body.metadata.labels)
     assert.equal("admitted", label.verdict)
-    local summary = support.of_type(evs, "summary")[1]
+    local summary = cli.of_type(evs, "summary")[1]
     assert.same({ 2, 0, 0, 0 }, { summary.rehearsal.steps_exact, summary.rehearsal.steps_inexact,
       summary.rehearsal.steps_not_rehearsed, summary.failures })
     nothing_written(h, before)
   end)
 
   it("decides the next step after a script that does not stamp as a run does", function()
-    dir = support.migration_dir { ["1-leaves"] = script([[
+    dir = cli.migration_dir { ["1-leaves"] = script([[
 kubectl -n "$NAMESPACE" patch configmap old --type merge -p '{"data":{"patched":"left"}}'
 echo "WARN: leaving CURRENT_VERSION at 1 for retry on next upgrade."]], false), ["2-label.lua"] = LABEL }
-    local before = support.stored_versions(h)
+    local before = cli.stored_versions(h)
     h:mark()
     -- by default the run goes on: so does the rehearsal, step 2 seeing the script's patch
     local r = plan(h, dir, nil, "--log-format", "json")
     assert.equal(0, r.code, r.stdout .. r.stderr)
-    local evs = support.json_lines(r.stdout)
+    local evs = cli.json_lines(r.stdout)
     assert.matches("step did not stamp: the version stays", r.stderr, 1, true)
     local labels
-    for _, w in ipairs(support.of_type(evs, "write")) do
+    for _, w in ipairs(cli.of_type(evs, "write")) do
       if w.step == 2 and w.body.metadata then labels = w.body.metadata.labels end
     end
     assert.same({ seen = "left" }, labels)
-    assert.equal(0, #support.of_type(evs, "not_rehearsed"))
+    assert.equal(0, #cli.of_type(evs, "not_rehearsed"))
     -- under --strict-stamp the run would fail at step 1: the rehearsal says so, and goes no further
     r = plan(h, dir, nil, "--strict-stamp")
     assert.equal(1, r.code, r.stdout .. r.stderr)
@@ -141,7 +141,7 @@ echo "WARN: leaving CURRENT_VERSION at 1 for retry on next upgrade."]], false), 
 
   it("lets the script reach nothing real: not the kubeconfig's server, the in-cluster address, nor its own", function()
     local host, port = h.srv.url:match("^https://([^:/]+):(%d+)")
-    dir = support.migration_dir { ["1-probes"] = script(table.concat({
+    dir = cli.migration_dir { ["1-probes"] = script(table.concat({
       -- the in-cluster variables are gone from its environment
       'echo "in-cluster: ${KUBERNETES_SERVICE_HOST:-unset}:${KUBERNETES_SERVICE_PORT:-unset}"',
       -- the original kubeconfig's server, and an address the script computes, handed over in a file
@@ -171,12 +171,12 @@ echo "WARN: leaving CURRENT_VERSION at 1 for retry on next upgrade."]], false), 
   end)
 
   it("answers kubectl exec and port-forward with a clear Status, and marks the step inexact", function()
-    h:reset(support.fixture(1, { support.configmap("old", { original = "yes" }),
+    h:reset(cli.fixture(1, { cli.configmap("old", { original = "yes" }),
       -- the real server admits a Pod only with its service account (no controller makes it there)
       { apiVersion = "v1", kind = "ServiceAccount", metadata = { name = "default", namespace = "cozy-system" } },
       { apiVersion = "v1", kind = "Pod", metadata = { name = "worker", namespace = "cozy-system" },
         spec = { containers = { { name = "c", image = "busybox" } } }, status = { phase = "Running" } } }))
-    dir = support.migration_dir { ["1-execs"] = script(table.concat({
+    dir = cli.migration_dir { ["1-execs"] = script(table.concat({
       'kubectl -n "$NAMESPACE" exec worker -- true || echo "exec refused"',
       'kubectl -n "$NAMESPACE" port-forward pod/worker 18080:80 || echo "port-forward refused"',
     }, "\n")) }
@@ -193,7 +193,7 @@ echo "WARN: leaving CURRENT_VERSION at 1 for retry on next upgrade."]], false), 
   end)
 
   it("answers a watch with the rehearsal's state as ADDED events, then ends it, said inexact", function()
-    dir = support.migration_dir { ["1-watches"] = script([[
+    dir = cli.migration_dir { ["1-watches"] = script([[
 kubectl -n "$NAMESPACE" patch configmap old --type merge -p '{"data":{"patched":"watched"}}'
 kubectl -n "$NAMESPACE" get configmap old -w -o jsonpath='{.data.patched}{"\n"}']]) }
     local r = plan(h, dir)
@@ -205,10 +205,10 @@ kubectl -n "$NAMESPACE" get configmap old -w -o jsonpath='{.data.patched}{"\n"}'
   end)
 
   it("takes kubectl's protobuf create (kubectl create configmap), transcoded by the server", function()
-    dir = support.migration_dir { ["1-creates"] = script([[
+    dir = cli.migration_dir { ["1-creates"] = script([[
 kubectl -n "$NAMESPACE" create configmap made-by-create --from-literal=made=created
 kubectl -n "$NAMESPACE" get configmap made-by-create -o jsonpath='{.data.made}{"\n"}']]) }
-    local before = support.stored_versions(h)
+    local before = cli.stored_versions(h)
     h:mark()
     local r = plan(h, dir, nil, "--log-format", "json")
     if not h.srv.real then
@@ -219,9 +219,9 @@ kubectl -n "$NAMESPACE" get configmap made-by-create -o jsonpath='{.data.made}{"
       return
     end
     assert.equal(0, r.code, r.stdout .. r.stderr)
-    local evs = support.json_lines(r.stdout)
+    local evs = cli.json_lines(r.stdout)
     local created
-    for _, w in ipairs(support.of_type(evs, "write")) do
+    for _, w in ipairs(cli.of_type(evs, "write")) do
       if w.method == "POST" then created = w end
     end
     assert.same({ "/api/v1/namespaces/cozy-system/configmaps", "admitted", { made = "created" } },
@@ -231,13 +231,13 @@ kubectl -n "$NAMESPACE" get configmap made-by-create -o jsonpath='{.data.made}{"
   end)
 
   it("does not run a script where no network namespace can be had; later steps are not rehearsed", function()
-    dir = support.migration_dir { ["1-marks"] = script('touch "$(dirname "$0")/ran"'), ["2-label.lua"] = LABEL }
-    local before = support.stored_versions(h)
+    dir = cli.migration_dir { ["1-marks"] = script('touch "$(dirname "$0")/ran"'), ["2-label.lua"] = LABEL }
+    local before = cli.stored_versions(h)
     -- a user namespace of the spec's own that may create none, and no CAP_SYS_ADMIN: as in most pods
     local args = {}
-    for _, a in ipairs(support.args(h.srv, dir, "plan")) do args[#args + 1] = q(a) end
-    local r = support.shell(("unshare -Ur sh -c %s"):format(q(("echo 0 >/proc/sys/user/max_user_namespaces && "
-      .. "exec setpriv --bounding-set=-all --inh-caps=-all env PATH=%s %s %s"):format(q(PATH), q(support.bin),
+    for _, a in ipairs(cli.args(h.srv, dir, "plan")) do args[#args + 1] = q(a) end
+    local r = cli.shell(("unshare -Ur sh -c %s"):format(q(("echo 0 >/proc/sys/user/max_user_namespaces && "
+      .. "exec setpriv --bounding-set=-all --inh-caps=-all env PATH=%s %s %s"):format(q(PATH), q(cli.bin),
       table.concat(args, " ")))))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.is_nil(files.read(dir .. "/ran"))

@@ -6,7 +6,7 @@
 -- values are redacted in every one of them. Runs on both servers.
 local harness = require "spec.helpers"
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local DIR = "spec/fixtures/plan_output/changes"
 local REFUSED = "spec/fixtures/plan_rehearsal/refused"
@@ -19,7 +19,7 @@ local SECRET_VALUES = { "c2VjcmV0LW9sZA==", "secret-old", "c2VjcmV0LW5ldw==", "s
 local function fixture()
   local last_applied = json.encode { apiVersion = "v1", kind = "Secret",
     metadata = { name = "creds", namespace = "cozy-system" }, data = { password = "c2VjcmV0LW9sZA==" } }
-  return support.fixture(1, {
+  return cli.fixture(1, {
     { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "kept", namespace = "cozy-system" },
       data = { note = "to go", keep = "yes" } },
     { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "gone", namespace = "cozy-system" },
@@ -41,7 +41,7 @@ end
 
 -- the lines of one object's block in the text output, from its "object ..." line to the next blank-free header
 local function block(stdout, header)
-  local lines, out, inside = support.lines(stdout), {}, false
+  local lines, out, inside = cli.lines(stdout), {}, false
   for _, l in ipairs(lines) do
     if l == header then inside = true
     elseif inside and (l:match("^object ") or l:match("^plan:")) then break end
@@ -57,7 +57,7 @@ describe("plan shows", function()
   local h = harness.fake { fixtures = { fixture() } }
 
   it("a unified diff of each object created, changed and deleted, without server-set fields", function()
-    local r = h:cli(support.args(h.srv, DIR, "plan"))
+    local r = h:cli(cli.args(h.srv, DIR, "plan"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.same({
       "object created: ConfigMap cozy-system/new",
@@ -101,7 +101,7 @@ describe("plan shows", function()
     }, block(r.stdout, "object deleted: ConfigMap cozy-system/gone"))
     -- the stamp is a change the run makes too
     assert.matches("\nobject changed: ConfigMap cozy%-system/cozystack%-version\n", r.stdout)
-    for _, l in ipairs(support.lines(r.stdout)) do
+    for _, l in ipairs(cli.lines(r.stdout)) do
       if l:match("^[-+ ]") and not l:match("^  ") then
         for _, f in ipairs(SERVER_SET) do assert.is_nil(l:find(f), l) end
       end
@@ -110,7 +110,7 @@ describe("plan shows", function()
   end)
 
   it("each write with the object it names and the server's verdict", function()
-    local r = h:cli(support.args(h.srv, DIR, "plan"))
+    local r = h:cli(cli.args(h.srv, DIR, "plan"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.matches("\n  POST /api/v1/namespaces/cozy%-system/configmaps%?dryRun=All[^\n]*\n    object: ConfigMap "
       .. "cozy%-system/new\n", r.stdout)
@@ -119,7 +119,7 @@ describe("plan shows", function()
   end)
 
   it("a Secret's values redacted in the diff, a changed one said changed, in every format", function()
-    local r = h:cli(support.args(h.srv, DIR, "plan"))
+    local r = h:cli(cli.args(h.srv, DIR, "plan"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert_no_secret(r.stdout .. r.stderr)
     local b = table.concat(block(r.stdout, "object changed: Secret cozy-system/creds"), "\n")
@@ -129,7 +129,7 @@ describe("plan shows", function()
     local fresh = table.concat(block(r.stdout, "object created: Secret cozy-system/fresh"), "\n")
     assert.matches("\n%+  token: '<redacted: changed>'", fresh)
     for _, format in ipairs { { "-o", "json" }, { "--log-format", "json" } } do
-      local rj = h:cli(support.args(h.srv, DIR, "plan", format[1], format[2]))
+      local rj = h:cli(cli.args(h.srv, DIR, "plan", format[1], format[2]))
       assert.equal(0, rj.code, rj.stdout .. rj.stderr)
       assert_no_secret(rj.stdout .. rj.stderr)
       assert.matches("<redacted: changed>", rj.stdout)
@@ -137,7 +137,7 @@ describe("plan shows", function()
   end)
 
   it("-o json: one document of steps, writes, verdicts, objects and summary", function()
-    local r = h:cli(support.args(h.srv, DIR, "plan", "-o", "json"))
+    local r = h:cli(cli.args(h.srv, DIR, "plan", "-o", "json"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     local doc = json.decode(r.stdout)
     assert.equal(0, doc.exit)
@@ -170,7 +170,7 @@ describe("plan shows", function()
   end)
 
   it("exit 1 with -o json naming the failing step and the server's refusal", function()
-    local r = h:cli(support.args(h.srv, REFUSED, "plan", "-o", "json"))
+    local r = h:cli(cli.args(h.srv, REFUSED, "plan", "-o", "json"))
     assert.equal(1, r.code, r.stdout .. r.stderr)
     local doc = json.decode(r.stdout)
     assert.equal(1, doc.exit)
@@ -184,12 +184,12 @@ describe("plan shows", function()
   end)
 
   it("the why of each inexact step in the summary, text and -o json", function()
-    local r = h:cli(support.args(h.srv, RANGE, "plan"))
+    local r = h:cli(cli.args(h.srv, RANGE, "plan"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.matches("\nrehearsal: steps 0 exact, 2 inexact[^\n]*\n  inexact: step 1 %(1%-create%): configmaps "
       .. "rehearsal%-made/made validated in namespace cozy%-system: its own namespace exists only in the rehearsal\n",
       r.stdout)
-    local j = h:cli(support.args(h.srv, RANGE, "plan", "-o", "json"))
+    local j = h:cli(cli.args(h.srv, RANGE, "plan", "-o", "json"))
     assert.equal(0, j.code, j.stdout .. j.stderr)
     local why = json.decode(j.stdout).summary.why
     assert.equal(2, #why.inexact)
@@ -200,7 +200,7 @@ describe("plan shows", function()
   it("no diff, and why, for a live object the engine may not read first #fakeonly", function()
     h:faults { { method = "GET", path = "^/api/v1/namespaces/cozy-system/configmaps/gone$", status = { code = 403,
       reason = "Forbidden", message = "configmaps \"gone\" is forbidden: no get" } } }
-    local r = h:cli(support.args(h.srv, DIR, "plan"))
+    local r = h:cli(cli.args(h.srv, DIR, "plan"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.equal(1, #h:fired())
     -- neither the live object nor the delete's answer (a Status here) gives its kind: the resource stands in
@@ -210,7 +210,7 @@ describe("plan shows", function()
   end)
 
   it("exit 2 on a bad -o, nothing on stdout", function()
-    local r = h:cli(support.args(h.srv, DIR, "plan", "-o", "yaml"))
+    local r = h:cli(cli.args(h.srv, DIR, "plan", "-o", "yaml"))
     assert.equal(2, r.code, r.stdout .. r.stderr)
     assert.equal("", r.stdout)
   end)

@@ -1,21 +1,21 @@
 -- Discovery's bounds: a pending range costs what the migration set holds,
 -- whatever the target (discovery.span walks the migrations, not the
 -- versions; gaps are ranges in `status`). Bad bytes: output/utf8_spec.lua.
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 describe("a target far past the last migration", function()
   local srv
-  setup(function() srv = fake.start { fixtures = { support.fixture(1) } } end)
+  setup(function() srv = fake.start { fixtures = { cli.fixture(1) } } end)
   teardown(function() srv:stop() end)
 
   for _, target in ipairs({ "3000000", "2147483647" }) do
     it(("status --target %s lists the gap as one range"):format(target), function()
-      local dir = support.migration_dir { ["1-one.lua"] = [[return { description = "one", run = function() end }]] }
+      local dir = cli.migration_dir { ["1-one.lua"] = [[return { description = "one", run = function() end }]] }
       -- in the background, bounded: an old binary walked every version
-      local p = support.start(support.args(srv, dir, "status", "--target", target, "--output", "json"))
+      local p = cli.start(cli.args(srv, dir, "status", "--target", target, "--output", "json"))
       finally(function() p:cleanup(); files.rm_rf(dir) end)
       local r = p:wait(60)
       assert.equal(0, r.code, r.stderr)
@@ -30,8 +30,8 @@ describe("a target far past the last migration", function()
   end
 
   it("run refuses the gap at once, naming its first version", function()
-    local dir = support.migration_dir { ["1-one.lua"] = [[return { description = "one", run = function() end }]] }
-    local p = support.start(support.args(srv, dir, "run", "--target", "2147483647"))
+    local dir = cli.migration_dir { ["1-one.lua"] = [[return { description = "one", run = function() end }]] }
+    local p = cli.start(cli.args(srv, dir, "run", "--target", "2147483647"))
     finally(function() p:cleanup(); files.rm_rf(dir) end)
     local r = p:wait(60)
     assert.equal(2, r.code, r.stderr)

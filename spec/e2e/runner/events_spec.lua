@@ -2,12 +2,12 @@
 -- message: what `kubectl get events` and `kubectl describe pod` show an
 -- operator (issue 26, item 4). On the fake and on the real API server.
 local events = require "cozy.runner.events"
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
 local lease = require "cozy.runner.lease"
 local rbac = require "cozy.rbac"
 local sys = require "cozy.sys"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local EVENTS = "/apis/events.k8s.io/v1/namespaces/cozy-system/events"
 local MICROTIME = "^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%d%d%d%dZ$"
@@ -38,8 +38,8 @@ end
 describe("a run's Events and termination message", function()
   local srv, dir
   setup(function()
-    srv = fake.start{ fixtures = { support.fixture(1) } }
-    dir = support.tmpdir()
+    srv = fake.start{ fixtures = { cli.fixture(1) } }
+    dir = cli.tmpdir()
   end)
   teardown(function()
     srv:stop()
@@ -55,12 +55,12 @@ describe("a run's Events and termination message", function()
 
   it("records each step started and done on the ConfigMap and the pod, and the summary as the termination message",
     function()
-      srv:reset(support.fixture(1))
+      srv:reset(cli.fixture(1))
       local path = termination_log()
-      local r = support.run(support.args(srv, "two", "run"), { POD_NAME = "migrate-job-abc",
+      local r = cli.run(cli.args(srv, "two", "run"), { POD_NAME = "migrate-job-abc",
         COZY_MIGRATE_TERMINATION_LOG = path })
       assert.equal(0, r.code, r.stderr)
-      local _, cm = support.version(srv)
+      local _, cm = cli.version(srv)
       local on_cm = events_of(srv, "ConfigMap")
       assert.same({ "StepStarted", "StepSucceeded", "StepStarted", "StepSucceeded" }, reasons(on_cm))
       for _, e in ipairs(on_cm) do
@@ -98,9 +98,9 @@ describe("a run's Events and termination message", function()
     end)
 
   it("records a failed step with its cause as a Warning, and the failure as the termination message", function()
-    srv:reset(support.fixture(1))
+    srv:reset(cli.fixture(1))
     local path = termination_log()
-    local r = support.run(support.args(srv, "fail", "run"), { COZY_MIGRATE_TERMINATION_LOG = path })
+    local r = cli.run(cli.args(srv, "fail", "run"), { COZY_MIGRATE_TERMINATION_LOG = path })
     assert.equal(1, r.code, r.stderr)
     local on_cm = events_of(srv, "ConfigMap")
     assert.same({ "StepStarted", "StepSucceeded", "StepStarted", "StepFailed" }, reasons(on_cm))
@@ -116,16 +116,16 @@ describe("a run's Events and termination message", function()
   end)
 
   it("records the wait for a live foreign lock, and the takeover of an expired one", function()
-    srv:reset(support.fixture(1, { support.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
-    local r = support.run(support.args(srv, "two", "run", "--lock-timeout", "1"))
+    srv:reset(cli.fixture(1, { cli.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    local r = cli.run(cli.args(srv, "two", "run", "--lock-timeout", "1"))
     assert.equal(3, r.code, r.stderr)
     local waited = events_of(srv, "ConfigMap")
     assert.same({ "LockWaiting" }, reasons(waited))
     assert.equal("Lock", waited[1].action)
     assert.matches("held by other-runner", waited[1].note, 1, true)
 
-    srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
-    r = support.run(support.args(srv, "two", "run", "--lock-timeout", "5"))
+    srv:reset(cli.fixture(1, { cli.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
+    r = cli.run(cli.args(srv, "two", "run", "--lock-timeout", "5"))
     assert.equal(0, r.code, r.stderr)
     -- a dead holder's Lease is taken once it stayed unchanged for its duration: a wait first
     local taken = events_of(srv, "ConfigMap")
@@ -135,18 +135,18 @@ describe("a run's Events and termination message", function()
   end)
 
   it("records the lock's Events for a stamp by hand too", function()
-    srv:reset(support.fixture(1, { support.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
-    local r = support.run(support.args(srv, "two", "stamp", "3", "--reason", "repaired by hand", "--lock-timeout", "1"))
+    srv:reset(cli.fixture(1, { cli.lease_object("other-runner", lease.microtime(sys.time()), 3600) }))
+    local r = cli.run(cli.args(srv, "two", "stamp", "3", "--reason", "repaired by hand", "--lock-timeout", "1"))
     assert.equal(3, r.code, r.stderr)
     local waited = events_of(srv, "ConfigMap")
     assert.same({ "LockWaiting" }, reasons(waited))
     assert.matches("held by other-runner", waited[1].note, 1, true)
 
-    srv:reset(support.fixture(1, { support.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
-    r = support.run(support.args(srv, "two", "stamp", "3", "--reason", "repaired by hand", "--lock-timeout", "5"),
+    srv:reset(cli.fixture(1, { cli.lease_object("dead-runner", "2020-01-01T00:00:00.000000Z", 1) }))
+    r = cli.run(cli.args(srv, "two", "stamp", "3", "--reason", "repaired by hand", "--lock-timeout", "5"),
       { POD_NAME = "stamp-job-abc" })
     assert.equal(0, r.code, r.stderr)
-    assert.equal(3, support.version(srv))
+    assert.equal(3, cli.version(srv))
     for _, kind in ipairs({ "ConfigMap", "Pod" }) do
       local taken = events_of(srv, kind)
       assert.same({ "LockWaiting", "LockTakenOver" }, reasons(taken), kind)
@@ -156,15 +156,15 @@ describe("a run's Events and termination message", function()
   end)
 
   it("goes on when the server refuses Events (403), trying no further Event after it #fakeonly", function()
-    srv:reset(support.fixture(1))
+    srv:reset(cli.fixture(1))
     srv:faults{ { method = "POST", path = "events\\.k8s\\.io", times = -1, status = 403 } }
     local path = termination_log()
-    local r = support.run(support.args(srv, "two", "run"), { POD_NAME = "migrate-job-abc",
+    local r = cli.run(cli.args(srv, "two", "run"), { POD_NAME = "migrate-job-abc",
       COZY_MIGRATE_TERMINATION_LOG = path })
     assert.equal(0, r.code, r.stderr)
     assert.same({ "status" }, srv:fired())
     assert.equal(1, #event_posts(srv))
-    assert.equal(3, support.version(srv))
+    assert.equal(3, cli.version(srv))
     local _, warned = r.stderr:gsub("could not write a Kubernetes Event", "")
     assert.equal(1, warned, r.stderr)
     assert.matches("code=403", r.stderr, 1, true)
@@ -172,7 +172,7 @@ describe("a run's Events and termination message", function()
   end)
 
   it("goes on when its identity may not create Events, trying no further Event after the refusal", function()
-    srv:reset(support.fixture(1))
+    srv:reset(cli.fixture(1))
     -- the engine's own permissions but the Events', and the fixture's
     local rules = { { verb = "get", group = "", resource = "configmaps", namespace = "cozy-system" },
       { verb = "create", group = "", resource = "configmaps", namespace = "cozy-system" },
@@ -183,13 +183,13 @@ describe("a run's Events and termination message", function()
           namespace = "cozy-system" }
       end
     end
-    local who = support.restricted(srv, "cozy-system", "no-events", rules)
+    local who = cli.restricted(srv, "cozy-system", "no-events", rules)
     finally(function() if not srv.real then srv:allow(nil) end end)
     srv:clear_requests()
-    local r = support.run(support.with_kubeconfig(support.args(srv, "two", "run"), who.kubeconfig),
+    local r = cli.run(cli.with_kubeconfig(cli.args(srv, "two", "run"), who.kubeconfig),
       { POD_NAME = "migrate-job-abc" })
     assert.equal(0, r.code, r.stderr)
-    assert.equal(3, support.version(srv))
+    assert.equal(3, cli.version(srv))
     local posts = event_posts(srv)
     assert.equal(1, #posts)
     assert.equal(403, posts[1].status)
@@ -199,10 +199,10 @@ describe("a run's Events and termination message", function()
   end)
 
   it("has check warn, not block, when the identity may not create Events", function()
-    srv:reset(support.fixture(1, { support.configmap("runner-test", {}) }))
+    srv:reset(cli.fixture(1, { cli.configmap("runner-test", {}) }))
     local ns = "cozy-system"
     -- everything check asks about but the Events' create (as runner/status_spec's checker)
-    local checker = support.restricted(srv, ns, "no-events-checker", {
+    local checker = cli.restricted(srv, ns, "no-events-checker", {
       { verb = "get", group = "", resource = "configmaps" },
       { verb = "list", group = "", resource = "configmaps" },
       { verb = "create", group = "", resource = "configmaps", namespace = ns },
@@ -213,7 +213,7 @@ describe("a run's Events and termination message", function()
       { verb = "patch", group = "apps", resource = "deployments" },
     })
     finally(function() if not srv.real then srv:allow(nil) end end)
-    local r = support.run(support.with_kubeconfig(support.args(srv, "checks", "check"), checker.kubeconfig))
+    local r = cli.run(cli.with_kubeconfig(cli.args(srv, "checks", "check"), checker.kubeconfig))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.matches("DENIED%s+create events.events.k8s.io in cozy%-system", r.stdout)
     assert.matches("[WARN] engine: not allowed: create events.events.k8s.io in namespace cozy-system", r.stdout, 1, true)
@@ -222,15 +222,15 @@ describe("a run's Events and termination message", function()
   end)
 
   it("leaves check's verdict as the termination message: passed, or blocked with the first blocking finding", function()
-    srv:reset(support.fixture(1, { support.configmap("runner-test", { warn = "1" }) }))
+    srv:reset(cli.fixture(1, { cli.configmap("runner-test", { warn = "1" }) }))
     local path = termination_log()
-    local r = support.run(support.args(srv, "checks", "check"), { COZY_MIGRATE_TERMINATION_LOG = path })
+    local r = cli.run(cli.args(srv, "checks", "check"), { COZY_MIGRATE_TERMINATION_LOG = path })
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.equal("check passed; 2 finding(s): 0 block, 1 warn, 1 info", files.read(path))
 
-    srv:reset(support.fixture(1, { support.configmap("runner-test", { block = "yes" }) }))
+    srv:reset(cli.fixture(1, { cli.configmap("runner-test", { block = "yes" }) }))
     path = termination_log()
-    r = support.run(support.args(srv, "checks", "check"), { COZY_MIGRATE_TERMINATION_LOG = path })
+    r = cli.run(cli.args(srv, "checks", "check"), { COZY_MIGRATE_TERMINATION_LOG = path })
     assert.equal(1, r.code, r.stdout .. r.stderr)
     assert.equal("check blocked: 1-inspect: runner-test asks to block; 2 finding(s): 1 block, 0 warn, 1 info",
       files.read(path))
@@ -238,10 +238,10 @@ describe("a run's Events and termination message", function()
   end)
 
   it("writes no Event in a plan, a dry run or check, and no termination message where the file is absent", function()
-    srv:reset(support.fixture(1))
+    srv:reset(cli.fixture(1))
     local absent = dir .. "/no-termination-log"
     for _, args in ipairs { { "two", "plan" }, { "two", "run", "--dry-run" }, { "checks", "check" } } do
-      local r = support.run(support.args(srv, table.unpack(args)), { POD_NAME = "migrate-job-abc",
+      local r = cli.run(cli.args(srv, table.unpack(args)), { POD_NAME = "migrate-job-abc",
         COZY_MIGRATE_TERMINATION_LOG = absent })
       assert.equal(0, r.code, r.stdout .. r.stderr)
     end

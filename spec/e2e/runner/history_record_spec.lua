@@ -1,31 +1,31 @@
 -- What a step reports for the history (ctx.outcome): checked when it
 -- reports it, bounded in count and size, and never stopping the stamp.
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 
 describe("what a step reports for the history", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)) end)
+  before_each(function() srv:reset(cli.fixture(1)) end)
 
   local function run_reporting(body)
-    local dir = support.migration_dir { ["1-reports.lua"] = ([[
+    local dir = cli.migration_dir { ["1-reports.lua"] = ([[
 return { description = "reports", run = function(ctx)
 %s
 end }
 ]]):format(body) }
-    local r = support.run(support.args(srv, dir, "run"))
+    local r = cli.run(cli.args(srv, dir, "run"))
     files.rm_rf(dir)
-    local _, cm = support.version(srv)
-    return r, cm and support.history(cm)[1]
+    local _, cm = cli.version(srv)
+    return r, cm and cli.history(cm)[1]
   end
 
   it("a ratio of nothing (0/0) is left out with a warning; the step is stamped", function()
     local r, rec = run_reporting("ctx.outcome{ ratio = 0/0, big = math.huge, copied = 0 }")
     assert.equal(0, r.code, r.stderr)
-    assert.equal(2, support.version(srv))
+    assert.equal(2, cli.version(srv))
     assert.same({ copied = 0 }, rec.outcome.counts)
     assert.matches("ctx.outcome: ratio is %-?nan, not a finite number: left out of the history", r.stderr)
   end)
@@ -35,9 +35,9 @@ end }
   local ok, err = pcall(ctx.outcome, { [("k"):rep(100000)] = 1, other = 2 })
   assert(not ok and err:find("keys must be texts of 1 to 63 bytes without control characters", 1, true), tostring(err))]])
     assert.equal(0, r.code, r.stderr)
-    local _, cm = support.version(srv)
+    local _, cm = cli.version(srv)
     assert.is_true(#cm.data.history < 4096, "the history grew to " .. #cm.data.history .. " bytes")
-    assert.same({ kept = 1 }, support.history(cm)[1].outcome.counts)
+    assert.same({ kept = 1 }, cli.history(cm)[1].outcome.counts)
   end)
 
   it("an outcome over the record's bound is replaced by a note; the stamp goes on", function()
@@ -47,7 +47,7 @@ end }
   ctx.outcome(t)
   for i = 1, 12 do ctx.log:warn(("w%d "):format(i) .. ("y"):rep(300)) end]])
     assert.equal(0, r.code, r.stderr)
-    assert.equal(2, support.version(srv))
+    assert.equal(2, cli.version(srv))
     assert.is_nil(rec.outcome.counts)
     assert.matches("the outcome made the record %d+ bytes, over 4096", rec.outcome.dropped)
   end)

@@ -1,9 +1,9 @@
 -- kill -9 at points of a long run (fixed seed, printed), then a rerun: the final state is
 -- that of an uninterrupted run (each step is idempotent, each stamp is one
 -- write, a dead runner's lease expires).
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local STEPS, WRITES_PER_STEP = 12, 3
 
@@ -62,13 +62,13 @@ end
 describe("runner under kill -9", function()
   local srv, dir
   setup(function()
-    srv = fake.start{ fixtures = { support.fixture(1) }, latency_ms = 2 }
-    dir = support.tmpdir()
+    srv = fake.start{ fixtures = { cli.fixture(1) }, latency_ms = 2 }
+    dir = cli.tmpdir()
     write_migrations(dir)
   end)
   teardown(function()
     srv:stop()
-    os.execute("rm -rf " .. support.quote(dir))
+    os.execute("rm -rf " .. cli.quote(dir))
   end)
 
   -- Each point is one request of the uninterrupted run's main thread (the
@@ -88,9 +88,9 @@ describe("runner under kill -9", function()
 
   it("reaches the state of an uninterrupted run after kills at " .. POINTS .. " points (seed " .. SEED .. ")", function()
     local env = { COZY_MIGRATE_LEASE_SECONDS = "3" }  -- short, so a killed runner's lease expires soon
-    srv:reset(support.fixture(1))
+    srv:reset(cli.fixture(1))
     srv:clear_requests()
-    local r = support.run(support.args(srv, dir, "run"), env)
+    local r = cli.run(cli.args(srv, dir, "run"), env)
     assert.equal(0, r.code, r.stderr)
     local reference = final_state(srv)
     assert.equal(STEPS + 1, tonumber(reference["cozystack-version"].version))
@@ -114,11 +114,11 @@ describe("runner under kill -9", function()
       local where = ("seed %d trial %d: killed at request %d, %s %s (#%d of that)"):format(
         SEED, trial, k, at.method, at.path, at.n)
       print("runner/kill_spec: " .. where)
-      srv:reset(support.fixture(1))
+      srv:reset(cli.fixture(1))
       srv:faults { { method = at.method, path = "^" .. regex_escape(at.path) .. "(\\?|$)", skip = at.n - 1,
         times = 1, delay_ms = 60000, reset = true } }
-      local p = support.start(support.args(srv, dir, "run"), env)
-      local held = support.poll(30, function()
+      local p = cli.start(cli.args(srv, dir, "run"), env)
+      local held = cli.poll(30, function()
         if p:done() then return "exited" end
         for _, e in ipairs(srv:requests()) do
           if e.fault then return e end
@@ -132,7 +132,7 @@ describe("runner under kill -9", function()
       assert.equal(128 + 9, first.code, where .. ": " .. first.stderr)   -- killed, not finished
       killed = killed + 1
       srv:clear_faults()
-      local again = support.run(support.args(srv, dir, "run", "--lock-timeout", "30"), env)
+      local again = cli.run(cli.args(srv, dir, "run", "--lock-timeout", "30"), env)
       assert.equal(0, again.code, where .. ": " .. again.stderr)
       assert.same(reference, final_state(srv), where)
     end

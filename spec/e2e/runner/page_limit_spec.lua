@@ -1,7 +1,7 @@
 -- COZY_MIGRATE_PAGE_LIMIT: the page size of every list a run makes (the
 -- fault campaign uses it to get several pages out of a 200-VM fleet).
-local fake = require "spec.support.fake"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local cli = require("spec.helpers").cli
 
 local FIXTURE = "spec/fixtures/59-vmi-hotplug/cluster.json"
 
@@ -40,7 +40,7 @@ describe("COZY_MIGRATE_PAGE_LIMIT", function()
   it("sets the page size of the lists a run makes, and the pager follows the continue tokens", function()
     local n = counts(srv)
     assert.is_true(n.virtualmachines > 10 and n.virtualmachineinstances > 10, "the fixture is too small to page")
-    local r = support.run({ "run", "--kubeconfig", srv.kubeconfig }, { COZY_MIGRATE_PAGE_LIMIT = "5" })
+    local r = cli.run({ "run", "--kubeconfig", srv.kubeconfig }, { COZY_MIGRATE_PAGE_LIMIT = "5" })
     assert.equal(0, r.code, r.stderr)
     local by = lists(srv)
     for resource, total in pairs(n) do
@@ -60,12 +60,12 @@ describe("COZY_MIGRATE_PAGE_LIMIT", function()
         end
       end
     end
-    assert.equal(60, support.version(srv))
+    assert.equal(60, cli.version(srv))
   end)
 
   for _, bad in ipairs({ "0", "-3", "2.5", "many" }) do
     it("keeps the default of 500 when it is not a positive integer (" .. bad .. ")", function()
-      local r = support.run({ "run", "--kubeconfig", srv.kubeconfig }, { COZY_MIGRATE_PAGE_LIMIT = bad })
+      local r = cli.run({ "run", "--kubeconfig", srv.kubeconfig }, { COZY_MIGRATE_PAGE_LIMIT = bad })
       assert.equal(0, r.code, r.stderr)
       local by = lists(srv)
       for _, resource in ipairs({ "virtualmachines", "virtualmachineinstances" }) do

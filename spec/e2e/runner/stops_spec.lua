@@ -5,11 +5,11 @@
 -- run as SIGTERM does; a legacy script's group (and its kubeconfig) goes
 -- when the runner is killed with SIGKILL or frozen (its guardian,
 -- core/guardian.c), and when the lock it runs under may stop being ours.
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 
-local q = support.quote
+local q = cli.quote
 
 local NOOP = [[return { description = "does nothing", run = function(ctx) ctx.log:info("step ran") end }]]
 local STAMP = [[kubectl -n "$NAMESPACE" patch configmap cozystack-version --type merge -p '{"data":{"version":"2"}}' >/dev/null]]
@@ -24,7 +24,7 @@ end
 
 -- The pids written into `path`, one a line, once there are n of them.
 local function pids(path, n)
-  return support.poll(20, function()
+  return cli.poll(20, function()
     local got = {}
     for line in (files.read(path) or ""):gmatch("%d+") do got[#got + 1] = tonumber(line) end
     return #got >= n and got or nil
@@ -32,7 +32,7 @@ local function pids(path, n)
 end
 
 local function all_gone(list)
-  return support.poll(20, function()
+  return cli.poll(20, function()
     for _, pid in ipairs(list) do if alive(pid) then return nil end end
     return true
   end)
@@ -73,7 +73,7 @@ end
 
 -- A directory holding one executable legacy script `1-<name>`.
 local function script_dir(name, body)
-  local dir = support.tmpdir()
+  local dir = cli.tmpdir()
   files.write(dir .. "/1-" .. name, "#!/bin/sh\n" .. body .. "\n")
   assert(files.sh("chmod +x " .. q(dir .. "/1-" .. name)) == 0)
   return dir
@@ -104,17 +104,17 @@ wait]]
 
 describe("stops that stop", function()
   local srv
-  setup(function() srv = fake.start { fixtures = { support.fixture(1) } } end)
+  setup(function() srv = fake.start { fixtures = { cli.fixture(1) } } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)) end)
+  before_each(function() srv:reset(cli.fixture(1)) end)
 
   describe("an exec credential plugin that ignores SIGTERM #fakeonly", function()
     local function run_with_plugin(rule)
-      local dir = support.tmpdir()
-      local mdir = support.migration_dir { ["1-noop.lua"] = NOOP }
+      local dir = cli.tmpdir()
+      local mdir = cli.migration_dir { ["1-noop.lua"] = NOOP }
       local kubeconfig = hanging_plugin(dir, srv.url)
       srv:faults { rule }
-      local p = support.start(support.with_kubeconfig(support.args(srv, mdir, "run"), kubeconfig))
+      local p = cli.start(cli.with_kubeconfig(cli.args(srv, mdir, "run"), kubeconfig))
       return p, dir, mdir
     end
 
@@ -130,7 +130,7 @@ describe("stops that stop", function()
       assert.equal(1, r.code, r.stderr)
       assert.matches("exec plugin [^\n]*: stopped by signal 15 %(killed%)", r.stderr)
       assert.truthy(all_gone(plugin), "the plugin or its child outlived the stop")
-      assert.equal(1, support.version(srv))
+      assert.equal(1, cli.version(srv))
       assert.matches("lock released", r.stderr)
     end)
 
@@ -145,7 +145,7 @@ describe("stops that stop", function()
       local r = p:wait(30)
       assert.matches("could not release the lock %(it will expire%)[^\n]*stopped by signal 15 %(killed%)", r.stderr)
       assert.truthy(all_gone(plugin), "the plugin or its child outlived the stop")
-      assert.equal(2, support.version(srv))
+      assert.equal(2, cli.version(srv))
       assert.same({ "status" }, srv:fired())
     end)
 
@@ -165,7 +165,7 @@ describe("stops that stop", function()
     it("is stopped with its group on the runner's SIGHUP, which stops the run as SIGTERM does", function()
       local dir = script_dir("guarded", GUARDED)
       finally(function() files.rm_rf(dir) end)
-      local p = support.start(support.args(srv, dir, "run"))
+      local p = cli.start(cli.args(srv, dir, "run"))
       finally(function() p:cleanup() end)
       local script = pids(dir .. "/pids", 2)
       assert.truthy(script, p:stderr())
@@ -175,9 +175,9 @@ describe("stops that stop", function()
       assert.matches("legacy script [^ ]*/1%-guarded stopped by signal 1: it was killed by signal %d+", r.stderr)
       assert.matches("lock released", r.stderr)
       assert.truthy(all_gone(script), "the script's group outlived the stop")
-      local kubeconfig = support.lines(files.read(dir .. "/kubeconfigs"))[1]
+      local kubeconfig = cli.lines(files.read(dir .. "/kubeconfigs"))[1]
       assert.is_nil(files.read(kubeconfig), "its kubeconfig stayed: " .. kubeconfig)
-      assert.equal(1, support.version(srv))
+      assert.equal(1, cli.version(srv))
     end)
 
     -- A runner running the guarded script under a 3 s lease, its script's
@@ -186,7 +186,7 @@ describe("stops that stop", function()
       local dir = script_dir("guarded", GUARDED)
       finally(function() files.rm_rf(dir) end)
       local env = { COZY_MIGRATE_LEASE_SECONDS = "3" }
-      local a = support.start(support.args(srv, dir, "run"), env)
+      local a = cli.start(cli.args(srv, dir, "run"), env)
       finally(function() a:cleanup() end)
       local first = pids(dir .. "/pids", 2)
       assert.truthy(first, a:stderr())
@@ -196,10 +196,10 @@ describe("stops that stop", function()
     -- The next runner takes the Lease over and runs the step again; the
     -- script recorded two copies, neither overlapping the other.
     local function second_copy_alone(dir, env)
-      local r = support.run(support.args(srv, dir, "run", "--lock-timeout", "30"), env)
+      local r = cli.run(cli.args(srv, dir, "run", "--lock-timeout", "30"), env)
       assert.equal(0, r.code, r.stderr)
       assert.matches("lock taken over from an expired holder", r.stderr)
-      local copies = support.lines(files.read(dir .. "/copies"))
+      local copies = cli.lines(files.read(dir .. "/copies"))
       assert.equal(2, #copies, files.read(dir .. "/copies"))
       for _, line in ipairs(copies) do assert.not_matches("overlap", line) end
     end
@@ -212,12 +212,12 @@ describe("stops that stop", function()
       a:kill("KILL")
       assert.equal(128 + 9, a:wait(10).code)
       assert.truthy(all_gone(first), "the script's group outlived the runner")
-      local kubeconfig = support.lines(files.read(dir .. "/kubeconfigs"))[1]
-      assert.truthy(support.poll(10, function() return files.read(kubeconfig) == nil end),
+      local kubeconfig = cli.lines(files.read(dir .. "/kubeconfigs"))[1]
+      assert.truthy(cli.poll(10, function() return files.read(kubeconfig) == nil end),
         "its kubeconfig stayed: " .. kubeconfig)
       files.write(dir .. "/stamp", "")
       second_copy_alone(dir, env)
-      assert.equal(2, support.version(srv))
+      assert.equal(2, cli.version(srv))
     end)
 
     -- A runner frozen (SIGSTOP) while its script runs renews its Lease no
@@ -230,7 +230,7 @@ describe("stops that stop", function()
       files.write(dir .. "/stamp", "")
       second_copy_alone(dir, env)
       assert.is_false(alive(first[1]) or alive(first[2]), "the frozen runner's script still runs")
-      assert.equal(2, support.version(srv))
+      assert.equal(2, cli.version(srv))
     end)
 
     -- Renewals refused while the script runs: the runner stops the script
@@ -238,7 +238,7 @@ describe("stops that stop", function()
     it("is stopped, with its group, when the lock it runs under can no longer be renewed #fakeonly", function()
       local dir = script_dir("guarded", GUARDED)
       finally(function() files.rm_rf(dir) end)
-      local p = support.start(support.args(srv, dir, "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
+      local p = cli.start(cli.args(srv, dir, "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
       finally(function() p:cleanup() end)
       local script = pids(dir .. "/pids", 2)
       assert.truthy(script, p:stderr())
@@ -250,7 +250,7 @@ describe("stops that stop", function()
       assert.truthy(all_gone(script), "the script's group outlived the stop")
       assert.truthy(#srv:fired() > 0)
       for _, action in ipairs(srv:fired()) do assert.equal("status", action) end
-      assert.equal(1, support.version(srv))
+      assert.equal(1, cli.version(srv))
     end)
   end)
 end)

@@ -4,17 +4,17 @@
 -- markers, `ctx` and its sealed objects, the client's counters) is a proxy
 -- whose state lives in closures; the sandbox's raw functions refuse it.
 -- (Issue 35, class 1: the sandbox boundary leaks through iteration.)
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
 local json = require "cozy.json"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 -- A run of the migrations `sources` (file name -> source), in the
 -- background and bounded: a run that hangs fails the spec instead of
 -- hanging it.
 local function run_set(srv, sources, ...)
-  local dir = support.migration_dir(sources)
-  local p = support.start(support.args(srv, dir, ...))
+  local dir = cli.migration_dir(sources)
+  local p = cli.start(cli.args(srv, dir, ...))
   finally(function() p:cleanup(); files.rm_rf(dir) end)
   return p
 end
@@ -37,7 +37,7 @@ describe("the JSON markers a migration holds", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)) end)
+  before_each(function() srv:reset(cli.fixture(1)) end)
 
   -- migration 1 stamps a first history record; migration 2 reaches for the
   -- real marker behind the stand-in and changes it; the stamp of 2 follows
@@ -45,10 +45,10 @@ describe("the JSON markers a migration holds", function()
     local p = run_set(srv, { ["1-first.lua"] = BENIGN, ["2-hostile.lua"] = step(body) }, "run")
     local r = p:wait(60)
     assert.equal(0, r.code, r.stderr)
-    assert.equal(3, support.version(srv))
-    local _, cm = support.version(srv)
+    assert.equal(3, cli.version(srv))
+    local _, cm = cli.version(srv)
     local names = {}
-    for _, rec in ipairs(support.history(cm)) do names[#names + 1] = rec.name end
+    for _, rec in ipairs(cli.history(cm)) do names[#names + 1] = rec.name end
     assert.same({ "1-first", "2-hostile" }, names)
     return r
   end
@@ -81,7 +81,7 @@ describe("the JSON markers a migration holds", function()
     }, "run")
     local r = p:wait(60)
     assert.equal(0, r.code, r.stderr)
-    assert.equal(4, support.version(srv))
+    assert.equal(4, cli.version(srv))
   end)
 
   it("rawset cannot write into a stand-in (shared by every migration of the run)", function()
@@ -97,7 +97,7 @@ describe("ctx and its sealed objects", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1, { support.configmap("target", { keep = "me" }) })) end)
+  before_each(function() srv:reset(cli.fixture(1, { cli.configmap("target", { keep = "me" }) })) end)
 
   -- a walk that would patch one ConfigMap, after `tamper`: check must
   -- still report the write it would make
@@ -176,7 +176,7 @@ describe("a stop inside load's reader", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)) end)
+  before_each(function() srv:reset(cli.fixture(1)) end)
 
   local LOADS = [[
     ctx.log:info("step body running")
@@ -189,18 +189,18 @@ describe("a stop inside load's reader", function()
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("1-hostile ran past its time limit of 1s", r.stderr, 1, true)
-    assert.equal(1, support.version(srv))
-    assert.equal("", support.lease_holder(srv))
+    assert.equal(1, cli.version(srv))
+    assert.equal("", cli.lease_holder(srv))
   end)
 
   it("nor SIGTERM", function()
     local p = run_set(srv, { ["1-hostile.lua"] = step(LOADS) }, "run")
-    assert.truthy(support.poll(10, function() return p:stderr():find("step body running", 1, true) end), p:stderr())
+    assert.truthy(cli.poll(10, function() return p:stderr():find("step body running", 1, true) end), p:stderr())
     p:kill("TERM")
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("1-hostile stopped by signal 15", r.stderr, 1, true)
-    assert.equal("", support.lease_holder(srv))
+    assert.equal("", cli.lease_holder(srv))
   end)
 
   it("nor when load itself is called through pcall (load returns, so pcall has nothing to rethrow)", function()

@@ -1,13 +1,13 @@
 -- What a migration cannot reach or forge: `string.dump`, through a string's
 -- methods or a loaded chunk, and the kind of an engine error it caught and
 -- raised again (errors.kind is kept where a migration cannot write).
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 
 local function run_migration(srv, source, ...)
-  local dir = support.migration_dir { ["1-hostile.lua"] = source }
-  local r = support.run(support.args(srv, dir, "run", ...))
+  local dir = cli.migration_dir { ["1-hostile.lua"] = source }
+  local r = cli.run(cli.args(srv, dir, "run", ...))
   files.rm_rf(dir)
   return r
 end
@@ -16,7 +16,7 @@ describe("a string's methods", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)) end)
+  before_each(function() srv:reset(cli.fixture(1)) end)
 
   it("do not reach string.dump", function()
     local r = run_migration(srv, [[
@@ -44,7 +44,7 @@ describe("an engine error a migration catches", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)) end)
+  before_each(function() srv:reset(cli.fixture(1)) end)
 
   local function rethrown_as(kind)
     return ([[
@@ -62,13 +62,13 @@ return { description = "forges", permissions = { { verb = "get", group = "", res
     local r = run_migration(srv, rethrown_as("lost"))
     assert.equal(1, r.code, r.stderr)
     assert.matches("NotFound", r.stderr, 1, true)
-    assert.equal("", support.lease_holder(srv))
-    assert.equal(1, support.version(srv))
+    assert.equal("", cli.lease_holder(srv))
+    assert.equal(1, cli.version(srv))
   end)
 
   it("kind 'locked' written on it does not change the exit status to 3", function()
     local r = run_migration(srv, rethrown_as("locked"))
     assert.equal(1, r.code, r.stderr)
-    assert.equal("", support.lease_holder(srv))
+    assert.equal("", cli.lease_holder(srv))
   end)
 end)

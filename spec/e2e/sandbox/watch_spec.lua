@@ -3,9 +3,9 @@
 -- handler, a coroutine's close handlers, a file's top level, the table a
 -- file returns. None of them can outlive the step's time limit or SIGTERM,
 -- and no Lua construct swallows a pending stop. (Issue: a hostile run, class 1.)
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 
 local LOOPS = "setmetatable({}, { __close = function() while true do end end })"
 
@@ -24,8 +24,8 @@ end
 -- Runs `run` of one migration in the background and waits for it (bounded:
 -- a run that hangs fails the spec instead of hanging it).
 local function run_step(srv, source, ...)
-  local dir = support.migration_dir { ["1-hostile.lua"] = source }
-  local p = support.start(support.args(srv, dir, "run", ...))
+  local dir = cli.migration_dir { ["1-hostile.lua"] = source }
+  local p = cli.start(cli.args(srv, dir, "run", ...))
   finally(function() p:cleanup(); files.rm_rf(dir) end)
   return p
 end
@@ -34,13 +34,13 @@ describe("a step's migration code under its watch", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)) end)
+  before_each(function() srv:reset(cli.fixture(1)) end)
 
   local function stopped_at_limit(r)
     assert.equal(1, r.code, r.stderr)
     assert.matches("1-hostile ran past its time limit of 1s", r.stderr, 1, true)
-    assert.equal(1, support.version(srv))
-    assert.equal("", support.lease_holder(srv))
+    assert.equal(1, cli.version(srv))
+    assert.equal("", cli.lease_holder(srv))
   end
 
   it("a <close> handler that loops while a failing step unwinds ends at the step's time limit", function()
@@ -51,12 +51,12 @@ describe("a step's migration code under its watch", function()
 
   it("the same handler is stopped by SIGTERM, and the lock released", function()
     local p = run_step(srv, step(("local guard <close> = %s\n    error('fails, then unwinds')"):format(LOOPS)))
-    assert.truthy(support.poll(10, function() return p:stderr():find("step body running", 1, true) end), p:stderr())
+    assert.truthy(cli.poll(10, function() return p:stderr():find("step body running", 1, true) end), p:stderr())
     p:kill("TERM")
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("1-hostile stopped by signal 15", r.stderr, 1, true)
-    assert.equal("", support.lease_holder(srv))
+    assert.equal("", cli.lease_holder(srv))
   end)
 
   it("a message handler of the migration's own xpcall that loops does not hide the stop", function()
@@ -83,18 +83,18 @@ describe("a step's migration code under its watch", function()
     local r = p:wait(30)
     assert.equal(1, r.code, r.stderr)
     assert.matches("1-hostile raised a table value: (a table value that cannot be shown)", r.stderr, 1, true)
-    assert.equal("", support.lease_holder(srv))
+    assert.equal("", cli.lease_holder(srv))
   end)
 end)
 
 describe("a migration file's own code outside a step", function()
   local srv
-  setup(function() srv = fake.start { fixtures = { support.fixture(1) } } end)
+  setup(function() srv = fake.start { fixtures = { cli.fixture(1) } } end)
   teardown(function() srv:stop() end)
 
   local function list(source)
-    local dir = support.migration_dir { ["1-hostile.lua"] = source }
-    local p = support.start(support.args(srv, dir, "list"))
+    local dir = cli.migration_dir { ["1-hostile.lua"] = source }
+    local p = cli.start(cli.args(srv, dir, "list"))
     finally(function() p:cleanup(); files.rm_rf(dir) end)
     return p:wait(30)
   end

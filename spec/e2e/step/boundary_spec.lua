@@ -3,15 +3,15 @@
 -- through any path reaches the server; the migration's declared permissions
 -- are enforced before a request is sent; the spec harness sends what `run`
 -- sends; a migration's deliberate error is one log line.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
 local runner = require "cozy.runner"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 local helpers = require "spec.helpers"
 
 -- A directory holding one migration `1-NAME.lua` with `source`.
 local function migration_dir(name, source)
-  return support.migration_dir { [("1-%s.lua"):format(name)] = source }
+  return cli.migration_dir { [("1-%s.lua"):format(name)] = source }
 end
 
 local CONFIGMAP_PERMISSIONS = [[
@@ -81,14 +81,14 @@ end
 -- Requests other than reads (the access reviews `check` asks are the engine's own).
 local function sent_writes(srv)
   local out = {}
-  for _, r in ipairs(support.writes(srv)) do out[#out + 1] = r.method .. " " .. r.path end
+  for _, r in ipairs(cli.writes(srv)) do out[#out + 1] = r.method .. " " .. r.path end
   return out
 end
 
 -- the writes a plan sent that could persist: a rehearsal sends each with dryRun=All
 local function persisting_writes(srv)
   local out = {}
-  for _, r in ipairs(support.writes(srv)) do
+  for _, r in ipairs(cli.writes(srv)) do
     if r.query ~= "dryRun=All" then out[#out + 1] = r.method .. " " .. r.path .. "?" .. tostring(r.query) end
   end
   return out
@@ -112,11 +112,11 @@ end
 describe("no write is sent where none may be", function()
   local dir
   setup(function() dir = migration_dir("writer", writer_source()) end)
-  teardown(function() os.execute("rm -rf " .. support.quote(dir)) end)
+  teardown(function() os.execute("rm -rf " .. cli.quote(dir)) end)
   before_each(function()
-    srv:reset(support.fixture(1, {
-      support.configmap("target", { keep = "me" }),
-      support.configmap("doomed", {}),
+    srv:reset(cli.fixture(1, {
+      cli.configmap("target", { keep = "me" }),
+      cli.configmap("doomed", {}),
       { apiVersion = "v1", kind = "Namespace", metadata = { name = "other" } },
     }))
     srv:clear_requests()
@@ -125,8 +125,8 @@ describe("no write is sent where none may be", function()
   for _, command in ipairs({ { "plan" }, { "run", "--dry-run" } }) do
     it(table.concat(command, " ") .. " sends only reads and dryRun=All writes and shows each write once", function()
       local before = srv:objects()
-      local args = support.args(srv, dir, table.unpack(command))
-      local r = support.run(args)
+      local args = cli.args(srv, dir, table.unpack(command))
+      local r = cli.run(args)
       assert.equal(0, r.code, r.stdout .. r.stderr)
       assert.same({}, persisting_writes(srv))
       assert.same(before, srv:objects())
@@ -147,10 +147,10 @@ describe("no write is sent where none may be", function()
   end
 
   it("the JSON plan carries every write once, with its body", function()
-    local r = support.run(support.args(srv, dir, "plan", "--log-format", "json"))
+    local r = cli.run(cli.args(srv, dir, "plan", "--log-format", "json"))
     assert.equal(0, r.code, r.stderr)
     local writes = {}
-    for _, line in ipairs(support.lines(r.stdout)) do
+    for _, line in ipairs(cli.lines(r.stdout)) do
       local e = json.decode(line)
       if e.type == "write" and e.step == 1 then writes[#writes + 1] = e end
     end
@@ -163,7 +163,7 @@ describe("no write is sent where none may be", function()
   end)
 
   it("check refuses every write, names the migration and the request, and sends nothing", function()
-    local r = support.run(support.args(srv, dir, "check"))
+    local r = cli.run(cli.args(srv, dir, "check"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.matches("refused 10 of 10 writes", r.stdout, 1, true)
     assert.matches("refused delete: migration 1-writer attempted a write, DELETE "
@@ -172,7 +172,7 @@ describe("no write is sent where none may be", function()
   end)
 
   it("run sends each of those writes (the same migration, for real)", function()
-    local r = support.run(support.args(srv, dir, "run"))
+    local r = cli.run(cli.args(srv, dir, "run"))
     assert.equal(0, r.code, r.stderr)
     local sent = sent_writes(srv)
     local migration_writes = 0
@@ -184,7 +184,7 @@ describe("no write is sent where none may be", function()
       end
     end
     assert.equal(#WRITES, migration_writes, table.concat(sent, "\n"))
-    assert.equal(2, support.version(srv))
+    assert.equal(2, cli.version(srv))
   end)
 end)
 
@@ -205,14 +205,14 @@ return {
 }
 ]])
   end)
-  teardown(function() os.execute("rm -rf " .. support.quote(dir)) end)
+  teardown(function() os.execute("rm -rf " .. cli.quote(dir)) end)
 
   it("a request the migration did not declare fails before it is sent, naming the declaration", function()
     local res = srv:request("PATCH", "/api/v1/namespaces/cozy-system/configmaps/cozystack-version",
       { body = { data = { version = "1" } }, content_type = "application/merge-patch+json" })
     assert.equal(200, res.status, res.body)
     srv:clear_requests()
-    local r = support.run(support.args(srv, dir, "run"))
+    local r = cli.run(cli.args(srv, dir, "run"))
     assert.equal(1, r.code, r.stderr)
     assert.matches('migration 1-lists-then-patches sent PATCH /apis/kubevirt.io/v1/namespaces/', r.stderr, 1, true)
     assert.matches('declare { verb = "patch", group = "kubevirt.io", resource = "virtualmachines" }', r.stderr, 1, true)
@@ -224,7 +224,7 @@ return {
     end
     assert.is_true(listed >= 1, "the declared list was not sent")
     assert.equal(0, patched)
-    assert.equal(1, support.version(srv))
+    assert.equal(1, cli.version(srv))
   end)
 end)
 
@@ -233,7 +233,7 @@ end)
 local function harness(server, source, mode)
   local dir = migration_dir("probe", source)
   local m = runner.load_file(dir .. "/1-probe.lua")
-  os.execute("rm -rf " .. support.quote(dir))
+  os.execute("rm -rf " .. cli.quote(dir))
   return pcall(runner.run_migration, m, { kubeconfig = server.kubeconfig, mode = mode or "run",
     log = helpers.capture_log().log })
 end
@@ -253,7 +253,7 @@ end
 
 describe("the context is a boundary", function()
   before_each(function()
-    srv:reset(support.fixture(1, { support.configmap("target", { keep = "me" }) }))
+    srv:reset(cli.fixture(1, { cli.configmap("target", { keep = "me" }) }))
     srv:clear_requests()
   end)
 
@@ -294,7 +294,7 @@ describe("the context is a boundary", function()
       local ok, err = harness(srv, probe("    " .. e[2]))
       assert.is_false(ok, "the escape worked")
       assert.matches(e[3], tostring(err), 1, true)
-      assert.same({}, support.writes(srv))
+      assert.same({}, cli.writes(srv))
     end)
   end
 
@@ -401,7 +401,7 @@ describe("the spec harness runs what production runs", function()
     srv:reset("spec/fixtures/59-vmi-hotplug/cluster.json")
     read = versions()
     srv:clear_requests()
-    local r = support.run({ "run", "--kubeconfig", srv.kubeconfig })
+    local r = cli.run({ "run", "--kubeconfig", srv.kubeconfig })
     assert.equal(0, r.code, r.stderr)
     local by_run = migration_requests(read)
     assert.is_true(#by_harness > 5, "too few requests to compare: " .. #by_harness)
@@ -434,11 +434,11 @@ describe("the spec harness runs what production runs", function()
 end)
 
 describe("a migration's own error", function()
-  before_each(function() srv:reset(support.fixture(1)) end)
+  before_each(function() srv:reset(cli.fixture(1)) end)
 
   local function error_lines(text)
     local out = {}
-    for _, line in ipairs(support.lines(text)) do
+    for _, line in ipairs(cli.lines(text)) do
       if line:find(" ERROR ", 1, true) then out[#out + 1] = line end
     end
     return out
@@ -451,8 +451,8 @@ return {
   run = function(ctx) %s end,
 }
 ]]):format(raise))
-    local r = support.run(support.args(srv, dir, "run", ...))
-    os.execute("rm -rf " .. support.quote(dir))
+    local r = cli.run(cli.args(srv, dir, "run", ...))
+    os.execute("rm -rf " .. cli.quote(dir))
     return r
   end
 
@@ -463,7 +463,7 @@ return {
     assert.equal(1, #lines, r.stderr)
     assert.matches("migration 1-refuses failed: the cluster is not ready for this; version stays at 1", lines[1], 1, true)
     assert.not_matches("traceback", r.stderr)
-    assert.equal(1, support.version(srv))
+    assert.equal(1, cli.version(srv))
   end)
 
   it("its traceback is shown with -v, at debug level", function()
@@ -486,7 +486,7 @@ end)
 describe("a step's outcome", function()
 
   it("keeps the counts and warnings a migration reports, bounded", function()
-    srv:reset(support.fixture(1))
+    srv:reset(cli.fixture(1))
     local dir = migration_dir("reports", [[
 return {
   description = "reports",
@@ -504,11 +504,11 @@ return {
   end,
 }
 ]])
-    local r = support.run(support.args(srv, dir, "run"))
-    os.execute("rm -rf " .. support.quote(dir))
+    local r = cli.run(cli.args(srv, dir, "run"))
+    os.execute("rm -rf " .. cli.quote(dir))
     assert.equal(0, r.code, r.stderr)
-    local _, cm = support.version(srv)
-    local o = support.history(cm)[1].outcome
+    local _, cm = cli.version(srv)
+    local o = cli.history(cm)[1].outcome
     local keys = 0
     for _ in pairs(o.counts) do keys = keys + 1 end
     assert.equal(20, keys)
@@ -517,7 +517,7 @@ return {
     assert.equal(10, #o.warnings)
     assert.equal("careful 1", o.warnings[1])
     assert.equal(5, o.warnings_dropped)
-    local st = support.run(support.args(srv, support.tmpdir(), "status", "--target", "2"))
+    local st = cli.run(cli.args(srv, cli.tmpdir(), "status", "--target", "2"))
     assert.equal(0, st.code, st.stderr)
     assert.matches("outcome: .*updated=4", st.stdout)
     assert.matches("(5 more warnings not kept)", st.stdout, 1, true)

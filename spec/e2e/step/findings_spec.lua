@@ -2,8 +2,8 @@
 -- a finding in check, a log line at its severity in run and plan, and a
 -- blocking finding stops the step before its first write, naming it.
 local harness = require "spec.helpers"
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 local runner = require "cozy.runner"
 
 local function load(source)

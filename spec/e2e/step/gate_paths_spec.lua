@@ -1,13 +1,13 @@
 -- The gate judges a path as the API server routes it (decoded, then split),
 -- and refuses a path it cannot judge before it is sent. (The rest of the
 -- boundary: output/credentials_spec.lua, sandbox/string_dump_and_error_kinds_spec.lua.)
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
-local support = require "spec.helpers.cli"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 
 local function run_migration(srv, source, ...)
-  local dir = support.migration_dir { ["1-hostile.lua"] = source }
-  local r = support.run(support.args(srv, dir, "run", ...))
+  local dir = cli.migration_dir { ["1-hostile.lua"] = source }
+  local r = cli.run(cli.args(srv, dir, "run", ...))
   files.rm_rf(dir)
   return r
 end
@@ -33,21 +33,21 @@ describe("the gate reads a path as the API server routes it", function()
   local srv
   setup(function() srv = fake.start { fixtures = {} } end)
   teardown(function() srv:stop() end)
-  before_each(function() srv:reset(support.fixture(1)); srv:clear_requests() end)
+  before_each(function() srv:reset(cli.fixture(1)); srv:clear_requests() end)
 
   local function refused(path, why)
     local r = run_migration(srv, namespace_patcher(path))
     assert.equal(1, r.code, r.stderr)
     assert.matches(why, r.stderr, 1, true)
-    assert.equal(1, support.version(srv))
+    assert.equal(1, cli.version(srv))
     -- the one write to the stamp ConfigMap is the engine's own failure record
     -- (after the refusal); the migration's patch (version 999) never leaves
-    for _, w in ipairs(support.writes(srv)) do
+    for _, w in ipairs(cli.writes(srv)) do
       assert.not_matches('"999"', w.body or "", 1, true)
     end
-    local _, cm = support.version(srv)
+    local _, cm = cli.version(srv)
     local failed = 0
-    for _, rec in ipairs(support.history(cm)) do failed = failed + (rec.result == "failed" and 1 or 0) end
+    for _, rec in ipairs(cli.history(cm)) do failed = failed + (rec.result == "failed" and 1 or 0) end
     assert.equal(1, failed, "the failure record")
   end
 
@@ -76,6 +76,6 @@ describe("the gate reads a path as the API server routes it", function()
   it("a path it can judge still goes through: the namespace patch itself", function()
     local r = run_migration(srv, namespace_patcher("/api/v1/namespaces/cozy-system"))
     assert.equal(0, r.code, r.stderr)
-    assert.equal(2, support.version(srv))
+    assert.equal(2, cli.version(srv))
   end)
 end)

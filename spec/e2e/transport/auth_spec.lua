@@ -1,7 +1,7 @@
 -- TLS and token handling: wrong CA, wrong token, 401 then a rotated token
 -- file, periodic token re-read, in-cluster config, insecure warning, and the
 -- token never appearing in any output.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local harness = require "spec.helpers"
 local kube = require "cozy.kube"
 local sys = require "cozy.sys"
@@ -10,7 +10,7 @@ local SETTINGS = "/api/v1/namespaces/cozy%-system/configmaps/settings$"
 
 local function kubeconfig(dir, srv, user, cluster_extra)
   local path = dir .. "/kubeconfig-" .. tostring(math.random(1e9))
-  support.write_file(path, table.concat({
+  transport_harness.write_file(path, table.concat({
     "apiVersion: v1",
     "kind: Config",
     "current-context: c",
@@ -34,8 +34,8 @@ end
 describe("cozy.kube auth and TLS", function()
   local srv, other, dir, captured
   setup(function()
-    srv = support.start()
-    dir = support.tmpdir()
+    srv = transport_harness.start()
+    dir = transport_harness.tmpdir()
   end)
   teardown(function()
     if srv then srv:stop() end
@@ -55,64 +55,64 @@ describe("cozy.kube auth and TLS", function()
   end
 
   it("reads the CA from a file and the namespace from the context", function()
-    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    token: " .. support.TOKEN) })
+    local c = transport_harness.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    token: " .. transport_harness.TOKEN) })
     assert.equal("team-a", c.namespace)
     assert.equal("prod", c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
     c:close()
   end)
 
   it("refuses a server whose certificate the configured CA did not sign, without retrying", function()
-    other = other or support.start()
-    local path = kubeconfig(dir, srv, "    token: " .. support.TOKEN, "    certificate-authority: " .. other.ca)
-    local c = support.connect(srv, { kubeconfig = path, log = captured.log })
+    other = other or transport_harness.start()
+    local path = kubeconfig(dir, srv, "    token: " .. transport_harness.TOKEN, "    certificate-authority: " .. other.ca)
+    local c = transport_harness.connect(srv, { kubeconfig = path, log = captured.log })
     local cms = c:resource("v1", "configmaps")
     local ok, err = pcall(cms.get, cms, "cozy-system", "settings")
     assert.is_false(ok)
     assert.equal(0, err.code)
     assert.equal("TLSVerification", err.reason)
     assert.equal(1, #err.attempts)
-    assert.equal(0, #support.api_requests(srv, "GET", SETTINGS))
+    assert.equal(0, #transport_harness.api_requests(srv, "GET", SETTINGS))
     c:close()
   end)
 
   it("raises Unauthorized for a wrong literal token after one attempt", function()
-    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    token: wrong-token"), log = captured.log })
+    local c = transport_harness.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    token: wrong-token"), log = captured.log })
     local cms = c:resource("v1", "configmaps")
     local ok, err = pcall(cms.get, cms, "cozy-system", "settings")
     assert.is_false(ok)
     assert.equal(401, err.code)
     assert.equal("Unauthorized", err.reason)
-    assert.same({ 401 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.same({ 401 }, statuses(transport_harness.api_requests(srv, "GET", SETTINGS)))
     c:close()
   end)
 
   it("after a 401, re-reads a rotated token file and retries once", function()
     local tf = dir .. "/token-rotated"
-    support.write_file(tf, "old-token\n")
-    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = captured.log })
+    transport_harness.write_file(tf, "old-token\n")
+    local c = transport_harness.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = captured.log })
     assert.equal("token-file", c.info.auth)
-    support.write_file(tf, support.TOKEN .. "\n") -- rotated by the kubelet
+    transport_harness.write_file(tf, transport_harness.TOKEN .. "\n") -- rotated by the kubelet
     local cm = c:resource("v1", "configmaps"):get("cozy-system", "settings")
     assert.equal("prod", cm.data.mode)
-    assert.same({ 401, 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.same({ 401, 200 }, statuses(transport_harness.api_requests(srv, "GET", SETTINGS)))
     assert.equal(1, c.stats.retries)
     c:close()
   end)
 
   it("prefers tokenFile over token when both are set", function()
     local tf = dir .. "/token-both"
-    support.write_file(tf, support.TOKEN)
-    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv,
+    transport_harness.write_file(tf, transport_harness.TOKEN)
+    local c = transport_harness.connect(srv, { kubeconfig = kubeconfig(dir, srv,
       "    token: stale-literal\n    tokenFile: " .. tf), log = captured.log })
     assert.equal("prod", c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
-    assert.same({ 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.same({ 200 }, statuses(transport_harness.api_requests(srv, "GET", SETTINGS)))
     c:close()
   end)
 
   it("retries an injected 401 once, and only once", function()
     local tf = dir .. "/token-good"
-    support.write_file(tf, support.TOKEN)
-    local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = captured.log })
+    transport_harness.write_file(tf, transport_harness.TOKEN)
+    local c = transport_harness.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = captured.log })
     local cms = c:resource("v1", "configmaps")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 1, status = { code = 401 } } }
     assert.equal("prod", cms:get("cozy-system", "settings").data.mode)
@@ -121,26 +121,26 @@ describe("cozy.kube auth and TLS", function()
     assert.is_false(ok)
     assert.equal(401, err.code)
     assert.equal(2, #err.attempts)
-    assert.same({ 401, 200, 401, 401 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.same({ 401, 200, 401, 401 }, statuses(transport_harness.api_requests(srv, "GET", SETTINGS)))
     assert.same({ "status", "status", "status" }, srv:fired())
     c:close()
   end)
 
   it("re-reads the token file after token_refresh seconds, without waiting for a 401", function()
     local tf = dir .. "/token-periodic"
-    support.write_file(tf, support.TOKEN)
+    transport_harness.write_file(tf, transport_harness.TOKEN)
     local path = kubeconfig(dir, srv, "    tokenFile: " .. tf)
-    local cached = support.connect(srv, { kubeconfig = path, log = captured.log }) -- default: 60 s
-    local fast = support.connect(srv, { kubeconfig = path, log = captured.log, token_refresh = 0.2 })
+    local cached = transport_harness.connect(srv, { kubeconfig = path, log = captured.log }) -- default: 60 s
+    local fast = transport_harness.connect(srv, { kubeconfig = path, log = captured.log, token_refresh = 0.2 })
     local cms = fast:resource("v1", "configmaps")
     local t_read = sys.monotime()
     assert.equal("prod", cms:get("cozy-system", "settings").data.mode)
-    support.write_file(tf, "revoked-token")
+    transport_harness.write_file(tf, "revoked-token")
     srv:clear_requests()
     -- the fast client goes on with the token it holds until its refresh
     -- interval has passed, then re-reads the file and sends the new (here:
     -- revoked) token: poll until it does, with a bound
-    local err = support.fake.poll(10, function()
+    local err = transport_harness.fake.poll(10, function()
       local ok, e = pcall(cms.get, cms, "cozy-system", "settings")
       if not ok then return e end
     end, 0.02)
@@ -150,20 +150,20 @@ describe("cozy.kube auth and TLS", function()
     assert.is_true(switched >= 0.2, ("re-read after %.3fs, before the 0.2 s interval"):format(switched))
     -- every request before the switch had the old token; the re-read one is
     -- refused, and the retry after the 401 (a re-read again) too
-    local seen = statuses(support.api_requests(srv, "GET", SETTINGS))
+    local seen = statuses(transport_harness.api_requests(srv, "GET", SETTINGS))
     assert.same({ 401, 401 }, { seen[#seen - 1], seen[#seen] })
     for i = 1, #seen - 2 do assert.equal(200, seen[i], "request " .. i) end
     -- the cached client, told nothing, keeps the token it read: no re-read before its 60 s
     srv:clear_requests()
     assert.equal("prod", cached:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
-    assert.same({ 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.same({ 200 }, statuses(transport_harness.api_requests(srv, "GET", SETTINGS)))
     cached:close()
     fast:close()
   end)
 
   it("honours insecure-skip-tls-verify from the kubeconfig, with a warning", function()
-    local path = kubeconfig(dir, srv, "    token: " .. support.TOKEN, "    insecure-skip-tls-verify: true")
-    local c = support.connect(srv, { kubeconfig = path, log = captured.log })
+    local path = kubeconfig(dir, srv, "    token: " .. transport_harness.TOKEN, "    insecure-skip-tls-verify: true")
+    local c = transport_harness.connect(srv, { kubeconfig = path, log = captured.log })
     assert.is_true(c.info.insecure)
     assert.equal(1, captured.count("warn", "insecure%-skip%-tls%-verify"))
     assert.equal("prod", c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
@@ -173,11 +173,11 @@ describe("cozy.kube auth and TLS", function()
   it("connects in-cluster from the service account directory", function()
     local sa = dir .. "/sa"
     os.execute("mkdir -p '" .. sa .. "'")
-    support.write_file(sa .. "/token", support.TOKEN .. "\n")
-    support.write_file(sa .. "/ca.crt", support.read_file(srv.ca))
-    support.write_file(sa .. "/namespace", "team-b")
+    transport_harness.write_file(sa .. "/token", transport_harness.TOKEN .. "\n")
+    transport_harness.write_file(sa .. "/ca.crt", transport_harness.read_file(srv.ca))
+    transport_harness.write_file(sa .. "/namespace", "team-b")
     local port = srv.url:match(":(%d+)$")
-    local code, out, err = support.run(
+    local code, out, err = transport_harness.run(
       ("-u KUBECONFIG KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=%s COZY_MIGRATE_SERVICEACCOUNT_DIR=%s")
         :format(port, sa),
       [[lua -e 'local c = require("cozy.kube").connect{}; print(c.namespace, c.info.source, c.info.auth,
@@ -187,7 +187,7 @@ describe("cozy.kube auth and TLS", function()
   end)
 
   it("a second client can be opened from the plain-data options of the first", function()
-    local c = support.connect(srv, { log = captured.log })
+    local c = transport_harness.connect(srv, { log = captured.log })
     local opts = c.options
     for _, v in pairs(opts) do assert.are_not.equal("function", type(v)) end
     local c2 = kube.connect(opts)
@@ -202,7 +202,7 @@ describe("cozy.kube auth and TLS", function()
     local function scan(v, seen, found)
       seen = seen or {}
       if type(v) == "string" then
-        if v:find(support.TOKEN, 1, true) then found[#found + 1] = v end
+        if v:find(transport_harness.TOKEN, 1, true) then found[#found + 1] = v end
       elseif type(v) == "table" and not seen[v] then
         seen[v] = true
         for k, x in pairs(v) do scan(k, seen, found); scan(x, seen, found) end
@@ -214,9 +214,9 @@ describe("cozy.kube auth and TLS", function()
 
     it("not in log lines at full verbosity, errors, or the client's Lua values", function()
       local tf = dir .. "/token-log"
-      support.write_file(tf, "stale")
-      local c = support.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = captured.log })
-      support.write_file(tf, support.TOKEN)
+      transport_harness.write_file(tf, "stale")
+      local c = transport_harness.connect(srv, { kubeconfig = kubeconfig(dir, srv, "    tokenFile: " .. tf), log = captured.log })
+      transport_harness.write_file(tf, transport_harness.TOKEN)
       local cms = c:resource("v1", "configmaps")
       cms:get("cozy-system", "settings")                                   -- 401 then retry
       srv:faults { { method = "GET", times = 2, status = { code = 503 } } }
@@ -231,14 +231,14 @@ describe("cozy.kube auth and TLS", function()
       assert.same({ "status", "status", "reset", "status", "status" }, srv:fired())
       local text = captured.text() .. tostring(e1) .. tostring(e2)
       assert.is_true(#captured.lines >= 4)
-      assert.is_nil(text:find(support.TOKEN, 1, true))
+      assert.is_nil(text:find(transport_harness.TOKEN, 1, true))
       assert.same({}, scan(c, nil, {}))
       assert.same({}, scan(e2, nil, {}))
       c:close()
     end)
 
     it("not in the process output of a verbose run", function()
-      local code, out, err = support.run("", ([[lua -e '
+      local code, out, err = transport_harness.run("", ([[lua -e '
         local kube = require "cozy.kube"
         local log = require("cozy.log").new{ format = "text", verbosity = 3, stream = io.stderr }
         local c = kube.connect{ kubeconfig = %q, log = log, retry = { base_delay = 0.01 } }
@@ -248,15 +248,15 @@ describe("cozy.kube auth and TLS", function()
         local bad = kube.connect{ kubeconfig = %q, log = log }
         print(pcall(bad.resource(bad, "v1", "configmaps").get, bad:resource("v1", "configmaps"), "cozy-system", "settings"))
         error(select(2, pcall(cms.get, cms, "nope", "nope")))']]):format(srv.kubeconfig,
-        kubeconfig(dir, srv, "    token: " .. support.TOKEN .. "-wrong")))
+        kubeconfig(dir, srv, "    token: " .. transport_harness.TOKEN .. "-wrong")))
       assert.are_not.equal(0, code)
       assert.matches("prod", out)
       assert.matches("Unauthorized", out)
-      assert.is_nil((out .. err):find(support.TOKEN, 1, true))
+      assert.is_nil((out .. err):find(transport_harness.TOKEN, 1, true))
       -- and the commands of the CLI at -v -v -v, whatever they answer here
       for _, cmd in ipairs { "status", "check", "plan" } do
-        local _, o2, e2 = support.run("", ("%s -v -v -v --kubeconfig %s"):format(cmd, srv.kubeconfig))
-        assert.is_nil((o2 .. e2):find(support.TOKEN, 1, true), cmd)
+        local _, o2, e2 = transport_harness.run("", ("%s -v -v -v --kubeconfig %s"):format(cmd, srv.kubeconfig))
+        assert.is_nil((o2 .. e2):find(transport_harness.TOKEN, 1, true), cmd)
       end
     end)
   end)

@@ -1,22 +1,22 @@
 -- cozy.kube over TLS with a token against the fake API server: reads, writes,
 -- absent object vs absent type, structured errors, headers.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local kube = require "cozy.kube"
 local json = require "cozy.json"
 
 describe("cozy.kube basics (TLS + token)", function()
   local srv, client, cms
   setup(function()
-    srv = support.start()
+    srv = transport_harness.start()
   end)
   teardown(function()
     if srv then srv:stop() end
   end)
   before_each(function()
-    srv:reset { support.FIXTURE }
+    srv:reset { transport_harness.FIXTURE }
     srv:clear_faults()
     srv:clear_requests()
-    client = support.connect(srv)
+    client = transport_harness.connect(srv)
     cms = client:resource("v1", "configmaps")
   end)
   after_each(function() client:close() end)
@@ -27,7 +27,7 @@ describe("cozy.kube basics (TLS + token)", function()
     assert.equal("configured", client.info.ca)
     assert.is_false(client.info.insecure)
     for _, v in pairs(client.info) do
-      assert.is_nil(tostring(v):find(support.TOKEN, 1, true))
+      assert.is_nil(tostring(v):find(transport_harness.TOKEN, 1, true))
     end
   end)
 
@@ -35,7 +35,7 @@ describe("cozy.kube basics (TLS + token)", function()
     local cm = cms:get("cozy-system", "settings")
     assert.equal("prod", cm.data.mode)
     assert.equal("ConfigMap", cm.kind)
-    local reqs = support.api_requests(srv, "GET", "/configmaps/settings$")
+    local reqs = transport_harness.api_requests(srv, "GET", "/configmaps/settings$")
     assert.equal(1, #reqs)
     assert.matches("^cozy%-migrate/%d+%.%d+", reqs[1].user_agent)
     assert.equal(1, client.stats.requests)
@@ -71,15 +71,15 @@ describe("cozy.kube basics (TLS + token)", function()
     assert.same({ b = "2" }, merged.data)
     local patched = cms:json_patch("team-a", "new", { { op = "add", path = "/data/c", value = "3" } })
     assert.same({ b = "2", c = "3" }, patched.data)
-    assert.same({ b = "2", c = "3" }, support.object(srv, "team-a", "new").data)
+    assert.same({ b = "2", c = "3" }, transport_harness.object(srv, "team-a", "new").data)
     assert.is_nil(cms:delete("team-a", "new"))
-    assert.is_nil(support.object(srv, "team-a", "new"))
+    assert.is_nil(transport_harness.object(srv, "team-a", "new"))
     local ok, err = pcall(cms.delete, cms, "team-a", "new")
     assert.is_false(ok)
     assert.equal("object", err.absent)
     assert.equal(5, client.stats.writes) -- the failed delete was sent too
     local kinds = {}
-    for _, e in ipairs(support.api_requests(srv, nil, "/configmaps")) do
+    for _, e in ipairs(transport_harness.api_requests(srv, nil, "/configmaps")) do
       kinds[#kinds + 1] = e.method .. " " .. (type(e.content_type) == "string" and e.content_type or "-")
     end
     assert.same({ "POST application/json", "PATCH application/merge-patch+json",
@@ -91,7 +91,7 @@ describe("cozy.kube basics (TLS + token)", function()
     assert.is_false(ok)
     assert.equal(409, err.code)
     assert.equal("AlreadyExists", err.reason)
-    assert.equal(1, #support.api_requests(srv, "POST"))
+    assert.equal(1, #transport_harness.api_requests(srv, "POST"))
   end)
 
   it("raises a failed test of a JSON patch as 422 Invalid", function()
@@ -99,7 +99,7 @@ describe("cozy.kube basics (TLS + token)", function()
       { { op = "test", path = "/data/mode", value = "dev" }, { op = "replace", path = "/data/mode", value = "x" } })
     assert.is_false(ok)
     assert.equal(422, err.code)
-    assert.equal("prod", support.object(srv, "cozy-system", "settings").data.mode)
+    assert.equal("prod", transport_harness.object(srv, "cozy-system", "settings").data.mode)
   end)
 
   it("works with cluster-scoped resources", function()

@@ -2,7 +2,7 @@
 -- safe to resend go out on kept-alive connections; any other write on a
 -- connection opened for it. Which connection carried a request is read from
 -- the fake's request log (`conn`: the client's address:port).
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local transport = require "cozy.transport"
 
 local SETTINGS = "/api/v1/namespaces/cozy-system/configmaps/settings"
@@ -22,12 +22,12 @@ local function conns(log)
 end
 
 local function count(srv)
-  return support.object(srv, "cozy-system", "settings").data.count
+  return transport_harness.object(srv, "cozy-system", "settings").data.count
 end
 
 describe("transport connections", function()
   local srv, t
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
     t = connect(srv)
   end)

@@ -2,7 +2,7 @@
 -- 2xx body is decoded straight from the transfer's buffer, with the
 -- projection it was given; what is not JSON comes back as text with the
 -- decoder's message, and cozy.kube turns that into an InvalidResponse.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local transport = require "cozy.transport"
 local json = require "cozy.json"
 local kube = require "cozy.kube"
@@ -12,7 +12,7 @@ local TEAM_A = "/api/v1/namespaces/team-a/configmaps"
 
 describe("answers decoded by the transport", function()
   local srv, t
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
     t = assert(transport.new { kubeconfig = srv.kubeconfig, request_timeout = 5, qps = 0,
       retry = { max_attempts = 2, max_time = 10, base_delay = 0.01, max_delay = 0.1 } })
@@ -100,9 +100,9 @@ end)
 
 describe("cozy.kube and an answer that is not JSON", function()
   local srv, client
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
-    client = support.connect(srv)
+    client = transport_harness.connect(srv)
   end)
   after_each(function() client:close() end)
 

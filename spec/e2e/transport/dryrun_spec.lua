@@ -1,14 +1,14 @@
 -- Dry runs: "server" sends every write with dryRun=All (nothing stored);
 -- "client" sends no write at all, records it and returns the local result.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local json = require "cozy.json"
 
 describe("cozy.kube dry runs", function()
   local srv
-  setup(function() srv = support.start() end)
+  setup(function() srv = transport_harness.start() end)
   teardown(function() if srv then srv:stop() end end)
   before_each(function()
-    srv:reset { support.FIXTURE }
+    srv:reset { transport_harness.FIXTURE }
     if not srv.real then srv:clear_faults() end
     srv:clear_requests()
   end)
@@ -35,7 +35,7 @@ describe("cozy.kube dry runs", function()
   it("server: every write carries dryRun=All and nothing changes", function()
     local before = srv:objects()
     local shown = {}
-    local c = support.connect(srv, { dry_run = "server", record = function(w) shown[#shown + 1] = w end })
+    local c = transport_harness.connect(srv, { dry_run = "server", record = function(w) shown[#shown + 1] = w end })
     local created, merged, patched, updated, changed = exercise(c:resource("v1", "configmaps"))
     assert.equal("1", created.data.a)
     assert.same({ m = "x" }, merged.data)
@@ -60,7 +60,7 @@ describe("cozy.kube dry runs", function()
 
   it("client: no write is sent; each is recorded; local results are returned", function()
     local recorded = {}
-    local c = support.connect(srv, { dry_run = "client", record = function(w) recorded[#recorded + 1] = w end })
+    local c = transport_harness.connect(srv, { dry_run = "client", record = function(w) recorded[#recorded + 1] = w end })
     local created, merged, patched, updated, changed = exercise(c:resource("v1", "configmaps"))
     assert.equal(0, #writes())
     assert.equal("1", created.data.a)
@@ -88,7 +88,7 @@ describe("cozy.kube dry runs", function()
   end)
 
   it("client: a delete or patch of an absent object still raises", function()
-    local c = support.connect(srv, { dry_run = "client", record = function() end })
+    local c = transport_harness.connect(srv, { dry_run = "client", record = function() end })
     local cms = c:resource("v1", "configmaps")
     local ok, err = pcall(cms.delete, cms, "team-a", "ghost")
     assert.is_false(ok)

@@ -3,7 +3,7 @@
 -- token issuer, an expiring one, one that hangs, prints garbage, floods,
 -- fails, or needs a terminal). Before exec plugins, every kubeconfig here
 -- was refused with "exec credential plugins are not supported".
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local harness = require "spec.helpers"
 local json = require "cozy.json"
 
@@ -13,7 +13,7 @@ local V1 = "client.authentication.k8s.io/v1"
 
 local function lines_in(path)
   local n = 0
-  for _ in (support.read_file(path) or ""):gmatch("[^\n]+") do n = n + 1 end
+  for _ in (transport_harness.read_file(path) or ""):gmatch("[^\n]+") do n = n + 1 end
   return n
 end
 
@@ -26,8 +26,8 @@ end
 describe("exec credential plugins", function()
   local srv, dir, captured, seq = nil, nil, nil, 0
   setup(function()
-    srv = support.start()
-    dir = support.tmpdir()
+    srv = transport_harness.start()
+    dir = transport_harness.tmpdir()
   end)
   teardown(function()
     if srv then srv:stop() end
@@ -47,7 +47,7 @@ describe("exec credential plugins", function()
     local e = {}
     for k, v in pairs(env) do e[#e + 1] = ("      - {name: %s, value: '%s'}"):format(k, v) end
     table.sort(e)
-    support.write_file(path, table.concat({
+    transport_harness.write_file(path, table.concat({
       "apiVersion: v1", "kind: Config", "current-context: c",
       "contexts:", "- name: c", "  context: {cluster: k, user: u}",
       "clusters:", "- name: k", "  cluster:", "    server: " .. server.url,
@@ -63,14 +63,14 @@ describe("exec credential plugins", function()
   local function token_file(value)
     seq = seq + 1
     local path = ("%s/token-%d"):format(dir, seq)
-    support.write_file(path, value .. "\n")
+    transport_harness.write_file(path, value .. "\n")
     return path
   end
 
   local function connect_err(path, extra)
     local opts = { kubeconfig = path, log = captured.log }
     for k, v in pairs(extra or {}) do opts[k] = v end
-    local ok, err = pcall(support.connect, srv, opts)
+    local ok, err = pcall(transport_harness.connect, srv, opts)
     assert.is_false(ok, "the connection was expected to fail")
     assert.equal("ConfigError", err.reason)
     return err
@@ -78,16 +78,16 @@ describe("exec credential plugins", function()
 
   it("authenticates with the plugin's token, runs it once while the token is valid, and tells it the cluster", function()
     local runs, info = dir .. "/runs-cached", dir .. "/info-cached"
-    local path = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN), RUNS = runs, EXPIRES = 3600,
+    local path = kubeconfig(srv, { TOKEN_FILE = token_file(transport_harness.TOKEN), RUNS = runs, EXPIRES = 3600,
       INFO_OUT = info }, "      apiVersion: " .. V1 .. "\n      interactiveMode: IfAvailable\n" ..
       "      provideClusterInfo: true\n      args: [--region, eu-1]")
-    local c = support.connect(srv, { kubeconfig = path, log = captured.log })
+    local c = transport_harness.connect(srv, { kubeconfig = path, log = captured.log })
     assert.equal("exec", c.info.auth)
     local cms = c:resource("v1", "configmaps")
     for _ = 1, 3 do assert.equal("prod", cms:get("cozy-system", "settings").data.mode) end
-    assert.same({ 200, 200, 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.same({ 200, 200, 200 }, statuses(transport_harness.api_requests(srv, "GET", SETTINGS)))
     assert.equal(1, lines_in(runs))
-    local sent = json.decode(support.read_file(info))
+    local sent = json.decode(transport_harness.read_file(info))
     assert.equal("ExecCredential", sent.kind)
     assert.equal(V1, sent.apiVersion)
     assert.is_false(sent.spec.interactive) -- busted's stdin is no terminal
@@ -100,8 +100,8 @@ describe("exec credential plugins", function()
 
   it("runs the plugin again before each request once its expirationTimestamp has passed", function()
     local runs = dir .. "/runs-expired"
-    local path = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN), RUNS = runs, EXPIRES = -60 })
-    local c = support.connect(srv, { kubeconfig = path, log = captured.log })
+    local path = kubeconfig(srv, { TOKEN_FILE = token_file(transport_harness.TOKEN), RUNS = runs, EXPIRES = -60 })
+    local c = transport_harness.connect(srv, { kubeconfig = path, log = captured.log })
     assert.equal(1, lines_in(runs))
     local cms = c:resource("v1", "configmaps")
     for _ = 1, 3 do assert.equal("prod", cms:get("cozy-system", "settings").data.mode) end
@@ -110,11 +110,11 @@ describe("exec credential plugins", function()
   end)
 
   it("after a 401, runs the plugin again and replays the request with the new token", function()
-    local own = support.start()
-    local tf = token_file(support.TOKEN)
+    local own = transport_harness.start()
+    local tf = token_file(transport_harness.TOKEN)
     local runs = dir .. "/runs-401"
     local ok, err = pcall(function()
-      local c = support.connect(own, { kubeconfig = kubeconfig(own, { TOKEN_FILE = tf, RUNS = runs }),
+      local c = transport_harness.connect(own, { kubeconfig = kubeconfig(own, { TOKEN_FILE = tf, RUNS = runs }),
         log = captured.log })
       local cms = c:resource("v1", "configmaps")
       assert.equal("prod", cms:get("cozy-system", "settings").data.mode)
@@ -122,7 +122,7 @@ describe("exec credential plugins", function()
       own:faults { { method = "GET", path = "configmaps/settings", rotate_token = { token = "rotated-tok", file = tf } } }
       assert.equal("prod", cms:get("cozy-system", "settings").data.mode)
       assert.same({ "rotate_token" }, own:fired())
-      assert.same({ 200, 401, 200 }, statuses(support.api_requests(own, "GET", SETTINGS)))
+      assert.same({ 200, 401, 200 }, statuses(transport_harness.api_requests(own, "GET", SETTINGS)))
       assert.equal(2, lines_in(runs))
       c:close()
     end)
@@ -131,16 +131,16 @@ describe("exec credential plugins", function()
   end)
 
   it("clients of one process share the plugin's credential, renewed once after a 401 (client-go's cache)", function()
-    local tf, runs = token_file(support.TOKEN), dir .. "/runs-shared"
+    local tf, runs = token_file(transport_harness.TOKEN), dir .. "/runs-shared"
     local path = kubeconfig(srv, { TOKEN_FILE = tf, RUNS = runs, EXPIRES = 3600 })
-    local a = support.connect(srv, { kubeconfig = path, log = captured.log })
-    local b = support.connect(srv, { kubeconfig = path, log = captured.log })
+    local a = transport_harness.connect(srv, { kubeconfig = path, log = captured.log })
+    local b = transport_harness.connect(srv, { kubeconfig = path, log = captured.log })
     assert.equal(1, lines_in(runs))
     srv:faults { { method = "GET", path = "configmaps/settings", times = 1, status = { code = 401 } } }
     assert.equal("prod", a:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
     assert.same({ "status" }, srv:fired())
     assert.equal(2, lines_in(runs)) -- the 401 renewed it
-    local c = support.connect(srv, { kubeconfig = path, log = captured.log })
+    local c = transport_harness.connect(srv, { kubeconfig = path, log = captured.log })
     assert.equal("prod", c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
     assert.equal("prod", b:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
     assert.equal(2, lines_in(runs)) -- the renewed one is shared; b keeps the one it holds
@@ -151,11 +151,11 @@ describe("exec credential plugins", function()
 
   it("after a 401, a plugin that fails leaves the 401 final, with its reason", function()
     local fail_if = dir .. "/fail-now"
-    local c = support.connect(srv, { kubeconfig = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN),
+    local c = transport_harness.connect(srv, { kubeconfig = kubeconfig(srv, { TOKEN_FILE = token_file(transport_harness.TOKEN),
       FAIL_IF = fail_if }), log = captured.log })
     local cms = c:resource("v1", "configmaps")
     assert.equal("prod", cms:get("cozy-system", "settings").data.mode)
-    support.write_file(fail_if, "")
+    transport_harness.write_file(fail_if, "")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 1, status = { code = 401 } } }
     local ok, err = pcall(cms.get, cms, "cozy-system", "settings")
     assert.is_false(ok)
@@ -172,11 +172,11 @@ describe("exec credential plugins", function()
   -- runs the plugin and ends the request with its reason
   it("after a 401 to a batch's write, a plugin that fails leaves the 401 final, with its reason", function()
     local fail_if = dir .. "/fail-batch"
-    local c = support.connect(srv, { kubeconfig = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN),
+    local c = transport_harness.connect(srv, { kubeconfig = kubeconfig(srv, { TOKEN_FILE = token_file(transport_harness.TOKEN),
       FAIL_IF = fail_if }), log = captured.log })
     local cms = c:resource("v1", "configmaps")
     local base = cms:get("cozy-system", "settings")
-    support.write_file(fail_if, "")
+    transport_harness.write_file(fail_if, "")
     srv:faults { { method = "PATCH", path = "configmaps/settings", times = 1, status = { code = 401 } } }
     local ok, err = pcall(cms.update, cms, base, function(o)
       o.data.mode = "batch"
@@ -196,16 +196,16 @@ describe("exec credential plugins", function()
     local err = connect_err(kubeconfig(srv, { MODE = "hang", PIDS = pids }), { exec_timeout = 0.5 })
     assert.matches("exec plugin .*plugin%.sh: did not finish within 0%.5 s %(killed%)", err.message)
     assert.equal("users[u].user.exec", err.field)
-    local got = support.read_file(pids)
+    local got = transport_harness.read_file(pids)
     assert.truthy(got and got:match("%d+\n%d+"), "the plugin did not start its child")
     -- SIGKILL to the group is delivered asynchronously and the orphaned child
     -- is reaped by init: poll until neither runs (a zombie runs no more)
     local function running(pid)
-      local stat = support.read_file("/proc/" .. pid .. "/stat")
+      local stat = transport_harness.read_file("/proc/" .. pid .. "/stat")
       return stat ~= nil and stat:match("^%d+ %b() (%a)") ~= "Z"
     end
     for pid in got:gmatch("%d+") do
-      assert.is_truthy(support.fake.poll(10, function() return not running(pid) end, 0.02),
+      assert.is_truthy(transport_harness.fake.poll(10, function() return not running(pid) end, 0.02),
         "process " .. pid .. " survived")
     end
   end)
@@ -220,7 +220,7 @@ describe("exec credential plugins", function()
 
   it("a plugin that fails: its exit status, its stderr passed to the operator", function()
     local path = kubeconfig(srv, { MODE = "fail" })
-    local code, out, stderr = support.run("", ("lua -e 'require(\"cozy.kube\").connect{ kubeconfig = %q }'")
+    local code, out, stderr = transport_harness.run("", ("lua -e 'require(\"cozy.kube\").connect{ kubeconfig = %q }'")
       :format(path))
     assert.are_not.equal(0, code, out)
     assert.matches("exec%-plugin: the refresh token has expired, run: login", stderr)
@@ -229,7 +229,7 @@ describe("exec credential plugins", function()
 
   it("interactiveMode Always needs a terminal; with one, the plugin gets it", function()
     local always = "      apiVersion: " .. V1 .. "\n      interactiveMode: Always"
-    local path = kubeconfig(srv, { MODE = "tty", TOKEN_FILE = token_file(support.TOKEN) }, always)
+    local path = kubeconfig(srv, { MODE = "tty", TOKEN_FILE = token_file(transport_harness.TOKEN) }, always)
     local err = connect_err(path)
     assert.matches("needs an interactive terminal %(interactiveMode: Always%) and standard input is not one",
       err.message)
@@ -244,14 +244,14 @@ describe("exec credential plugins", function()
   end)
 
   it("never shows the plugin's token: not in the log at the highest verbosity, not in info", function()
-    local path = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN) })
-    local code, out, stderr = support.run("", ([[lua -e 'local log = require("cozy.log").new{ verbosity = 9 }
+    local path = kubeconfig(srv, { TOKEN_FILE = token_file(transport_harness.TOKEN) })
+    local code, out, stderr = transport_harness.run("", ([[lua -e 'local log = require("cozy.log").new{ verbosity = 9 }
       local c = require("cozy.kube").connect{ kubeconfig = "%s", log = log }
       for k, v in pairs(c.info) do print(k, v) end
       print(c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)']]):format(path))
     assert.equal(0, code, stderr)
     assert.matches("prod", out)
-    assert.is_nil((out .. stderr):find(support.TOKEN, 1, true))
+    assert.is_nil((out .. stderr):find(transport_harness.TOKEN, 1, true))
   end)
 
   it("checks the exec stanza as client-go does", function()
@@ -265,16 +265,16 @@ describe("exec credential plugins", function()
     err = stanza("      apiVersion: " .. V1 .. "\n      interactiveMode: Sometimes")
     assert.matches("must be Never, IfAvailable or Always", err.message)
     -- the plugin answering another version than the one asked
-    err = connect_err(kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN),
+    err = connect_err(kubeconfig(srv, { TOKEN_FILE = token_file(transport_harness.TOKEN),
       API = "client.authentication.k8s.io/v1beta1" }))
     assert.matches("is configured to use API version client.authentication.k8s.io/v1, the plugin returned " ..
       "client.authentication.k8s.io/v1beta1", err.message)
   end)
 
   it("v1beta1, interactiveMode defaulting to IfAvailable", function()
-    local path = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN), API = "client.authentication.k8s.io/v1beta1" },
+    local path = kubeconfig(srv, { TOKEN_FILE = token_file(transport_harness.TOKEN), API = "client.authentication.k8s.io/v1beta1" },
       "      apiVersion: client.authentication.k8s.io/v1beta1")
-    local c = support.connect(srv, { kubeconfig = path, log = captured.log })
+    local c = transport_harness.connect(srv, { kubeconfig = path, log = captured.log })
     assert.equal("prod", c:resource("v1", "configmaps"):get("cozy-system", "settings").data.mode)
     c:close()
   end)
@@ -287,10 +287,10 @@ describe("exec credential plugins", function()
   describe("a bare command looked up in PATH", function()
     local cwd
     before_each(function()
-      cwd = support.tmpdir()
+      cwd = transport_harness.tmpdir()
       os.execute(("mkdir -p '%s/bin' '%s/abs'"):format(cwd, cwd))
       for _, d in ipairs { cwd, cwd .. "/bin", cwd .. "/abs" } do
-        support.write_file(d .. "/cozy-dot-plugin", ('#!/bin/sh\nexec %s "$@"\n'):format(PLUGIN))
+        transport_harness.write_file(d .. "/cozy-dot-plugin", ('#!/bin/sh\nexec %s "$@"\n'):format(PLUGIN))
         os.execute(("chmod +x '%s/cozy-dot-plugin'"):format(d))
       end
     end)
@@ -300,10 +300,10 @@ describe("exec credential plugins", function()
     local function status_with(path_env)
       local runs = cwd .. "/runs"
       os.remove(runs)
-      local kc = kubeconfig(srv, { TOKEN_FILE = token_file(support.TOKEN), RUNS = runs })
-      support.write_file(kc, support.read_file(kc):gsub("command: [^\n]+", "command: cozy-dot-plugin"))
-      local r = require("spec.helpers.cli").shell(("cd '%s' && exec env PATH='%s' %s --kubeconfig '%s' --no-builtin "
-        .. "--target 2 status"):format(cwd, path_env, require("spec.helpers.cli").bin, kc))
+      local kc = kubeconfig(srv, { TOKEN_FILE = token_file(transport_harness.TOKEN), RUNS = runs })
+      transport_harness.write_file(kc, transport_harness.read_file(kc):gsub("command: [^\n]+", "command: cozy-dot-plugin"))
+      local r = require("spec.helpers").cli.shell(("cd '%s' && exec env PATH='%s' %s --kubeconfig '%s' --no-builtin "
+        .. "--target 2 status"):format(cwd, path_env, require("spec.helpers").cli.bin, kc))
       return r, lines_in(runs)
     end
 
@@ -330,8 +330,8 @@ describe("exec credential plugins", function()
   it("a command that is not installed: the installHint", function()
     local path = kubeconfig(srv, {}, "      apiVersion: " .. V1 .. "\n      interactiveMode: Never\n" ..
       "      installHint: 'install it with: apt install nothing'")
-    local text = support.read_file(path):gsub("command: [^\n]+", "command: cozy-no-such-plugin")
-    support.write_file(path, text)
+    local text = transport_harness.read_file(path):gsub("command: [^\n]+", "command: cozy-no-such-plugin")
+    transport_harness.write_file(path, text)
     local err = connect_err(path)
     assert.matches("exec plugin cozy%-no%-such%-plugin: not found in PATH; install it with: apt install nothing",
       err.message)

@@ -4,7 +4,7 @@
 -- values are a Lua argument error at request time, and nothing is sent; a
 -- rotated token file that would inject is not used (the token loaded before
 -- stays). Tokens at load time: spec/unit/kubeconfig_limits_spec.lua.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local transport = require "cozy.transport"
 
 local SETTINGS = "/api/v1/namespaces/cozy-system/configmaps/settings"
@@ -12,8 +12,8 @@ local SETTINGS = "/api/v1/namespaces/cozy-system/configmaps/settings"
 describe("header injection", function()
   local srv, dir, t
   setup(function()
-    srv = support.start()
-    dir = support.tmpdir()
+    srv = transport_harness.start()
+    dir = transport_harness.tmpdir()
   end)
   teardown(function()
     if srv then srv:stop() end
@@ -69,22 +69,22 @@ describe("header injection", function()
 
   it("keeps the loaded token when the token file is rewritten with a line break inside", function()
     local tok = dir .. "/token"
-    support.write_file(tok, support.TOKEN .. "\n")
+    transport_harness.write_file(tok, transport_harness.TOKEN .. "\n")
     local kc = dir .. "/kubeconfig"
-    local text = support.read_file(srv.kubeconfig)
+    local text = transport_harness.read_file(srv.kubeconfig)
     text = text:gsub("token: [^\n]*", "tokenFile: " .. tok)
-    support.write_file(kc, text)
+    transport_harness.write_file(kc, text)
     local tt = assert(transport.new { kubeconfig = kc, token_refresh = 0.000001 })
     assert.equal("token-file", tt:info().auth)
     assert.equal(200, (tt:request("GET", SETTINGS, {})))
     -- rotated to a value that would add a header; token_refresh re-reads it
     -- before every request, and a 401 would make it try once more
-    support.write_file(tok, "wrong\r\nX-Evil: 1\n")
+    transport_harness.write_file(tok, "wrong\r\nX-Evil: 1\n")
     local status, _, attempts = tt:request("GET", SETTINGS, {})
     tt:close()
     assert.equal(200, status)
     assert.equal(1, #attempts)
-    local got = support.api_requests(srv, "GET", "configmaps/settings$")
+    local got = transport_harness.api_requests(srv, "GET", "configmaps/settings$")
     assert.same({ 200, 200 }, { got[1].status, got[2].status })
   end)
 end)

@@ -7,9 +7,9 @@
 -- without `as` is an error, as client-go's validation makes it. Before, all
 -- four were ignored: requests went out as the base credentials. On both
 -- servers; under RBAC on the real one: spec/real/impersonation_spec.lua.
-local fake = require "spec.support.fake"
-local support = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 local json = require "cozy.json"
 
 -- The impersonated user is in system:masters, so that the real server's
@@ -25,11 +25,11 @@ local AS = {
 
 describe("kubeconfig impersonation", function()
   local srv, dir
-  setup(function() srv = fake.start { fixtures = { support.fixture(1) }, tls = true, token = "tok-impersonation-1" } end)
+  setup(function() srv = fake.start { fixtures = { cli.fixture(1) }, tls = true, token = "tok-impersonation-1" } end)
   teardown(function() if srv then srv:stop() end end)
   before_each(function()
-    srv:reset { support.fixture(1) }
-    dir = support.tmpdir()
+    srv:reset { cli.fixture(1) }
+    dir = cli.tmpdir()
   end)
   after_each(function() files.rm_rf(dir) end)
 
@@ -47,7 +47,7 @@ describe("kubeconfig impersonation", function()
 
   -- The SelfSubjectReview's userInfo, asked through the engine's transport
   local function who(path)
-    local r = support.run { "lua", "-e", [[
+    local r = cli.run { "lua", "-e", [[
       local json = require "cozy.json"
       local kube = require "cozy.kube"
       local c = kube.connect { kubeconfig = arg[1] }
@@ -69,21 +69,21 @@ describe("kubeconfig impersonation", function()
   end)
 
   it("stamp records the impersonated user in the history, not the base credentials'", function()
-    local r = support.run { "--kubeconfig", kubeconfig(AS), "--no-builtin", "stamp", "2",
+    local r = cli.run { "--kubeconfig", kubeconfig(AS), "--no-builtin", "stamp", "2",
       "--reason", "baseline" }
     assert.equal(0, r.code, r.stderr)
-    local version, cm = support.version(srv)
+    local version, cm = cli.version(srv)
     assert.equal(2, version)
-    local history = support.history(cm)
+    local history = cli.history(cm)
     assert.equal("migrator-alice", history[#history].user)
     assert.matches("by migrator-alice", r.stdout, 1, true)
   end)
 
   it("every request of a run carries the headers: the steps', the lock thread's and the Events' #fakeonly", function()
-    local mdir = support.migration_dir { ["1-noop.lua"] = "return { description = 'noop', run = function() end }" }
+    local mdir = cli.migration_dir { ["1-noop.lua"] = "return { description = 'noop', run = function() end }" }
     finally(function() files.rm_rf(mdir) end)
     srv:clear_requests()
-    local r = support.run { "--kubeconfig", kubeconfig(AS), "--no-builtin", "--migrations", mdir, "run" }
+    local r = cli.run { "--kubeconfig", kubeconfig(AS), "--no-builtin", "--migrations", mdir, "run" }
     assert.equal(0, r.code, r.stderr)
     local requests = srv:requests()
     assert.is_true(#requests >= 5)
@@ -99,14 +99,14 @@ describe("kubeconfig impersonation", function()
 
   it("gives a legacy script's kubectl the same impersonation", function()
     -- kubectl auth whoami's SelfSubjectReview, in JSON (the fake reads no protobuf)
-    local mdir = support.migration_dir { ["1-whoami"] = "#!/bin/sh\nset -e\n"
+    local mdir = cli.migration_dir { ["1-whoami"] = "#!/bin/sh\nset -e\n"
       .. "echo '{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"SelfSubjectReview\"}' >review.json\n"
       .. "kubectl create --raw /apis/authentication.k8s.io/v1/selfsubjectreviews -f review.json >\"$WHO_OUT\"\n"
       .. "kubectl config view --raw -o json >\"$CONFIG_OUT\"\n"
       .. "kubectl -n cozy-system patch configmap cozystack-version --type merge -p '{\"data\":{\"version\":\"2\"}}'\n" }
     finally(function() files.rm_rf(mdir) end)
     os.execute(("chmod +x '%s/1-whoami'"):format(mdir))
-    local r = support.run({ "--kubeconfig", kubeconfig(AS), "--no-builtin", "--migrations", mdir, "run" },
+    local r = cli.run({ "--kubeconfig", kubeconfig(AS), "--no-builtin", "--migrations", mdir, "run" },
       { WHO_OUT = dir .. "/who.json", CONFIG_OUT = dir .. "/config.json", PATH = os.getenv("PATH") })
     assert.equal(0, r.code, r.stderr)
     local whoami = json.decode(assert(files.read(dir .. "/who.json")))
@@ -126,7 +126,7 @@ describe("kubeconfig impersonation", function()
       { "    as-user-extra: {scopes: [read]}" },
     } do
       srv:clear_requests()
-      local r = support.run { "--kubeconfig", kubeconfig(lines), "--no-builtin", "--target", "2", "status" }
+      local r = cli.run { "--kubeconfig", kubeconfig(lines), "--no-builtin", "--target", "2", "status" }
       assert.equal(2, r.code, r.stderr)
       assert.matches(("requesting uid, groups or user-extra for user \"%s\" without impersonating a user (set "
         .. "users[%s].user.as)"):format(USER, USER), r.stderr, 1, true)
@@ -144,7 +144,7 @@ describe("kubeconfig impersonation", function()
       { { "    as: alice", "    as-user-extra: [k]" }, "users[fake].user.as-user-extra must be a mapping" },
     } do
       srv:clear_requests()
-      local r = support.run { "--kubeconfig", kubeconfig(case[1]), "--no-builtin", "--target", "2", "status" }
+      local r = cli.run { "--kubeconfig", kubeconfig(case[1]), "--no-builtin", "--target", "2", "status" }
       assert.equal(2, r.code, r.stderr)
       assert.matches((case[2]:gsub("%[fake%]", "[" .. USER .. "]")), r.stderr, 1, true)
       assert.same({}, srv:requests())

@@ -4,8 +4,8 @@
 -- at its deadline. Signals go to a child `cozy-migrate lua` process; what
 -- "in flight" and "in backoff" mean is read from the fake's request log
 -- (an entry is logged, status null, when the request arrives).
-local support = require "spec.helpers.transport"
-local runner_support = require "spec.helpers.cli"
+local transport_harness = require("spec.helpers").transport
+local cli = require("spec.helpers").cli
 local json = require "cozy.json"
 local proc = require "cozy.proc"
 local sandbox = require "cozy.sandbox"
@@ -55,7 +55,7 @@ end
 
 describe("t:request before_attempt", function()
   local srv, t
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
     t = connect(srv)
   end)
@@ -112,7 +112,7 @@ describe("t:request before_attempt", function()
     local log = settings_requests(srv, "PATCH")
     assert.equal(1, #log)
     assert.equal(429, log[1].status)
-    assert.equal("1", support.object(srv, "cozy-system", "settings").data.count)
+    assert.equal("1", transport_harness.object(srv, "cozy-system", "settings").data.count)
   end)
 
   it("a number waits that many seconds, then asks again before sending", function()
@@ -133,16 +133,16 @@ describe("t:request before_attempt", function()
   end)
 
   it("is called before the replay after a 401 with a rotated token file too", function()
-    local dir = support.tmpdir()
-    finally(function() os.execute("rm -rf " .. runner_support.quote(dir)) end)
+    local dir = transport_harness.tmpdir()
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
     local tf, kc = dir .. "/token", dir .. "/kubeconfig"
-    support.write_file(tf, "old-token\n")
-    support.write_file(kc, table.concat({ "apiVersion: v1", "kind: Config", "current-context: c",
+    transport_harness.write_file(tf, "old-token\n")
+    transport_harness.write_file(kc, table.concat({ "apiVersion: v1", "kind: Config", "current-context: c",
       "contexts:", "- name: c", "  context: {cluster: k, user: u}",
       "clusters:", "- name: k", "  cluster:", "    server: " .. srv.url, "    certificate-authority: " .. srv.ca,
       "users:", "- name: u", "  user:", "    tokenFile: " .. tf, "" }, "\n"))
     local rotated = connect(srv, { kubeconfig = kc })
-    support.write_file(tf, support.TOKEN .. "\n")   -- rotated after the client read it
+    transport_harness.write_file(tf, transport_harness.TOKEN .. "\n")   -- rotated after the client read it
     local calls = {}
     local status = rotated:request("GET", SETTINGS, { before_attempt = function(info)
       calls[#calls + 1] = info.attempt
@@ -176,7 +176,7 @@ end)
 
 describe("t:request under an armed proc.watch", function()
   local srv, t
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
     t = connect(srv)
   end)
@@ -227,7 +227,7 @@ describe("t:request under an armed proc.watch", function()
   it("reaches cozy.kube callers as a kube.Error with reason DeadlineExceeded", function()
     local kube = require "cozy.kube"
     srv:faults { { method = "GET", path = "configmaps/settings", times = 1, delay_ms = 20000 } }
-    local client = support.connect(srv)
+    local client = transport_harness.connect(srv)
     local ok, err = watched_pcall({ deadline = sys.monotime() + 0.3 }, function()
       return client:resource("v1", "configmaps"):get("cozy-system", "settings")
     end)
@@ -410,14 +410,14 @@ end)
 
 describe("SIGTERM under an armed proc.watch (a child cozy-migrate)", function()
   local srv, dir
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
-    dir = runner_support.tmpdir()
+    dir = cli.tmpdir()
   end)
-  after_each(function() os.execute("rm -rf " .. runner_support.quote(dir)) end)
+  after_each(function() os.execute("rm -rf " .. cli.quote(dir)) end)
 
   local function child(mode)
-    local p = runner_support.start({ "lua", CHILD, mode, dir .. "/out", srv.kubeconfig, dir .. "/marker" })
+    local p = cli.start({ "lua", CHILD, mode, dir .. "/out", srv.kubeconfig, dir .. "/marker" })
     finally(function() p:cleanup() end)
     return p
   end
@@ -425,11 +425,11 @@ describe("SIGTERM under an armed proc.watch (a child cozy-migrate)", function()
   local function outcome(p)
     local res = p:wait(15)
     assert.equal(0, res.code, res.stderr)
-    return json.decode((assert(runner_support.slurp(dir .. "/out"), "no outcome: " .. res.stderr)))
+    return json.decode((assert(cli.slurp(dir .. "/out"), "no outcome: " .. res.stderr)))
   end
 
   local function until_true(what, fn)
-    assert(runner_support.poll(15, fn), what)
+    assert(cli.poll(15, fn), what)
   end
 
   it("ends a slow request in flight (Interrupted), before the server answers", function()
@@ -474,7 +474,7 @@ describe("SIGTERM under an armed proc.watch (a child cozy-migrate)", function()
     it("stops " .. case.what .. ": on_stop(\"signal\", 15, where)", function()
       local p = child(case.mode)
       until_true("the child did not start " .. (case.marker or "looping"), function()
-        return runner_support.slurp(dir .. "/marker") == (case.marker or "looping")
+        return cli.slurp(dir .. "/marker") == (case.marker or "looping")
       end)
       p:kill("TERM")
       local out = outcome(p)
@@ -486,7 +486,7 @@ describe("SIGTERM under an armed proc.watch (a child cozy-migrate)", function()
   it("stops a busy loop under a watch without on_stop with a plain message", function()
     local p = child("loop-default")
     until_true("the child did not start looping", function()
-      return runner_support.slurp(dir .. "/marker") == "looping"
+      return cli.slurp(dir .. "/marker") == "looping"
     end)
     p:kill("INT")
     local out = outcome(p)

@@ -5,7 +5,7 @@
 -- Each case runs in a child cozy-migrate that reports its peak RSS (VmHWM);
 -- a small request in the same run is the baseline, and a body under the
 -- limit shows the measure does see a body's memory.
-local hostile = require "spec.support.hostile"
+local hostile = require("spec.helpers").hostile
 
 local MIB = 1024 * 1024
 local GIB = 1024 * MIB

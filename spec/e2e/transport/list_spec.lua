@@ -2,7 +2,7 @@
 -- token expires (410) in mid-list (docs/transport.md). On the fake and on the
 -- real server (COZY_SPEC_SERVER=real); an expired token needs the fake's
 -- compaction or fault rules (#fakeonly).
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local harness = require "spec.helpers"
 local json = require "cozy.json"
 local compare = require("cozy.sys").compare
@@ -29,10 +29,10 @@ end
 
 describe("cozy.kube list", function()
   local srv, client, cms, captured
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
     captured = harness.capture_log(1)
-    client = support.connect(srv, { log = captured.log })
+    client = transport_harness.connect(srv, { log = captured.log })
     cms = client:resource("v1", "configmaps")
   end)
   after_each(function() client:close() end)
@@ -44,7 +44,7 @@ describe("cozy.kube list", function()
   end
 
   local function list_requests()
-    return support.api_requests(srv, "GET", "^/api/v1/.*configmaps$")
+    return transport_harness.api_requests(srv, "GET", "^/api/v1/.*configmaps$")
   end
 
   it("walks every page with continue tokens", function()

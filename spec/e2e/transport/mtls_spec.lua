@@ -1,9 +1,9 @@
 -- Client-certificate authentication, against a small HTTPS server that
 -- requires one (spec/fixtures/transport/mtls-server.py): the fake API server
 -- authenticates by token only.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local harness = require "spec.helpers"
-local cli = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 local kube = require "cozy.kube"
 
 local function sh(cmd)
@@ -21,10 +21,10 @@ end
 describe("cozy.kube client-certificate auth", function()
   local dir, url, pid
   setup(function()
-    dir = support.tmpdir()
+    dir = transport_harness.tmpdir()
     local ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
-    support.write_file(dir .. "/srv.ext", "subjectAltName=IP:127.0.0.1\n")
-    support.write_file(dir .. "/cli.ext", "extendedKeyUsage=clientAuth\n")
+    transport_harness.write_file(dir .. "/srv.ext", "subjectAltName=IP:127.0.0.1\n")
+    transport_harness.write_file(dir .. "/cli.ext", "extendedKeyUsage=clientAuth\n")
     local o = "cd '" .. dir .. "' && openssl "
     sh(o .. "req -x509 " .. ec .. " -keyout ca.key -out ca.pem -days 1 -subj /CN=mtls-ca")
     sh(o .. "req " .. ec .. " -keyout srv.key -out srv.csr -subj /CN=127.0.0.1")
@@ -33,9 +33,9 @@ describe("cozy.kube client-certificate auth", function()
     sh(o .. "x509 -req -in cli.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cli.pem -days 1 -extfile cli.ext")
     os.execute(("/usr/bin/python3 spec/fixtures/transport/mtls-server.py '%s' '%s/ready' >'%s/server.log' 2>&1 & echo $! >'%s/pid'")
       :format(dir, dir, dir, dir))
-    pid = tonumber(support.read_file(dir .. "/pid"):match("%d+"))
-    url = cli.poll(10, function() return support.read_file(dir .. "/ready") end)
-    assert(url, "mtls server did not start: " .. (support.read_file(dir .. "/server.log") or ""))
+    pid = tonumber(transport_harness.read_file(dir .. "/pid"):match("%d+"))
+    url = cli.poll(10, function() return transport_harness.read_file(dir .. "/ready") end)
+    assert(url, "mtls server did not start: " .. (transport_harness.read_file(dir .. "/server.log") or ""))
   end)
   teardown(function()
     if pid then os.execute("kill " .. pid) end
@@ -44,7 +44,7 @@ describe("cozy.kube client-certificate auth", function()
 
   local function kubeconfig(user)
     local path = dir .. "/kc-" .. tostring(math.random(1e9))
-    support.write_file(path, table.concat({
+    transport_harness.write_file(path, table.concat({
       "apiVersion: v1", "kind: Config", "current-context: c",
       "contexts: [{name: c, context: {cluster: k, user: u}}]",
       "clusters:", "- name: k", "  cluster:", "    server: " .. url,

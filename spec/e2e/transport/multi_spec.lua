@@ -2,8 +2,8 @@
 -- in parallel with bounded concurrency, each under t:request's rules. What
 -- was in flight when is read from the fake's request log: `at` is when a
 -- request arrived, and --latency-ms holds every request that long.
-local support = require "spec.helpers.transport"
-local runner_support = require "spec.helpers.cli"
+local transport_harness = require("spec.helpers").transport
+local cli = require("spec.helpers").cli
 local json = require "cozy.json"
 local proc = require "cozy.proc"
 local sys = require "cozy.sys"
@@ -48,7 +48,7 @@ end
 
 describe("t:multi", function()
   local srv, t
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
     t = connect(srv)
   end)
@@ -80,7 +80,7 @@ describe("t:multi", function()
         assert.same({ "team-b", "cm-0" .. what:sub(2) }, { obj.metadata.namespace, obj.metadata.name })
       end
     end
-    assert.equal(16, #support.api_requests(srv))
+    assert.equal(16, #transport_harness.api_requests(srv))
   end)
 
   -- t:request and m:submit read their arguments with one parser
@@ -129,7 +129,7 @@ describe("t:multi", function()
     local took = sys.monotime() - t0
     slow:close()
     for id = 1, 6 do assert.equal(200, got[id].status) end
-    local at = arrivals(support.api_requests(srv))
+    local at = arrivals(transport_harness.api_requests(srv))
     assert.equal(6, #at)
     -- two from the burst at once, then one every 0.1 s: the sixth token comes 0.4 s in
     assert.is_true(took >= 0.38, "the batch bypassed the limiter: " .. took)
@@ -170,7 +170,7 @@ describe("t:multi", function()
     assert.equal(8, got[slow].order)          -- handed out last: the others did not wait for it
     assert.same({ 200, 2, 1 }, { got[slow].status, #got[slow].attempts, got[slow].attempts[1].after_s })
     for id = 2, 8 do assert.same({ 200, 1 }, { got[id].status, #got[id].attempts }) end
-    local log = support.api_requests(srv, "GET")
+    local log = transport_harness.api_requests(srv, "GET")
     assert.equal(9, #log)
     local retry_at = log[#log].at
     assert.matches("cm%-00$", log[#log].path)
@@ -192,22 +192,22 @@ describe("t:multi", function()
     assert.same({ 200, 2, "ConnectionReset" }, { got[id].status, #got[id].attempts, got[id].attempts[1].reason })
     assert.equal(2, asked)
     assert.same({ "reset" }, srv:fired())
-    local log = support.api_requests(srv, "PATCH")
+    local log = transport_harness.api_requests(srv, "PATCH")
     assert.equal(2, #log)
     assert.equal("z", srv:object("ConfigMap", "team-a", "cm-01").data.i)
   end)
 
   it("replays each request once after a 401 with a rotated token file", function()
-    local dir = support.tmpdir()
-    finally(function() os.execute("rm -rf " .. runner_support.quote(dir)) end)
+    local dir = transport_harness.tmpdir()
+    finally(function() os.execute("rm -rf " .. cli.quote(dir)) end)
     local tf, kc = dir .. "/token", dir .. "/kubeconfig"
-    support.write_file(tf, "old-token\n")
-    support.write_file(kc, table.concat({ "apiVersion: v1", "kind: Config", "current-context: c",
+    transport_harness.write_file(tf, "old-token\n")
+    transport_harness.write_file(kc, table.concat({ "apiVersion: v1", "kind: Config", "current-context: c",
       "contexts:", "- name: c", "  context: {cluster: k, user: u}",
       "clusters:", "- name: k", "  cluster:", "    server: " .. srv.url, "    certificate-authority: " .. srv.ca,
       "users:", "- name: u", "  user:", "    tokenFile: " .. tf, "" }, "\n"))
     local rotated = connect(srv, { kubeconfig = kc })
-    support.write_file(tf, support.TOKEN .. "\n")   -- rotated after the client read it
+    transport_harness.write_file(tf, transport_harness.TOKEN .. "\n")   -- rotated after the client read it
     local m <close> = rotated:multi { concurrency = 2 }
     m:submit("GET", cm_path("team-a", 0), {})
     m:submit("GET", cm_path("team-a", 1), {})
@@ -221,7 +221,7 @@ describe("t:multi", function()
       assert.is_nil(got[id].attempts[1].after_s)
     end
     local statuses = {}
-    for _, e in ipairs(support.api_requests(srv, "GET")) do statuses[#statuses + 1] = e.status end
+    for _, e in ipairs(transport_harness.api_requests(srv, "GET")) do statuses[#statuses + 1] = e.status end
     table.sort(statuses)
     assert.same({ 200, 200, 401, 401 }, statuses)
   end)
@@ -234,7 +234,7 @@ describe("t:multi", function()
     for i = 0, 2 do
       ids[i] = m:submit("GET", cm_path("team-a", i), { before_attempt = function(info)
         calls[#calls + 1] = { id = info.id, attempt = info.attempt, path = info.path, method = info.method,
-          sent = #support.api_requests(srv, "GET", ("cm%%-%02d$"):format(i)) }
+          sent = #transport_harness.api_requests(srv, "GET", ("cm%%-%02d$"):format(i)) }
       end })
     end
     local got = drain(m)
@@ -276,7 +276,7 @@ describe("t:multi", function()
     local got = drain(m)
     assert.is_nil(got[bad])
     assert.equal(200, got[2].status)
-    assert.equal(0, #support.api_requests(srv, "GET", "cm%-00$"))
+    assert.equal(0, #transport_harness.api_requests(srv, "GET", "cm%-00$"))
   end)
 
   it("refuses to be used from its own callbacks", function()
@@ -297,15 +297,15 @@ describe("t:multi", function()
     for i = 1, 5 do m:submit("GET", cm_path("team-a", i), {}) end
     local id, status = m:wait()
     assert.same({ fast, 200 }, { id, status })
-    assert(runner_support.poll(5, function()
-      return #support.api_requests(srv, "GET", "cm%-0[1-3]$") == 3
+    assert(cli.poll(5, function()
+      return #transport_harness.api_requests(srv, "GET", "cm%-0[1-3]$") == 3
     end), "the slow requests did not reach the server")
     m:close()
     assert.equal(0, m:pending())
     assert.has_error(function() m:wait() end, "calling 'wait' on bad self (batch is closed)")
     m:close()   -- twice is fine
     -- the three in flight were cut (never answered); cm-04/05 never sent
-    local log = support.api_requests(srv, "GET")
+    local log = transport_harness.api_requests(srv, "GET")
     assert.equal(4, #log)
     for _, e in ipairs(log) do
       if e.path:match("cm%-0[1-3]$") then assert.is_true(pending(e)) end
@@ -344,17 +344,17 @@ describe("t:multi", function()
       if last.sent then sent = sent + 1 end
     end
     assert.equal(2, sent)
-    assert.equal(2, #support.api_requests(srv, "GET"))
+    assert.equal(2, #transport_harness.api_requests(srv, "GET"))
   end)
 end)
 
 describe("t:multi under a latency", function()
   local srv, t
   local LATENCY = 0.15
-  setup(function() srv = support.start { latency_ms = LATENCY * 1000 } end)
+  setup(function() srv = transport_harness.start { latency_ms = LATENCY * 1000 } end)
   teardown(function() if srv then srv:stop() end end)
   before_each(function()
-    srv:reset { support.FIXTURE }
+    srv:reset { transport_harness.FIXTURE }
     srv:clear_requests()
     t = connect(srv)
   end)
@@ -366,7 +366,7 @@ describe("t:multi under a latency", function()
     for i = 0, 8 do m:submit("GET", cm_path("team-a", i), {}) end
     local got = drain(m)
     for id = 1, 9 do assert.equal(200, got[id].status) end
-    local at = arrivals(support.api_requests(srv, "GET"))
+    local at = arrivals(transport_harness.api_requests(srv, "GET"))
     assert.equal(9, #at)
     -- request i+K can only arrive once one of the K before it was answered,
     -- and each is held LATENCY: so no K+1 of them within LATENCY
@@ -390,7 +390,7 @@ describe("t:multi under a latency", function()
     for i = 0, 5 do m:submit("GET", cm_path("team-b", i), {}) end
     drain(m)
     local distinct = {}
-    for _, e in ipairs(support.api_requests(srv)) do distinct[e.conn] = true end
+    for _, e in ipairs(transport_harness.api_requests(srv)) do distinct[e.conn] = true end
     local n = 0
     for _ in pairs(distinct) do n = n + 1 end
     assert.equal(2, n)
@@ -403,7 +403,7 @@ describe("t:multi under a latency", function()
     end
     drain(m)
     local seen = {}
-    local log = support.api_requests(srv, "PATCH")
+    local log = transport_harness.api_requests(srv, "PATCH")
     assert.equal(4, #log)
     for _, e in ipairs(log) do
       assert.is_nil(seen[e.conn], "an unguarded write on a reused connection")
@@ -414,24 +414,24 @@ end)
 
 describe("t:multi and SIGTERM under an armed proc.watch (a child cozy-migrate)", function()
   local srv, dir
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
-    dir = runner_support.tmpdir()
+    dir = cli.tmpdir()
   end)
-  after_each(function() os.execute("rm -rf " .. runner_support.quote(dir)) end)
+  after_each(function() os.execute("rm -rf " .. cli.quote(dir)) end)
 
   it("stops the transfers in flight and the requests waiting: all Interrupted", function()
     srv:faults { { method = "GET", path = "team-a/configmaps/cm-0[0-3]$", times = -1, delay_ms = 30000 } }
-    local p = runner_support.start({ "lua", CHILD, "multi", dir .. "/out", srv.kubeconfig, dir .. "/marker" })
+    local p = cli.start({ "lua", CHILD, "multi", dir .. "/out", srv.kubeconfig, dir .. "/marker" })
     finally(function() p:cleanup() end)
-    assert(runner_support.poll(15, function()
-      local log = support.api_requests(srv, "GET")
+    assert(cli.poll(15, function()
+      local log = transport_harness.api_requests(srv, "GET")
       return #log == 2 and pending(log[1]) and pending(log[2])
     end), "the two requests in flight did not reach the server")
     p:kill("TERM")
     local res = p:wait(15)
     assert.equal(0, res.code, res.stderr)
-    local out = json.decode((assert(runner_support.slurp(dir .. "/out"), "no outcome: " .. res.stderr)))
+    local out = json.decode((assert(cli.slurp(dir .. "/out"), "no outcome: " .. res.stderr)))
     -- the watch's hook may cut the child's own loop once; nothing is handed out twice
     assert.is_true(#out.results >= 3, "results: " .. #out.results)
     local sent = 0
@@ -442,7 +442,7 @@ describe("t:multi and SIGTERM under an armed proc.watch (a child cozy-migrate)",
     end
     assert.is_true(sent <= 2)
     assert.equal(0, out.pending)
-    local log = support.api_requests(srv, "GET")
+    local log = transport_harness.api_requests(srv, "GET")
     assert.equal(2, #log)   -- the other two were never sent
     assert.is_true(pending(log[1]) and pending(log[2]), "the server answered before the child stopped")
   end)

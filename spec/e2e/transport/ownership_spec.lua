@@ -10,8 +10,8 @@
 -- "detected memory leaks" on the old binary); the plain build measures the
 -- child's resident memory across the calls instead (it grew by about 47 MB
 -- on the old binary, under 1 MB now).
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 
 local q = cli.quote
 

@@ -1,10 +1,10 @@
 -- The client-side token bucket: `burst` requests at once, then `qps` per second.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local sys = require "cozy.sys"
 
 describe("cozy.kube rate limit", function()
   local srv
-  setup(function() srv = support.start() end)
+  setup(function() srv = transport_harness.start() end)
   teardown(function() if srv then srv:stop() end end)
 
   local function timed_gets(client, n)
@@ -15,7 +15,7 @@ describe("cozy.kube rate limit", function()
   end
 
   it("spaces requests beyond the burst at 1/qps", function()
-    local c = support.connect(srv, { qps = 10, burst = 2 })
+    local c = transport_harness.connect(srv, { qps = 10, burst = 2 })
     local took = timed_gets(c, 12) -- 2 from the burst, then 10 at 0.1 s
     assert.is_true(took >= 0.95, "too fast: " .. took)
     c:close()
@@ -29,7 +29,7 @@ describe("cozy.kube rate limit", function()
   it("lets a burst through without waiting, and makes the next request wait", function()
     local kube = require "cozy.kube"
     local proc = require "cozy.proc"
-    local c = support.connect(srv, { qps = 0.001, burst = 10 })
+    local c = transport_harness.connect(srv, { qps = 0.001, burst = 10 })
     local cms = c:resource("v1", "configmaps")
     srv:clear_requests()
     local function watched(seconds, fn)
@@ -47,11 +47,11 @@ describe("cozy.kube rate limit", function()
     assert.is_false(ok, "the 11th request found a token: the burst is larger than 10")
     assert.is_true(kube.is_error(err), tostring(err))
     assert.same({ 0, "DeadlineExceeded" }, { err.code, err.reason })
-    assert.equal(10, #support.api_requests(srv, "GET"))
+    assert.equal(10, #transport_harness.api_requests(srv, "GET"))
   end)
 
   it("counts retries against the limit too", function()
-    local c = support.connect(srv, { qps = 5, burst = 1,
+    local c = transport_harness.connect(srv, { qps = 5, burst = 1,
       retry = { max_attempts = 5, max_time = 30, base_delay = 0.001, max_delay = 0.001 } })
     srv:clear_requests()
     srv:faults { { method = "GET", path = "configmaps/settings", times = 3, status = { code = 503 } } }
@@ -66,7 +66,7 @@ describe("cozy.kube rate limit", function()
     local kube = require "cozy.kube"
     assert.equal(1000, kube.defaults.qps)
     assert.equal(2000, kube.defaults.burst)
-    local c = support.connect(srv)
+    local c = transport_harness.connect(srv)
     assert.equal(1000, c.info.qps)
     assert.equal(2000, c.info.burst)
     c:close()

@@ -2,11 +2,11 @@
 -- stay alive for the whole request (core/transport.c), and curl's options
 -- are clamped or fail the request naming them (core/transport_http.c).
 describe("core/transport.c: option strings stay alive for the whole request", function()
-  local tsupport = require "spec.helpers.transport"
+  local transport_harness = require("spec.helpers").transport
   local transport = require "cozy.transport"
   local json = require "cozy.json"
   local srv
-  setup(function() srv = tsupport.start() end)
+  setup(function() srv = transport_harness.start() end)
   teardown(function() if srv then srv:stop() end end)
 
   -- The body and content type used to be popped right after they were read,
@@ -35,7 +35,7 @@ describe("core/transport.c: option strings stay alive for the whole request", fu
     t:close()
     assert.equal(201, status)
     assert.equal(2, #attempts)
-    local posts = tsupport.api_requests(srv, "POST", "namespaces/team%-a/configmaps$")
+    local posts = transport_harness.api_requests(srv, "POST", "namespaces/team%-a/configmaps$")
     assert.equal(2, #posts)
     assert.truthy(posts[1].fault, "the fault rule did not fire")
     assert.equal(posts[1].body, posts[2].body)
@@ -45,10 +45,10 @@ describe("core/transport.c: option strings stay alive for the whole request", fu
 end)
 
 describe("core/transport_http.c: curl options", function()
-  local tsupport = require "spec.helpers.transport"
+  local transport_harness = require("spec.helpers").transport
   local transport = require "cozy.transport"
   local srv
-  setup(function() srv = tsupport.start() end)
+  setup(function() srv = transport_harness.start() end)
   teardown(function() if srv then srv:stop() end end)
 
   -- (long)(1e300 * 1000) is undefined behaviour; on x86 it is LONG_MIN, which

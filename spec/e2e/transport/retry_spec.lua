@@ -1,6 +1,6 @@
 -- Retries, one fault rule per behaviour (docs/transport.md): every retry is
 -- visible in the request log, no write is lost and none is applied twice.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local harness = require "spec.helpers"
 local sys = require "cozy.sys"
 
@@ -8,10 +8,10 @@ local SETTINGS = "/api/v1/namespaces/cozy%-system/configmaps/settings$"
 
 describe("cozy.kube retries", function()
   local srv, client, cms, captured
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
     captured = harness.capture_log(1)
-    client = support.connect(srv, { log = captured.log })
+    client = transport_harness.connect(srv, { log = captured.log })
     cms = client:resource("v1", "configmaps")
   end)
   after_each(function() client:close() end)
@@ -30,7 +30,7 @@ describe("cozy.kube retries", function()
     local took = sys.monotime() - t0
     assert.equal("prod", cm.data.mode)
     assert.is_true(took >= 2.9, "Retry-After: 1 was not honoured (took " .. took .. "s)")
-    assert.same({ 503, 503, 503, 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.same({ 503, 503, 503, 200 }, statuses(transport_harness.api_requests(srv, "GET", SETTINGS)))
     assert.equal(4, client.stats.requests)
     assert.equal(3, client.stats.retries)
     assert.equal(3, captured.count("warn", "retrying"))
@@ -42,9 +42,9 @@ describe("cozy.kube retries", function()
       status = { code = 429, retry_after = 0 } } }
     local cm = cms:merge_patch("cozy-system", "settings", { data = { count = "2" } })
     assert.equal("2", cm.data.count)
-    assert.same({ 429, 200 }, statuses(support.api_requests(srv, "PATCH", SETTINGS)))
+    assert.same({ 429, 200 }, statuses(transport_harness.api_requests(srv, "PATCH", SETTINGS)))
     assert.same({ "status" }, srv:fired())
-    assert.equal("2", support.object(srv, "cozy-system", "settings").data.count)
+    assert.equal("2", transport_harness.object(srv, "cozy-system", "settings").data.count)
   end)
 
   it("does not retry a 503 on a write that is not retry-safe, and says so", function()
@@ -54,19 +54,19 @@ describe("cozy.kube retries", function()
     assert.is_false(ok)
     assert.equal(503, err.code)
     assert.equal(1, #err.attempts)
-    assert.same({ 503 }, statuses(support.api_requests(srv, "PATCH", SETTINGS)))
+    assert.same({ 503 }, statuses(transport_harness.api_requests(srv, "PATCH", SETTINGS)))
     assert.same({ "status" }, srv:fired())
-    assert.equal("1", support.object(srv, "cozy-system", "settings").data.count)
+    assert.equal("1", transport_harness.object(srv, "cozy-system", "settings").data.count)
   end)
 
   it("retries a 5xx on a JSON patch guarded by a test, applying it once", function()
     srv:faults { { method = "PATCH", path = "configmaps/settings", times = 2, status = { code = 500 } } }
-    local rv = support.object(srv, "cozy-system", "settings").metadata.resourceVersion
+    local rv = transport_harness.object(srv, "cozy-system", "settings").metadata.resourceVersion
     local cm = cms:json_patch("cozy-system", "settings", {
       { op = "test", path = "/metadata/resourceVersion", value = rv },
       { op = "replace", path = "/data/count", value = "5" } })
     assert.equal("5", cm.data.count)
-    assert.same({ 500, 500, 200 }, statuses(support.api_requests(srv, "PATCH", SETTINGS)))
+    assert.same({ 500, 500, 200 }, statuses(transport_harness.api_requests(srv, "PATCH", SETTINGS)))
     assert.same({ "status", "status" }, srv:fired())
   end)
 
@@ -74,7 +74,7 @@ describe("cozy.kube retries", function()
     srv:faults { { method = "GET", path = "configmaps/settings", times = 1, reset = true } }
     local cm = cms:get("cozy-system", "settings")
     assert.equal("prod", cm.data.mode)
-    assert.same({ 0, 200 }, statuses(support.api_requests(srv, "GET", SETTINGS)))
+    assert.same({ 0, 200 }, statuses(transport_harness.api_requests(srv, "GET", SETTINGS)))
     assert.same({ "reset" }, srv:fired())
     assert.equal(1, client.stats.retries)
     assert.matches("ConnectionReset", captured.text()..(" "):rep(0)) -- the retry line names the reason
@@ -86,18 +86,18 @@ describe("cozy.kube retries", function()
     assert.is_false(ok)
     assert.equal(0, err.code)
     assert.equal("ConnectionReset", err.reason)
-    assert.equal(1, #support.api_requests(srv, "PATCH", SETTINGS))
+    assert.equal(1, #transport_harness.api_requests(srv, "PATCH", SETTINGS))
     assert.same({ "reset" }, srv:fired())
   end)
 
   it("retries a GET that outlives the request timeout", function()
     client:close()
-    client = support.connect(srv, { log = captured.log, request_timeout = 0.5 })
+    client = transport_harness.connect(srv, { log = captured.log, request_timeout = 0.5 })
     cms = client:resource("v1", "configmaps")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 1, delay_ms = 2000 } }
     local cm = cms:get("cozy-system", "settings")
     assert.equal("prod", cm.data.mode)
-    local reqs = support.api_requests(srv, "GET", SETTINGS)
+    local reqs = transport_harness.api_requests(srv, "GET", SETTINGS)
     assert.equal(2, #reqs)
     assert.same({ "delay" }, srv:fired())
     assert.is_nil(reqs[2].fault)
@@ -111,7 +111,7 @@ describe("cozy.kube retries", function()
 
   it("gives up within the attempt bound and reports every attempt", function()
     client:close()
-    client = support.connect(srv, { log = captured.log,
+    client = transport_harness.connect(srv, { log = captured.log,
       retry = { max_attempts = 3, max_time = 30, base_delay = 0.01, max_delay = 0.05 } })
     cms = client:resource("v1", "configmaps")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 10, status = { code = 502 } } }
@@ -125,13 +125,13 @@ describe("cozy.kube retries", function()
     assert.is_number(err.attempts[1].after_s)
     assert.is_nil(err.attempts[3].after_s)
     assert.matches("#1 502.-#2 502.-#3 502", tostring(err))
-    assert.equal(3, #support.api_requests(srv, "GET", SETTINGS))
+    assert.equal(3, #transport_harness.api_requests(srv, "GET", SETTINGS))
     assert.same({ "status", "status", "status" }, srv:fired())
   end)
 
   it("gives up within the time bound", function()
     client:close()
-    client = support.connect(srv, { log = captured.log,
+    client = transport_harness.connect(srv, { log = captured.log,
       retry = { max_attempts = 100, max_time = 1.5, base_delay = 0.01, max_delay = 5 } })
     cms = client:resource("v1", "configmaps")
     srv:faults { { method = "GET", path = "configmaps/settings", times = 100,
@@ -150,9 +150,9 @@ describe("cozy.kube retries", function()
   it("fails a refused connection within refused_time by default, while a 503 keeps its ten attempts", function()
     local kube = require "cozy.kube"
     local proc = require "cozy.proc"
-    local kc = support.read_file(srv.kubeconfig):gsub("https://127%.0%.0%.1:%d+", "https://127.0.0.1:1")
+    local kc = transport_harness.read_file(srv.kubeconfig):gsub("https://127%.0%.0%.1:%d+", "https://127.0.0.1:1")
     local path = os.tmpname()
-    support.write_file(path, kc)
+    transport_harness.write_file(path, kc)
     finally(function() os.remove(path) end)
     local function watched(c, fn)
       local w = proc.watch { deadline = sys.monotime() + 60 }
@@ -184,10 +184,10 @@ describe("cozy.kube retries", function()
 
   it("retries a refused connection on reads, up to the bound, reporting each attempt", function()
     -- a port nobody listens on: the kubeconfig of srv, pointed elsewhere
-    local kc = support.read_file(srv.kubeconfig):gsub("https://127%.0%.0%.1:%d+", "https://127.0.0.1:1")
+    local kc = transport_harness.read_file(srv.kubeconfig):gsub("https://127%.0%.0%.1:%d+", "https://127.0.0.1:1")
     local path = os.tmpname()
-    support.write_file(path, kc)
-    local c = support.connect(srv, { kubeconfig = path, log = captured.log,
+    transport_harness.write_file(path, kc)
+    local c = transport_harness.connect(srv, { kubeconfig = path, log = captured.log,
       retry = { max_attempts = 3, max_time = 30, base_delay = 0.01, max_delay = 0.02 } })
     local r = c:resource("v1", "configmaps")
     local ok, err = pcall(r.get, r, "cozy-system", "settings")
@@ -209,7 +209,7 @@ describe("cozy.kube retries", function()
       srv:faults { { method = "POST", path = "configmaps", times = 1, reset = true } }
       local cm = cms:create { metadata = { name = "fresh", namespace = "team-a" }, data = { x = "1" } }
       assert.equal("1", cm.data.x)
-      assert.same({ 0, 201 }, statuses(support.api_requests(srv, "POST", "team%-a/configmaps$")))
+      assert.same({ 0, 201 }, statuses(transport_harness.api_requests(srv, "POST", "team%-a/configmaps$")))
       assert.same({ "reset" }, srv:fired())
     end)
 
@@ -218,15 +218,15 @@ describe("cozy.kube retries", function()
       -- the first attempt times out at 0.3 s; the server creates the object at
       -- 0.5 s; the retry goes out after a backoff of 1 to 2 s (base 2 with
       -- jitter [0.5, 1.5), capped at 2), so at least 0.8 s after the create
-      client = support.connect(srv, { log = captured.log, request_timeout = 0.3,
+      client = transport_harness.connect(srv, { log = captured.log, request_timeout = 0.3,
         retry = { max_attempts = 4, max_time = 30, base_delay = 2, max_delay = 2 } })
       cms = client:resource("v1", "configmaps")
       srv:faults { { method = "POST", path = "configmaps", times = 1, delay_ms = 500 } }
       local cm = cms:create { metadata = { name = "slow", namespace = "team-a", labels = { l = "v" } },
         data = { x = "1" } }
       assert.equal("1", cm.data.x)
-      assert.same({ 201, 409 }, statuses(support.api_requests(srv, "POST", "team%-a/configmaps$")))
-      assert.equal(1, #support.api_requests(srv, "GET", "team%-a/configmaps/slow$"))
+      assert.same({ 201, 409 }, statuses(transport_harness.api_requests(srv, "POST", "team%-a/configmaps$")))
+      assert.equal(1, #transport_harness.api_requests(srv, "GET", "team%-a/configmaps/slow$"))
       assert.equal(1, captured.count("warn", "earlier attempt landed"))
       assert.same({ "delay" }, srv:fired())
     end)
@@ -240,9 +240,9 @@ describe("cozy.kube retries", function()
       assert.is_false(ok)
       assert.equal("AlreadyExists", err.reason)
       assert.matches("read back differs", err.message)
-      assert.same({ 0, 409 }, statuses(support.api_requests(srv, "POST", "team%-a/configmaps$")))
+      assert.same({ 0, 409 }, statuses(transport_harness.api_requests(srv, "POST", "team%-a/configmaps$")))
       assert.same({ "reset" }, srv:fired())
-      assert.equal("other", support.object(srv, "team-a", "taken").data.x)
+      assert.equal("other", transport_harness.object(srv, "team-a", "taken").data.x)
     end)
 
     it("never retries a generateName create after an uncertain attempt", function()
@@ -250,7 +250,7 @@ describe("cozy.kube retries", function()
       local ok, err = pcall(cms.create, cms, { metadata = { generateName = "gen-", namespace = "team-a" } })
       assert.is_false(ok)
       assert.equal(0, err.code)
-      assert.equal(1, #support.api_requests(srv, "POST", "team%-a/configmaps$"))
+      assert.equal(1, #transport_harness.api_requests(srv, "POST", "team%-a/configmaps$"))
       assert.same({ "reset" }, srv:fired())
     end)
   end)

@@ -2,7 +2,7 @@
 -- list whose items are not an array of objects, or whose pagination does not
 -- move forward, is an InvalidResponse error naming the request, never a raw
 -- Lua error, a silently empty answer or a pager that loops.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local kube = require "cozy.kube"
 local json = require "cozy.json"
 
@@ -10,15 +10,15 @@ local TEAM_A = "/api/v1/namespaces/team-a/configmaps"
 
 describe("cozy.kube list against a malformed or looping server", function()
   local srv, client, cms
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
-    client = support.connect(srv)
+    client = transport_harness.connect(srv)
     cms = client:resource("v1", "configmaps")
   end)
   after_each(function() client:close() end)
 
   local function list_requests()
-    return support.api_requests(srv, "GET", "^" .. TEAM_A:gsub("%-", "%%-") .. "$")
+    return transport_harness.api_requests(srv, "GET", "^" .. TEAM_A:gsub("%-", "%%-") .. "$")
   end
 
   -- Lists team-a in pages of `limit`; returns the names yielded and the error.

@@ -1,16 +1,16 @@
 -- Two clients in two threads (two Lua states), as the runner's lease renewer
 -- runs beside a migration: per-client C state, no shared mutable globals.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local json = require "cozy.json"
 local worker = require "cozy.worker"   -- part of every build: missing, the spec fails
 
 describe("cozy.kube in two threads", function()
   local srv
-  setup(function() srv = support.start() end)
+  setup(function() srv = transport_harness.start() end)
   teardown(function() if srv then srv:stop() end end)
 
   it("runs independent clients concurrently, each write applied exactly once", function()
-    local client = support.connect(srv)
+    local client = transport_harness.connect(srv)
     local opts = client.options
     local N = 40
     local w = worker.start("spec.fixtures.transport.worker", "run",
@@ -23,10 +23,10 @@ describe("cozy.kube in two threads", function()
     end
     local done, err = w:stop()
     assert.is_true(done, tostring(err))
-    assert.equal(tostring(N), support.object(srv, "team-a", "cm-00").data.i)
-    assert.equal(tostring(N), support.object(srv, "team-b", "cm-00").data.i)
-    assert.equal(N, #support.api_requests(srv, "PATCH", "team%-a/configmaps/cm%-00$"))
-    assert.equal(N, #support.api_requests(srv, "PATCH", "team%-b/configmaps/cm%-00$"))
+    assert.equal(tostring(N), transport_harness.object(srv, "team-a", "cm-00").data.i)
+    assert.equal(tostring(N), transport_harness.object(srv, "team-b", "cm-00").data.i)
+    assert.equal(N, #transport_harness.api_requests(srv, "PATCH", "team%-a/configmaps/cm%-00$"))
+    assert.equal(N, #transport_harness.api_requests(srv, "PATCH", "team%-b/configmaps/cm%-00$"))
     assert.equal(2 * N, client.stats.requests)
     client:close()
   end)

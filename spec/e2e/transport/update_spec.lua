@@ -4,7 +4,7 @@
 -- is another client writing between the engine's read and its write, so the
 -- conflict is the server's own answer; the cases that need a fault rule of the
 -- fake (a 409 answer, a dropped connection) are tagged #fakeonly.
-local support = require "spec.helpers.transport"
+local transport_harness = require("spec.helpers").transport
 local harness = require "spec.helpers"
 local kube = require "cozy.kube"
 
@@ -14,10 +14,10 @@ local WRITER = "spec-concurrent-writer"
 
 describe("cozy.kube update", function()
   local srv, client, cms, captured
-  support.fresh_server(function(s)
+  transport_harness.fresh_server(function(s)
     srv = s
     captured = harness.capture_log(1)
-    client = support.connect(srv, { log = captured.log })
+    client = transport_harness.connect(srv, { log = captured.log })
     cms = client:resource("v1", "configmaps")
   end)
   after_each(function() client:close() end)
@@ -25,7 +25,7 @@ describe("cozy.kube update", function()
   -- the client's requests for cm-01 (the spec's concurrent writes left out)
   local function trail()
     local out = {}
-    for _, e in ipairs(support.api_requests(srv, nil, PATH)) do
+    for _, e in ipairs(transport_harness.api_requests(srv, nil, PATH)) do
       if e.user_agent ~= WRITER then out[#out + 1] = e.method .. " " .. e.status end
     end
     return out
@@ -54,9 +54,9 @@ describe("cozy.kube update", function()
     assert.is_true(changed)
     assert.equal("2", obj.data.i)
     assert.same({ "GET 200", "PATCH 200" }, trail())
-    local patch = support.api_requests(srv, "PATCH", PATH)[1]
+    local patch = transport_harness.api_requests(srv, "PATCH", PATH)[1]
     assert.equal("application/json-patch+json", patch.content_type)
-    local ops = support.fake.json.decode(patch.body)
+    local ops = transport_harness.fake.json.decode(patch.body)
     assert.same({ op = "test", path = "/metadata/resourceVersion", value = calls[1] }, ops[1])
   end)
 
@@ -70,7 +70,7 @@ describe("cozy.kube update", function()
     assert.equal(2, #calls)
     assert.are_not.equal(calls[1], calls[2])
     assert.equal("11", obj.data.i) -- computed from their value, not from the stale one
-    local stored = support.object(srv, "team-a", "cm-01")
+    local stored = transport_harness.object(srv, "team-a", "cm-01")
     assert.same({ i = "11", other = "theirs" }, stored.data)
     assert.same({ "GET 200", "PATCH 422", "GET 200", "PATCH 200" }, trail())
     assert.same({ 200 }, wrote)
@@ -116,7 +116,7 @@ describe("cozy.kube update", function()
     assert.equal("1", obj.data.i)
     local _, changed2 = cms:update("team-a", "cm-01", function() return {} end)
     assert.is_false(changed2)
-    assert.equal(0, #support.api_requests(srv, "PATCH"))
+    assert.equal(0, #transport_harness.api_requests(srv, "PATCH"))
   end)
 
   it("raises mutate's own failing test without looping", function()
@@ -131,7 +131,7 @@ describe("cozy.kube update", function()
 
   it("gives up after the bounded number of attempts with a Conflict", function()
     client:close()
-    client = support.connect(srv, { log = captured.log, update = { max_attempts = 3, base_delay = 0.001 } })
+    client = transport_harness.connect(srv, { log = captured.log, update = { max_attempts = 3, base_delay = 0.001 } })
     cms = client:resource("v1", "configmaps")
     -- another client writes between every read and write of ours
     local wrote = {}
@@ -145,7 +145,7 @@ describe("cozy.kube update", function()
     assert.equal(3, client.stats.conflicts)
     assert.same({ "GET 200", "PATCH 422", "GET 200", "PATCH 422", "GET 200", "PATCH 422", "GET 200" }, trail())
     assert.same({ 200, 200, 200 }, wrote)
-    assert.equal("1", support.object(srv, "team-a", "cm-01").data.i)
+    assert.equal("1", transport_harness.object(srv, "team-a", "cm-01").data.i)
   end)
 
   it("raises NotFound for an absent object", function()
@@ -159,7 +159,7 @@ describe("cozy.kube update", function()
     local obj, changed = cms:update("team-a", "cm-01", incrementer({}))
     assert.is_true(changed)
     assert.equal("2", obj.data.i)
-    assert.equal("2", support.object(srv, "team-a", "cm-01").data.i)
+    assert.equal("2", transport_harness.object(srv, "team-a", "cm-01").data.i)
     assert.same({ "GET 200", "PATCH 0", "PATCH 200" }, trail())
     assert.same({ "reset" }, srv:fired())
   end)
