@@ -1,7 +1,8 @@
 -- The spec rules a linter can hold (spec/README.md, "What every spec holds
 -- to"), checked by hack/lint.sh over spec/:
 --   layout   a Lua file outside spec/helpers, spec/support and spec/fixtures
---            is a *_spec.lua: helpers live in the one harness, spec/helpers
+--            is a *_spec.lua: helpers live in the one harness, spec/helpers;
+--            an e2e spec lives in the folder of its feature (spec/e2e/<feature>/)
 --   error    has_error / error_matches / assert.error(s) name the error
 --            they expect (a second argument); no assert.is_false(pcall(...))
 --   ceiling  no `took <`, `elapsed <`, `monotime() - t <`: assert what
@@ -94,6 +95,9 @@ local function check(path, findings)
   if not path:match("_spec%.lua$") and not path:match("^spec/helpers/") and not path:match("^spec/support/")
       and not path:match("^spec/fixtures/") then
     report(1, "layout", "not a spec: helpers belong in spec/helpers, fixtures in spec/fixtures")
+  end
+  if path:match("^spec/e2e/[^/]+$") then
+    report(1, "layout", "an e2e spec outside a feature's folder: move it to spec/e2e/<feature>/ (spec/README.md)")
   end
   local s = read(path)
   local lines = {}
