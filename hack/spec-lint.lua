@@ -1,12 +1,19 @@
 -- The spec rules a linter can hold (spec/README.md, "What every spec holds
 -- to"), checked by hack/lint.sh over spec/:
 --   layout   a Lua file outside spec/helpers, spec/support and spec/fixtures
---            is a *_spec.lua: helpers live in the one harness, spec/helpers
+--            is a *_spec.lua: helpers live in the one harness, spec/helpers;
+--            an e2e spec lives in the folder of its feature (spec/e2e/<feature>/)
 --   error    has_error / error_matches / assert.error(s) name the error
 --            they expect (a second argument); no assert.is_false(pcall(...))
 --   ceiling  no `took <`, `elapsed <`, `monotime() - t <`: assert what
 --            happened, not how fast (a lower bound is fine)
 --   sleep    no os.execute("sleep ..."): poll a condition (cli.poll)
+--   entry    a spec requires the harness through its one entry point,
+--            `require "spec.helpers"`, never spec.support.* or
+--            spec.helpers.* itself (harness.server, harness.cli...); and no
+--            Lua file here names a module `local support =` (it stood for
+--            three different ones): a module goes by the name it has in
+--            spec.helpers
 -- A line may opt out with a comment `spec-lint: allow <why>`.
 -- Usage (from the repository root): lua5.4 hack/spec-lint.lua [file...]
 
@@ -69,6 +76,16 @@ end
 local ERROR_CALLS = { "has_error", "has_errors", "assert%.errors?", "has%.errors?", "error_matches" }
 local CEILINGS = { "%f[%w_]took%s*<", "%f[%w_]elapsed%s*<", "monotime%(%)%s*%-%s*[%w_%.]+%s*<",
   "now_ms%(%)%s*%-%s*[%w_%.]+%s*<" }
+-- A require of a harness module other than the entry point, in any form:
+-- require "m", require("m"), require 'm', require [[m]].
+local HARNESS_REQUIRE = "require%s*%(?%s*[\"'%[]=*%[?(spec%.[%w_]+[%.%w_]*)"
+local ENTRY = "spec.helpers"
+local ENTRY_NAMES = { ["spec.support.fake"] = "server", ["spec.support.hostile"] = "hostile" }
+
+local function entry_name(module)
+  return ENTRY_NAMES[module] or module:match("^spec%.helpers%.([%w_]+)$") or "?"
+end
+
 local BARE_PCALL = { "assert%.is_false%(%s*pcall%(", "assert%.falsy%(%s*pcall%(", "assert%(%s*not%s+pcall%(" }
 
 local function check(path, findings)
@@ -79,11 +96,30 @@ local function check(path, findings)
       and not path:match("^spec/fixtures/") then
     report(1, "layout", "not a spec: helpers belong in spec/helpers, fixtures in spec/fixtures")
   end
-  if not path:match("_spec%.lua$") then return end
+  if path:match("^spec/e2e/[^/]+$") then
+    report(1, "layout", "an e2e spec outside a feature's folder: move it to spec/e2e/<feature>/ (spec/README.md)")
+  end
   local s = read(path)
   local lines = {}
   for l in (s .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = l end
   local function allowed(n) return (lines[n] or ""):find("spec-lint: allow", 1, true) ~= nil end
+  for n, l in ipairs(lines) do
+    if not allowed(n) and not l:match("^%s*%-%-") and l:find("%f[%w_]local%s+support%s*=") then
+      report(n, "entry", "`local support =` names no module: call it what spec.helpers calls it (cli, "
+        .. "transport, campaign...): " .. l:match("^%s*(.-)%s*$"))
+    end
+  end
+  if not path:match("_spec%.lua$") then return end
+  for n, l in ipairs(lines) do
+    if not allowed(n) and not l:match("^%s*%-%-") then
+      for module in l:gmatch(HARNESS_REQUIRE) do
+        if module ~= ENTRY and (module:match("^spec%.support%.") or module:match("^spec%.helpers%.")) then
+          report(n, "entry", ('%s required directly: require "%s" and use its .%s'):format(module, ENTRY,
+            entry_name(module)))
+        end
+      end
+    end
+  end
   for _, name in ipairs(ERROR_CALLS) do
     local from = 1
     while true do

@@ -3,7 +3,7 @@
 -- comment lines, from the built-in migrations' declared permissions: what
 -- `cozy-migrate rbac --all` (and `--all --preflight`) print, as hooks that
 -- exist only for the run. The rest of the template is written by hand.
--- spec/e2e/deploy_helm_spec.lua fails when the committed file drifts.
+-- spec/e2e/deploy/helm_spec.lua fails when the committed file drifts.
 --
 --   build/cozy-migrate lua deploy/helm/generate-rbac.lua [OUTDIR]
 --

@@ -11,7 +11,7 @@
 -- of the same parallel batch of writes did), as after a kill at any moment
 -- (the runner's memory dies with it, so "applied but not yet answered"
 -- leaves the same state). No timing decides where it dies.
-local support = require "spec.helpers.campaign"
+local campaign = require("spec.helpers").campaign
 
 local FLEET = 1000
 local SEED = 20261203
@@ -19,7 +19,7 @@ local POINTS = 20
 local FAST = { "--qps", "1000", "--burst", "1000" }
 -- The rerun is the Job's container restarted in the same pod (same
 -- POD_NAME): it takes the dead runner's lock at once. Taking over an expired
--- lease from another identity is runner_kill_spec's and runner_lock_spec's.
+-- lease from another identity is e2e/runner/kill_spec's and e2e/lease/lock_spec's.
 local ENV = { POD_NAME = "cozy-migrate-job-x7k2p", COZY_MIGRATE_LEASE_SECONDS = "6" }
 
 local function regex_escape(s)
@@ -30,23 +30,23 @@ describe("crash-resume: kill -9 of a " .. FLEET .. "-VM run of migration 59", fu
   local dir, fixture, needs, srv
 
   setup(function()
-    dir = support.tmpdir()
-    fixture, needs = support.fleet(dir, FLEET)
-    srv = support.server(fixture, dir, { tls = false })  -- TLS is not what this is about
+    dir = campaign.tmpdir()
+    fixture, needs = campaign.fleet(dir, FLEET)
+    srv = campaign.server(fixture, dir, { tls = false })  -- TLS is not what this is about
   end)
   teardown(function()
     if srv then srv:stop() end
-    support.rmdir(dir)
+    campaign.rmdir(dir)
   end)
 
   it("reaches the state of an uninterrupted run after kills at " .. POINTS .. " points (seed " .. SEED .. ")", function()
-    local r = support.runner.run(support.args(srv, table.unpack(FAST)), ENV)
+    local r = campaign.runner.run(campaign.args(srv, table.unpack(FAST)), ENV)
     assert.equal(0, r.code, r.stderr)
-    local reference = support.state(srv)
+    local reference = campaign.state(srv)
     assert.equal("60", reference.version)
     assert.same({ 59 }, reference.history)
-    assert.same({}, support.duplicated(reference))
-    support.assert_patched_once(srv, needs, "uninterrupted run")
+    assert.same({}, campaign.duplicated(reference))
+    campaign.assert_patched_once(srv, needs, "uninterrupted run")
     local points, seen = {}, {}
     for _, e in ipairs(srv:requests()) do
       local key = e.method .. " " .. e.path
@@ -55,7 +55,7 @@ describe("crash-resume: kill -9 of a " .. FLEET .. "-VM run of migration 59", fu
         points[#points + 1] = { method = e.method, path = e.path, n = seen[key] }
       end
     end
-    assert.is_true(#points > support.count(needs), #points .. " points")
+    assert.is_true(#points > campaign.count(needs), #points .. " points")
     print(("crash_resume_spec: seed %d, %d candidate points"):format(SEED, #points))
 
     math.randomseed(SEED)
@@ -69,9 +69,9 @@ describe("crash-resume: kill -9 of a " .. FLEET .. "-VM run of migration 59", fu
       srv:reset(fixture)
       srv:faults { { method = at.method, path = "^" .. regex_escape(at.path) .. "(\\?|$)", skip = at.n - 1,
         delay_ms = 60000, reset = true } }
-      local p = support.runner.start(support.args(srv, table.unpack(FAST)), ENV)
+      local p = campaign.runner.start(campaign.args(srv, table.unpack(FAST)), ENV)
       -- the rule's counter, not the whole request log: cheap to poll
-      local reached = support.poll(60, function()
+      local reached = campaign.poll(60, function()
         if p:done() then return "exited" end
         if srv:control("GET", "/_fake/faults")[1].fired >= 1 then return "held" end
       end, 0.01)
@@ -88,16 +88,16 @@ describe("crash-resume: kill -9 of a " .. FLEET .. "-VM run of migration 59", fu
       killed = killed + 1
       -- the stamp has not moved: the last point is the stamp itself, held unapplied
       assert.equal("59", srv:object("ConfigMap", "cozy-system", "cozystack-version").data.version, where)
-      local done = support.count(support.vm_patches(srv))
-      if done > 0 and done < support.count(needs) then mid_fleet = mid_fleet + 1 end
+      local done = campaign.count(campaign.vm_patches(srv))
+      if done > 0 and done < campaign.count(needs) then mid_fleet = mid_fleet + 1 end
 
       srv:clear_faults()
-      local again = support.runner.run(support.args(srv, "--lock-timeout", "30", table.unpack(FAST)), ENV)
+      local again = campaign.runner.run(campaign.args(srv, "--lock-timeout", "30", table.unpack(FAST)), ENV)
       assert.equal(0, again.code, where .. ": " .. again.stderr)
-      local final = support.state(srv)
-      assert.is_true(support.same(reference, final), where .. ": the rerun left another state")
-      assert.same({}, support.duplicated(final), where)
-      support.assert_patched_once(srv, needs, where)
+      local final = campaign.state(srv)
+      assert.is_true(campaign.same(reference, final), where .. ": the rerun left another state")
+      assert.same({}, campaign.duplicated(final), where)
+      campaign.assert_patched_once(srv, needs, where)
     end
     assert.equal(POINTS, killed)
     print(("crash_resume_spec: %d of %d kills survived, %d of them in the middle of the VM patches")

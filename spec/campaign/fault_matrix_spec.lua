@@ -9,7 +9,7 @@
 -- and every fault rule of the cell fired. A cell that cannot apply (410 on a
 -- request that is not a continue, a bump before a read or a create) does not
 -- exist. The table printed at the end is the one in docs/reliability.md.
-local support = require "spec.helpers.campaign"
+local campaign = require("spec.helpers").campaign
 
 local FLEET = 200
 local PAGE = 50            -- four pages of VMs, four of VMIs
@@ -114,7 +114,7 @@ local function merged(a, b)
 end
 
 local function args_of(srv, row, ...)
-  local args = support.args(srv, "--request-timeout", tostring(TIMEOUT), ...)
+  local args = campaign.args(srv, "--request-timeout", tostring(TIMEOUT), ...)
   for _, a in ipairs(row.args or FAST) do args[#args + 1] = a end
   return args
 end
@@ -122,9 +122,9 @@ end
 -- The first object where two states differ, for a readable failure.
 local function first_difference(want, got)
   if want.version ~= got.version then return "version " .. tostring(got.version) .. ", want " .. want.version end
-  if not support.same(want.history, got.history) then return "history differs" end
+  if not campaign.same(want.history, got.history) then return "history differs" end
   for key, o in pairs(want.objects) do
-    if not support.same(o, got.objects[key]) then return key .. " differs" end
+    if not campaign.same(o, got.objects[key]) then return key .. " differs" end
   end
   for key in pairs(got.objects) do
     if want.objects[key] == nil then return key .. " is extra" end
@@ -152,22 +152,22 @@ describe("fault campaign: migration 59 on a " .. FLEET .. "-VM fleet", function(
   local env = { COZY_MIGRATE_PAGE_LIMIT = tostring(PAGE) }
 
   setup(function()
-    dir = support.tmpdir()
-    fixture, needs = support.fleet(dir, FLEET)
-    srv = support.server(fixture, dir)
-    before = support.state(srv)
-    local r = support.runner.run(args_of(srv, {}), env)
+    dir = campaign.tmpdir()
+    fixture, needs = campaign.fleet(dir, FLEET)
+    srv = campaign.server(fixture, dir)
+    before = campaign.state(srv)
+    local r = campaign.runner.run(args_of(srv, {}), env)
     assert(r.code == 0, r.stderr)
-    reference = support.state(srv)
+    reference = campaign.state(srv)
     assert(reference.version == "60", "the uninterrupted run did not stamp 60")
-    support.assert_patched_once(srv, needs, "uninterrupted run")
-    assert(support.count(needs) == FLEET // 3)
-    assert(#support.duplicated(reference) == 0)
+    campaign.assert_patched_once(srv, needs, "uninterrupted run")
+    assert(campaign.count(needs) == FLEET // 3)
+    assert(#campaign.duplicated(reference) == 0)
   end)
 
   teardown(function()
     if srv then srv:stop() end
-    support.rmdir(dir)
+    campaign.rmdir(dir)
     print(("\nfault campaign: %d of %d cells passed (pass: the run succeeded; fail-closed: exit 1, nothing"
       .. " stamped, the rerun completed)\n"):format(passed, total))
     print(table_text(results))
@@ -183,7 +183,7 @@ describe("fault campaign: migration 59 on a " .. FLEET .. "-VM fleet", function(
           local where = row.id .. " x " .. fault.id
           -- a request the previous cell's fault still holds (a delay past the
           -- runner's timeout) must land before the reset, not in this cell
-          assert(support.poll(30, function()
+          assert(campaign.poll(30, function()
             for _, e in ipairs(srv:requests()) do
               if type(e.status) ~= "number" then return false end
             end
@@ -196,7 +196,7 @@ describe("fault campaign: migration 59 on a " .. FLEET .. "-VM fleet", function(
           srv:faults(rules)
           local run_env = merged(env, row.env)
 
-          local first = support.runner.run(args_of(srv, row), run_env)
+          local first = campaign.runner.run(args_of(srv, row), run_env)
           -- every rule of the cell met its request
           for i, r in ipairs(srv:control("GET", "/_fake/faults")) do
             assert(r.fired >= 1, ("%s: fault rule %d (%s %s) never fired:\n%s"):format(
@@ -215,7 +215,7 @@ describe("fault campaign: migration 59 on a " .. FLEET .. "-VM fleet", function(
             end
           end
 
-          local after_first = support.state(srv)
+          local after_first = campaign.state(srv)
           local outcome
           local expected = FAIL_CLOSED[row.id .. "/" .. fault.id]
           local either = EITHER[row.id .. "/" .. fault.id]
@@ -237,12 +237,12 @@ describe("fault campaign: migration 59 on a " .. FLEET .. "-VM fleet", function(
             assert(first.code == 1, where .. ": exit " .. first.code .. "\n" .. first.stderr)
             assert(after_first.version == "59", where .. ": stamped " .. tostring(after_first.version) .. " after a failure")
             assert(#after_first.history == 0, where .. ": a history entry after a failure")
-            support.assert_each_of(after_first, { before, reference }, where)
+            campaign.assert_each_of(after_first, { before, reference }, where)
           end
-          assert(#support.duplicated(after_first) == 0, where .. ": " .. table.concat(support.duplicated(after_first), ", "))
+          assert(#campaign.duplicated(after_first) == 0, where .. ": " .. table.concat(campaign.duplicated(after_first), ", "))
 
           srv:clear_faults()
-          local again = support.runner.run(args_of(srv, row, "--lock-timeout", "30"), run_env)
+          local again = campaign.runner.run(args_of(srv, row, "--lock-timeout", "30"), run_env)
           assert(again.code == 0, where .. ": the rerun failed: " .. again.stderr)
           local whole = srv:requests()
           if first.code == 0 then
@@ -252,10 +252,10 @@ describe("fault campaign: migration 59 on a " .. FLEET .. "-VM fleet", function(
                 .. whole[i].method .. " " .. whole[i].path)
             end
           else
-            local diff = first_difference(reference, support.state(srv))
+            local diff = first_difference(reference, campaign.state(srv))
             assert(diff == nil, where .. ": the rerun left other objects: " .. tostring(diff))
           end
-          support.assert_patched_once(srv, needs, where, whole)
+          campaign.assert_patched_once(srv, needs, where, whole)
 
           if outcome == "fail-closed" then outcome = "fail-closed, rerun ok" end
           if either then outcome = "pass, or fail-closed and rerun ok (timing)" end

@@ -10,7 +10,7 @@
 -- trials do not; each asserts exactly its outcome. The first stamp is held
 -- (the fake's `await`) until both have read the Lease, so every trial is
 -- two runners at once, however loaded the machine.
-local support = require "spec.helpers.campaign"
+local campaign = require("spec.helpers").campaign
 
 local FLEET = 200
 local TRIALS = 20
@@ -28,16 +28,16 @@ describe("two runners started together, " .. TRIALS .. " trials on a " .. FLEET 
   local dir, fixture, needs, srv, reference
 
   setup(function()
-    dir = support.tmpdir()
-    fixture, needs = support.fleet(dir, FLEET)
-    srv = support.server(fixture, dir, { tls = false })  -- TLS is not what this is about
-    local r = support.runner.run(support.args(srv, table.unpack(FAST)), { POD_NAME = "runner-ref" })
+    dir = campaign.tmpdir()
+    fixture, needs = campaign.fleet(dir, FLEET)
+    srv = campaign.server(fixture, dir, { tls = false })  -- TLS is not what this is about
+    local r = campaign.runner.run(campaign.args(srv, table.unpack(FAST)), { POD_NAME = "runner-ref" })
     assert(r.code == 0, r.stderr)
-    reference = support.state(srv)
+    reference = campaign.state(srv)
   end)
   teardown(function()
     if srv then srv:stop() end
-    support.rmdir(dir)
+    campaign.rmdir(dir)
   end)
 
   it("apply each step exactly once", function()
@@ -60,10 +60,10 @@ describe("two runners started together, " .. TRIALS .. " trials on a " .. FLEET 
       local gate = ("%s/gate-%d"):format(dir, trial)
       local procs = {}
       for i, name in ipairs({ "runner-a", "runner-b" }) do
-        procs[i] = support.runner.start(support.args(srv, "--lock-timeout", timeout, table.unpack(FAST)),
+        procs[i] = campaign.runner.start(campaign.args(srv, "--lock-timeout", timeout, table.unpack(FAST)),
           { POD_NAME = name }, { gate = gate })
       end
-      support.runner.open_gate(gate)
+      campaign.runner.open_gate(gate)
       local res = {}
       for i, p in ipairs(procs) do
         res[i] = p:wait(120)
@@ -95,12 +95,12 @@ describe("two runners started together, " .. TRIALS .. " trials on a " .. FLEET 
 
       local held = srv:requests { method = "PATCH", path = "/configmaps/cozystack%-version$" }[1]
       assert.is_true(held.fault ~= nil and held.fault.awaited, where .. ": the stamp was not held until both read the Lease")
-      local final = support.state(srv)
+      local final = campaign.state(srv)
       assert.equal("60", final.version, where)
       assert.same({ 59 }, final.history, where)
-      assert.is_true(support.same(reference, final), where .. ": another state than a single run's")
-      assert.same({}, support.duplicated(final), where)
-      support.assert_patched_once(srv, needs, where)
+      assert.is_true(campaign.same(reference, final), where .. ": another state than a single run's")
+      assert.same({}, campaign.duplicated(final), where)
+      campaign.assert_patched_once(srv, needs, where)
       -- a single stamp write landed
       local stamps = 0
       for _, e in ipairs(srv:requests { method = "PATCH" }) do

@@ -5,7 +5,7 @@
 -- in either: memcheck's exit status 99 would say otherwise. Registered only
 -- in the plain build (SANITIZE off): an ASan binary cannot run under
 -- valgrind. No suppressions.
-local support = require "spec.helpers.campaign"
+local campaign = require("spec.helpers").campaign
 
 local VALGRIND = "/usr/bin/valgrind"
 local BIN = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
@@ -22,11 +22,11 @@ local function memcheck(srv)
   for _, a in ipairs(MEMCHECK) do args[#args + 1] = a end
   args[#args + 1] = BIN
   -- generous: everything is 20-50 times slower under memcheck
-  for _, a in ipairs(support.args(srv, "--request-timeout", "60", "-v", table.unpack(SLOW))) do args[#args + 1] = a end
-  local saved = support.runner.bin
-  support.runner.bin = VALGRIND
-  local ok, r = pcall(support.runner.run, args, ENV)
-  support.runner.bin = saved
+  for _, a in ipairs(campaign.args(srv, "--request-timeout", "60", "-v", table.unpack(SLOW))) do args[#args + 1] = a end
+  local saved = campaign.runner.bin
+  campaign.runner.bin = VALGRIND
+  local ok, r = pcall(campaign.runner.run, args, ENV)
+  campaign.runner.bin = saved
   assert(ok, r)
   return r
 end
@@ -43,13 +43,13 @@ describe("cozy-migrate under valgrind memcheck", function()
   local dir, fixture, needs, srv
 
   setup(function()
-    dir = support.tmpdir()
-    fixture, needs = support.fleet(dir, 30)
-    srv = support.server(fixture, dir)
+    dir = campaign.tmpdir()
+    fixture, needs = campaign.fleet(dir, 30)
+    srv = campaign.server(fixture, dir)
   end)
   teardown(function()
     if srv then srv:stop() end
-    support.rmdir(dir)
+    campaign.rmdir(dir)
   end)
 
   it("is clean on a run of migration 59 with pages, renewals, a retry and a list restart", function()
@@ -61,8 +61,8 @@ describe("cozy-migrate under valgrind memcheck", function()
     assert.equal(0, r.code, r.stderr)
     assert.equal(1, count(r.stderr, "ERROR SUMMARY: 0 errors from 0 contexts"), r.stderr)
     assert.equal(1, count(r.stderr, "All heap blocks were freed -- no leaks are possible"), r.stderr)
-    assert.equal("60", support.state(srv).version)
-    support.assert_patched_once(srv, needs, "under valgrind")
+    assert.equal("60", campaign.state(srv).version)
+    campaign.assert_patched_once(srv, needs, "under valgrind")
     assert.same({ "status", "status" }, srv:fired())
     -- the lease thread ran under memcheck too
     assert.is_true(count(r.stderr, "lock renewed") >= 1, r.stderr)
@@ -76,7 +76,7 @@ describe("cozy-migrate under valgrind memcheck", function()
     assert.equal(1, r.code, r.stderr)
     assert.equal(1, count(r.stderr, "ERROR SUMMARY: 0 errors from 0 contexts"), r.stderr)
     assert.equal(1, count(r.stderr, "All heap blocks were freed -- no leaks are possible"), r.stderr)
-    assert.equal("59", support.state(srv).version)
+    assert.equal("59", campaign.state(srv).version)
     assert.same({ "status" }, srv:fired())
   end)
 end)

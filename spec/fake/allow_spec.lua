@@ -2,7 +2,7 @@
 -- reviews"): only what an allow rule covers is allowed, with RBAC's scoping of
 -- namespaces and names; discovery and control endpoints stay open; a rule the
 -- fake would misread is refused.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 
 local BASIC = "spec/fixtures/fake/basic.json"
 local KUBEVIRT = "spec/fixtures/fake/kubevirt.json"

@@ -1,6 +1,6 @@
 -- Fault rules, the request log and --latency-ms: the knobs the engine's transport
 -- and conflict tests turn.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = fake.json
 
 local BASIC = "spec/fixtures/fake/basic.json"

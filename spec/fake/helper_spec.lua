@@ -1,5 +1,5 @@
 -- The Lua helper itself: every e2e spec of the project leans on it.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 
 local BASIC = "spec/fixtures/fake/basic.json"
 

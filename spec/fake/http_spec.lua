@@ -1,6 +1,6 @@
 -- The kubectl cases again, at the HTTP level: exact status codes and Status bodies
 -- as kube-apiserver writes them.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 
 local BASIC = "spec/fixtures/fake/basic.json"
 local KUBEVIRT = "spec/fixtures/fake/kubevirt.json"

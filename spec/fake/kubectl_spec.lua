@@ -1,7 +1,7 @@
 -- A real kubectl (1.32) against the fake API server, over TLS with a bearer token,
 -- through the kubeconfig the server writes.  If kubectl accepts the fake's answers
 -- and reports them as it reports a real server's, the fake is faithful enough.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 
 local BASIC = "spec/fixtures/fake/basic.json"
 local KUBEVIRT = "spec/fixtures/fake/kubevirt.json"

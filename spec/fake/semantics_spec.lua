@@ -1,6 +1,6 @@
 -- API semantics the engine relies on: selectors, pagination and its expiry, dry run,
 -- resourceVersion/generation bookkeeping, the status subresource, access reviews.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
 
 local BASIC = "spec/fixtures/fake/basic.json"

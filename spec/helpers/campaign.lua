@@ -8,17 +8,17 @@ local scenarios = require "spec.fixtures.59-vmi-hotplug.scenarios"
 local runner = require "spec.helpers.cli"
 local json = require "cozy.json"
 
-local support = { runner = runner, poll = runner.poll, quote = runner.quote }
+local campaign = { runner = runner, poll = runner.poll, quote = runner.quote }
 
 local VMS_PATH = "^/apis/kubevirt%.io/v1/namespaces/([^/]+)/virtualmachines/([^/]+)$"
-support.VMS_PATH = VMS_PATH
+campaign.VMS_PATH = VMS_PATH
 
 local write = require("spec.helpers.files").write
 
 -- A fleet of `count` VMs, each with its running VMI; every third VM's VMI
 -- holds a hotplugged volume its VM lacks. Written to a JSON file in `dir`;
 -- returns the path and the VMs that need the copy ("ns/name" -> volume).
-function support.fleet(dir, count)
+function campaign.fleet(dir, count)
   local list, needs = scenarios.big(count, 3)
   local path = ("%s/fleet-%d.json"):format(dir, count)
   write(path, generate.encode(list))
@@ -30,7 +30,7 @@ end
 -- opts.tls (default true): HTTPS; without it, plain HTTP, which spares a
 -- TLS handshake per write (writes go out on fresh connections) where TLS
 -- is not what a spec is about.
-function support.server(fixture, dir, opts)
+function campaign.server(fixture, dir, opts)
   local tls = not (opts and opts.tls == false)
   local srv = fake.start { fixtures = { fixture }, tls = tls, token = "t-0" }
   srv.token_file = dir .. "/token"
@@ -47,7 +47,7 @@ function support.server(fixture, dir, opts)
 end
 
 -- The args of `cozy-migrate run` (the built-in migrations) against srv.
-function support.args(srv, ...)
+function campaign.args(srv, ...)
   local args = { "run", "--kubeconfig", srv.kubeconfig_file }
   for _, a in ipairs({ ... }) do args[#args + 1] = a end
   return args
@@ -59,11 +59,11 @@ end
 -- creationTimestamp, managedFields: a reset of the real server makes the
 -- object again), and the stamp's version and the numbers of its completed
 -- steps' history records (a failed attempt's record, which a failure may or
--- may not get written, is the failure's business: runner_failure_spec). Leases are
+-- may not get written, is the failure's business: e2e/runner/failure_spec). Leases are
 -- left out (a run that could not release leaves its lease to expire).
 -- An ownerReference's uid reads as the object it names ("owner Kind
 -- ns/name"), or "foreign" when it names none (a deliberate mismatch).
-function support.state(srv)
+function campaign.state(srv)
   local out = { objects = {} }
   local objects, by_uid = srv:objects(), {}
   for _, o in ipairs(objects) do
@@ -98,7 +98,7 @@ local function duplicates(items)
 end
 
 -- Every VM whose volumes or disks name something twice, as "ns/name: x".
-function support.duplicated(state)
+function campaign.duplicated(state)
   local out = {}
   for key, o in pairs(state.objects) do
     if o.kind == "VirtualMachine" then
@@ -115,12 +115,12 @@ end
 -- Asserts that each object of `got` equals the same object of one of the
 -- states given (e.g. the fleet before the run, or after it): no object is
 -- half-done or different from both. Returns how many equal the last one.
-function support.assert_each_of(got, states, where)
+function campaign.assert_each_of(got, states, where)
   local done = 0
   for key, o in pairs(got.objects) do
     local match
     for i, s in ipairs(states) do
-      if s.objects[key] ~= nil and support.same(s.objects[key], o) then match = i end
+      if s.objects[key] ~= nil and campaign.same(s.objects[key], o) then match = i end
     end
     assert(match, (where or "") .. ": " .. key .. " is neither as before nor as after the migration")
     if match == #states then done = done + 1 end
@@ -132,11 +132,11 @@ function support.assert_each_of(got, states, where)
 end
 
 -- Deep equality of decoded JSON values.
-function support.same(a, b)
+function campaign.same(a, b)
   if type(a) ~= type(b) then return false end
   if type(a) ~= "table" then return a == b end
   for k, v in pairs(a) do
-    if not support.same(v, b[k]) then return false end
+    if not campaign.same(v, b[k]) then return false end
   end
   for k in pairs(b) do
     if a[k] == nil then return false end
@@ -146,7 +146,7 @@ end
 
 -- The VMs ("ns/name" -> count) whose PATCH the server answered with a 2xx,
 -- over the whole request log (or the log given).
-function support.vm_patches(srv, log)
+function campaign.vm_patches(srv, log)
   local out = {}
   for _, e in ipairs(log or srv:requests { method = "PATCH" }) do
     local ns, name = tostring(e.path):match(VMS_PATH)
@@ -159,8 +159,8 @@ function support.vm_patches(srv, log)
 end
 
 -- Asserts that the VMs patched are exactly `needs`, each once.
-function support.assert_patched_once(srv, needs, where, log)
-  local patched = support.vm_patches(srv, log)
+function campaign.assert_patched_once(srv, needs, where, log)
+  local patched = campaign.vm_patches(srv, log)
   for key, n in pairs(patched) do
     assert(needs[key], ("%s: %s was patched but did not need the copy"):format(where, key))
     assert(n == 1, ("%s: %s was patched %d times"):format(where, key, n))
@@ -170,18 +170,18 @@ function support.assert_patched_once(srv, needs, where, log)
   end
 end
 
-function support.count(t)
+function campaign.count(t)
   local n = 0
   for _ in pairs(t) do n = n + 1 end
   return n
 end
 
-function support.tmpdir()
+function campaign.tmpdir()
   return runner.tmpdir()
 end
 
-function support.rmdir(dir)
+function campaign.rmdir(dir)
   if dir then require("spec.helpers.files").rm_rf(dir) end
 end
 
-return support
+return campaign

@@ -1,8 +1,12 @@
 -- A port and its shell original, run on the same fixture, compared object by
--- object (issue 28, item 3). Shared by every port's spec:
+-- object (issue 28, item 3), and the rest of what every port's spec shares:
+-- its fixture's namespaces, CRDs and version stamp, what it reads of the
+-- server and of either side's objects, check's findings. A port's spec keeps
+-- its own objects, cases and assertions, nothing else:
 --
---   local differential = require "spec.helpers.differential"
---   local d = differential.run(h, 46, FIXTURE, { faults = {...}, before = function(h) end })
+--   local differential = require("spec.helpers").differential
+--   local FLEET = differential.cluster(46, { "cozy-system", "tenant-a" }, { CRD, kubernetes(...) })
+--   local d = differential.run(h, 46, FLEET, { faults = {...}, before = function(h) end })
 --   assert.same({}, differential.differences(d))   -- the objects' keys that differ
 --
 -- The shell original is the platform's own script, read at run time from
@@ -17,6 +21,99 @@
 local files = require "spec.helpers.files"
 
 local differential = {}
+
+-- Fixtures ------------------------------------------------------------------
+
+--- A Namespace (labels: optional).
+function differential.namespace(name, labels)
+  return { apiVersion = "v1", kind = "Namespace", metadata = { name = name, labels = labels } }
+end
+
+-- The open schemas a port's fixture CRD may have: its spec keeps any field, or
+-- the whole object does.
+local OPEN_SCHEMAS = {
+  spec = function()
+    return { type = "object", properties = { spec = { type = "object", ["x-kubernetes-preserve-unknown-fields"] = true } } }
+  end,
+  object = function() return { type = "object", ["x-kubernetes-preserve-unknown-fields"] = true } end,
+}
+
+--- A namespaced CRD `plural.group` serving and storing `version` with an open
+--- schema (the platform's operators' CRDs stand-ins): opts.short_names, and
+--- opts.open, "spec" (the default: its spec keeps any field) or "object".
+function differential.crd(group, version, plural, kind, opts)
+  opts = opts or {}
+  local schema = assert(OPEN_SCHEMAS[opts.open or "spec"], "differential.crd: open is \"spec\" or \"object\"")()
+  return { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
+    metadata = { name = plural .. "." .. group },
+    spec = { group = group, scope = "Namespaced",
+      names = { plural = plural, singular = kind:lower(), kind = kind, listKind = kind .. "List",
+        shortNames = opts.short_names },
+      versions = { { name = version, served = true, storage = true, schema = { openAPIV3Schema = schema } } } } }
+end
+
+--- The cluster script n starts from: the namespaces named, the version stamp
+--- at n (cozy-system's cozystack-version ConfigMap), then `objects` in order.
+function differential.cluster(n, namespaces, objects)
+  local items = {}
+  for _, name in ipairs(namespaces) do items[#items + 1] = differential.namespace(name) end
+  items[#items + 1] = { apiVersion = "v1", kind = "ConfigMap",
+    metadata = { name = "cozystack-version", namespace = "cozy-system" }, data = { version = tostring(n) } }
+  for _, o in ipairs(objects or {}) do items[#items + 1] = o end
+  return items
+end
+
+-- Reading the server and the sides ---------------------------------------------
+
+--- The objects of `kind` on h's server, keyed "ns/name" (a cluster-scoped one
+--- by its name), each the object or what value(object) makes of it.
+function differential.objects_of(h, kind, value)
+  local out = {}
+  for _, o in ipairs(h:objects()) do
+    if o.kind == kind then
+      local md = o.metadata
+      local key = (md.namespace and (md.namespace .. "/") or "") .. md.name
+      if value then out[key] = value(o) else out[key] = o end
+    end
+  end
+  return out
+end
+
+--- The PATCHes sent since h's mark whose path matches `pattern`, each as its
+--- captures joined with "/", sorted.
+function differential.patched(h, pattern)
+  local out = {}
+  for _, w in ipairs(h:writes()) do
+    local captures = w.method == "PATCH" and { w.path:match(pattern) } or {}
+    if captures[1] ~= nil then out[#out + 1] = table.concat(captures, "/") end
+  end
+  table.sort(out)
+  return out
+end
+
+--- What `side` ("shell" or "port") left of object `key` ("Kind ns/name"), then
+--- down the field names given; nil where any of them is absent.
+function differential.field(d, side, key, ...)
+  local v = d[side].objects[key]
+  for _, name in ipairs { ... } do
+    if type(v) ~= "table" then return nil end
+    v = v[name]
+  end
+  return v
+end
+
+--- check's findings, each as `format` with every field name in it replaced by
+--- that field's value ("verb namespace/name" -> "patch tenant-a/alpha"), sorted.
+function differential.finding_names(res, format)
+  local names = {}
+  for _, f in ipairs(res.findings) do
+    names[#names + 1] = format:gsub("[%a_]+", function(name) return tostring(f.fields[name]) end)
+  end
+  table.sort(names)
+  return names
+end
+
+-- The shell original and the port ---------------------------------------------
 
 local function executable(path)
   return path ~= nil and path ~= "" and files.sh("test -x " .. files.quote(path)) == 0
@@ -158,6 +255,16 @@ function differential.differences(d)
   end
   table.sort(keys)
   return keys
+end
+
+--- Both sides left the same objects, the shell exiting `code` (default 0) and
+--- the port succeeding when that is 0, failing otherwise.
+function differential.same_as_shell(d, code)
+  -- luassert: a required module sees Lua's own assert, not the one busted gives specs
+  local expect = require "luassert"
+  expect.equal(code or 0, d.shell.code, d.shell.stderr)
+  expect.equal(code == nil or code == 0, d.port.ok, tostring(d.port.err))
+  expect.same({}, differential.differences(d))
 end
 
 return differential

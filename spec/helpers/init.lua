@@ -20,7 +20,35 @@ local fake = require "spec.support.fake"
 local files = require "spec.helpers.files"
 local cli = require "spec.helpers.cli"
 
-local harness = { fake_module = fake, files = files, cli = cli }
+-- The one entry point: a spec requires this module and nothing else of the
+-- harness (hack/spec-lint.lua's `entry` rule), and reaches the other modules
+-- through it, each under the name it goes by in specs:
+--   harness.server        spec/support/fake.lua: fake.start, fake.poll, the servers
+--   harness.hostile       spec/support/hostile.lua: the hostile HTTP server
+--   harness.cli           spec/helpers/cli.lua: the binary, its fixtures and arguments
+--   harness.files         spec/helpers/files.lua: files and temporary directories
+--   harness.transport     spec/helpers/transport.lua: the transport specs' server and client
+--   harness.differential  spec/helpers/differential.lua: a port beside its shell original
+--   harness.campaign      spec/helpers/campaign.lua: the campaign's fleet and server
+-- The last four are loaded when first used: they require engine modules
+-- (cozy.kube, cozy.json), which a spec under a plain lua5.4 (spec/fake) lacks.
+local harness = { server = fake, files = files, cli = cli }
+
+local LOADED_WHEN_USED = {
+  hostile = "spec.support.hostile",
+  transport = "spec.helpers.transport",
+  differential = "spec.helpers.differential",
+  campaign = "spec.helpers.campaign",
+}
+setmetatable(harness, {
+  __index = function(t, name)
+    local module = LOADED_WHEN_USED[name]
+    if module == nil then return nil end
+    local value = require(module)
+    rawset(t, name, value)
+    return value
+  end,
+})
 
 -- Where numbered migrations are found (relative to the repository root, where
 -- specs run). COZY_SPEC_MIGRATIONS points the harness at another directory.

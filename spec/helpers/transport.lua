@@ -7,30 +7,30 @@ local cli = require "spec.helpers.cli"
 local files = require "spec.helpers.files"
 local harness = require "spec.helpers"
 
-local support = {}
+local transport_harness = {}
 
-support.TOKEN = "tok-6f1d2c9a-very-secret"
-support.FIXTURE = "spec/fixtures/transport/base.json"
+transport_harness.TOKEN = "tok-6f1d2c9a-very-secret"
+transport_harness.FIXTURE = "spec/fixtures/transport/base.json"
 
-function support.start(opts)
+function transport_harness.start(opts)
   opts = opts or {}
-  return fake.start { fixtures = opts.fixtures or { support.FIXTURE }, tls = true,
-    token = opts.token or support.TOKEN, latency_ms = opts.latency_ms }
+  return fake.start { fixtures = opts.fixtures or { transport_harness.FIXTURE }, tls = true,
+    token = opts.token or transport_harness.TOKEN, latency_ms = opts.latency_ms }
 end
 
 -- In the calling describe block: the harness's server for the block
 -- (harness.fake: the fake, or the real one under COZY_SPEC_SERVER=real, reset
--- before each test to support.FIXTURE, its log and faults cleared) with the
+-- before each test to transport_harness.FIXTURE, its log and faults cleared) with the
 -- transport token, then each(srv) before each test (a fresh client, a temp
 -- dir, ...). Returns the harness (h.srv, h:requests(), h:fired()...).
-function support.fresh_server(each)
-  local h = harness.fake { fixtures = { support.FIXTURE }, token = support.TOKEN }
+function transport_harness.fresh_server(each)
+  local h = harness.fake { fixtures = { transport_harness.FIXTURE }, token = transport_harness.TOKEN }
   if each then require("busted").before_each(function() each(h.srv) end) end
   return h
 end
 
 -- Connect to srv with fast retries so the specs stay quick.
-function support.connect(srv, opts)
+function transport_harness.connect(srv, opts)
   opts = opts or {}
   local o = {
     kubeconfig = srv.kubeconfig,
@@ -43,7 +43,7 @@ function support.connect(srv, opts)
 end
 
 -- Request log entries for API paths (not discovery), optionally filtered.
-function support.api_requests(srv, method, pattern)
+function transport_harness.api_requests(srv, method, pattern)
   local out = {}
   for _, e in ipairs(srv:requests()) do
     if (method == nil or e.method == method) and (pattern == nil or tostring(e.path):find(pattern)) then
@@ -53,23 +53,23 @@ function support.api_requests(srv, method, pattern)
   return out
 end
 
-function support.object(srv, ns, name)
+function transport_harness.object(srv, ns, name)
   return srv:object("ConfigMap", ns, name)
 end
 
-support.write_file = files.write
-support.read_file = files.read
+transport_harness.write_file = files.write
+transport_harness.read_file = files.read
 
-function support.tmpdir()
+function transport_harness.tmpdir()
   return files.tmpdir("cozy-transport")
 end
 
 -- Runs the binary with a shell-syntax argument string (and `env`, shell
 -- assignments); returns exit code, stdout, stderr.
-function support.run(env, args)
+function transport_harness.run(env, args)
   local r = cli.shell(("env %s %s %s"):format(env or "", cli.bin, args))
   return r.code, r.stdout, r.stderr
 end
 
-support.fake = fake
-return support
+transport_harness.fake = fake
+return transport_harness

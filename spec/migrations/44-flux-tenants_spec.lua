@@ -3,15 +3,11 @@
 -- compared object by object. Differences are the shell's, listed in
 -- docs/migrations/44-flux-tenants.md with the case that shows each.
 local harness = require "spec.helpers"
-local differential = require "spec.helpers.differential"
+local differential = require("spec.helpers").differential
 local json = require "cozy.json"
 
 local HR_CRD = "helmreleases.helm.toolkit.fluxcd.io"
 local DEPLOYMENT = "Deployment cozy-fluxcd/flux-tenants"
-
-local function namespace(name)
-  return { apiVersion = "v1", kind = "Namespace", metadata = { name = name } }
-end
 
 -- Flux's HelmRelease CRD, as the platform installs it (the real server has its own).
 local function hr_crd()
@@ -35,10 +31,8 @@ local FLUX_TENANTS = { apiVersion = "apps/v1", kind = "Deployment",
 
 -- The cluster: flux-tenants, and HelmReleases on the operator's shards; `extra` adds objects.
 local function cluster(with_deployment, extra)
-  local items = { namespace("cozy-system"), namespace("cozy-fluxcd"), namespace("tenant-a"), hr_crd(),
-    { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cozystack-version", namespace = "cozy-system" },
-      data = { version = "44" } },
-    helmrelease("tenant-a", "postgres-a", "shard1"), helmrelease("tenant-a", "redis-a", "shard2") }
+  local items = differential.cluster(44, { "cozy-system", "cozy-fluxcd", "tenant-a" },
+    { hr_crd(), helmrelease("tenant-a", "postgres-a", "shard1"), helmrelease("tenant-a", "redis-a", "shard2") })
   if with_deployment then items[#items + 1] = FLUX_TENANTS end
   for _, o in ipairs(extra or {}) do items[#items + 1] = o end
   return items

@@ -3,23 +3,12 @@
 -- compared object by object. Differences are the shell's, listed in
 -- docs/migrations/45-kubeadm-keep-pin.md with the case that shows each.
 local harness = require "spec.helpers"
-local differential = require "spec.helpers.differential"
+local differential = require("spec.helpers").differential
 
 local GROUP = "bootstrap.cluster.x-k8s.io"
 
-local function namespace(name)
-  return { apiVersion = "v1", kind = "Namespace", metadata = { name = name } }
-end
-
 -- Cluster API's bootstrap CRDs, with an open schema
-local function crd(plural, kind)
-  return { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
-    metadata = { name = plural .. "." .. GROUP },
-    spec = { group = GROUP, scope = "Namespaced",
-      names = { plural = plural, singular = kind:lower(), kind = kind, listKind = kind .. "List" },
-      versions = { { name = "v1beta1", served = true, storage = true, schema = { openAPIV3Schema = { type = "object",
-        properties = { spec = { type = "object", ["x-kubernetes-preserve-unknown-fields"] = true } } } } } } } }
-end
+local function crd(plural, kind) return differential.crd(GROUP, "v1beta1", plural, kind) end
 
 local function bootstrap(kind, ns, name, helm, keep)
   local md = { name = name, namespace = ns, labels = { ["cluster.x-k8s.io/cluster-name"] = "kubernetes-alpha" } }
@@ -33,15 +22,10 @@ local function bootstrap(kind, ns, name, helm, keep)
 end
 
 local function cluster(with_crds, ...)
-  local items = { namespace("cozy-system"), namespace("tenant-a"),
-    { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cozystack-version", namespace = "cozy-system" },
-      data = { version = "45" } } }
-  if with_crds then
-    items[#items + 1] = crd("kubeadmconfigtemplates", "KubeadmConfigTemplate")
-    items[#items + 1] = crd("kubeadmconfigs", "KubeadmConfig")
-  end
-  for _, o in ipairs { ... } do items[#items + 1] = o end
-  return items
+  local objects = with_crds and { crd("kubeadmconfigtemplates", "KubeadmConfigTemplate"), crd("kubeadmconfigs", "KubeadmConfig") }
+    or {}
+  for _, o in ipairs { ... } do objects[#objects + 1] = o end
+  return differential.cluster(45, { "cozy-system", "tenant-a" }, objects)
 end
 
 -- md0: Helm's, unpinned (pinned); md1: Helm's, pinned already; manual: not Helm's (left);
@@ -53,8 +37,7 @@ local FLEET = cluster(true,
   bootstrap("KubeadmConfig", "tenant-a", "kubernetes-alpha-cp", true, false))
 
 local function policy(d, side, kind, name)
-  local o = d[side].objects[kind .. " tenant-a/" .. name]
-  return o and o.metadata.annotations and o.metadata.annotations["helm.sh/resource-policy"]
+  return differential.field(d, side, kind .. " tenant-a/" .. name, "metadata", "annotations", "helm.sh/resource-policy")
 end
 
 local MD0_PATCH = "kubeadmconfigtemplates/kubernetes-alpha-md0(\\?|$)"
@@ -144,9 +127,7 @@ describe("migration 45-kubeadm-keep-pin", function()
   it("check lists the patches run would make, and sends nothing", function()
     local res = h:migrate(45, { mode = "check" })
     assert.no_writes()
-    local names = {}
-    for _, f in ipairs(res.findings) do names[#names + 1] = f.fields.verb .. " " .. f.fields.resource .. " " .. f.fields.name end
-    table.sort(names)
+    local names = differential.finding_names(res, "verb resource name")
     assert.same({ "patch kubeadmconfigs kubernetes-alpha-cp", "patch kubeadmconfigtemplates kubernetes-alpha-md0" }, names)
   end)
 end)

@@ -3,19 +3,10 @@
 -- compared object by object. Differences are the shell's, listed in
 -- docs/migrations/46-kubernetes-v1-31.md with the case that shows each.
 local harness = require "spec.helpers"
-local differential = require "spec.helpers.differential"
-
-local function namespace(name)
-  return { apiVersion = "v1", kind = "Namespace", metadata = { name = name } }
-end
+local differential = require("spec.helpers").differential
 
 -- The tenant Kubernetes CRD (the platform serves the kind; a CRD here, with an open schema)
-local CRD = { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
-  metadata = { name = "kuberneteses.apps.cozystack.io" },
-  spec = { group = "apps.cozystack.io", scope = "Namespaced",
-    names = { plural = "kuberneteses", singular = "kubernetes", kind = "Kubernetes", listKind = "KubernetesList" },
-    versions = { { name = "v1alpha1", served = true, storage = true, schema = { openAPIV3Schema = { type = "object",
-      properties = { spec = { type = "object", ["x-kubernetes-preserve-unknown-fields"] = true } } } } } } } }
+local CRD = differential.crd("apps.cozystack.io", "v1alpha1", "kuberneteses", "Kubernetes")
 
 local function kubernetes(ns, name, version)
   return { apiVersion = "apps.cozystack.io/v1alpha1", kind = "Kubernetes", metadata = { name = name, namespace = ns },
@@ -23,22 +14,14 @@ local function kubernetes(ns, name, version)
 end
 
 local function cluster(with_crd, ...)
-  local items = { namespace("cozy-system"), namespace("tenant-a"), namespace("tenant-b"),
-    { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cozystack-version", namespace = "cozy-system" },
-      data = { version = "46" } } }
-  if with_crd then items[#items + 1] = CRD end
-  for _, o in ipairs { ... } do items[#items + 1] = o end
-  return items
+  return differential.cluster(46, { "cozy-system", "tenant-a", "tenant-b" }, with_crd and { CRD, ... } or { ... })
 end
 
 -- two clusters on v1.30, one on v1.31 (the target), one on v1.32, one whose version is "v1.30.1" (a near miss)
 local FLEET = cluster(true, kubernetes("tenant-a", "alpha", "v1.30"), kubernetes("tenant-a", "beta", "v1.31"),
   kubernetes("tenant-b", "gamma", "v1.30"), kubernetes("tenant-b", "delta", "v1.32"), kubernetes("tenant-b", "eps", "v1.30.1"))
 
-local function version(d, side, key)
-  local o = d[side].objects["Kubernetes " .. key]
-  return o and o.spec.version
-end
+local function version(d, side, key) return differential.field(d, side, "Kubernetes " .. key, "spec", "version") end
 
 describe("migration 46-kubernetes-v1-31", function()
   local h = harness.fake { fixtures = { FLEET } }
@@ -146,9 +129,7 @@ describe("migration 46-kubernetes-v1-31", function()
   it("check lists the patches run would make, and sends nothing", function()
     local res = h:migrate(46, { mode = "check" })
     assert.no_writes()
-    local names = {}
-    for _, f in ipairs(res.findings) do names[#names + 1] = f.fields.verb .. " " .. f.fields.namespace .. "/" .. f.fields.name end
-    table.sort(names)
+    local names = differential.finding_names(res, "verb namespace/name")
     assert.same({ "patch tenant-a/alpha", "patch tenant-b/gamma" }, names)
   end)
 end)

@@ -3,20 +3,11 @@
 -- compared object by object. Differences are the shell's, listed in
 -- docs/migrations/47-kubernetes-md0-pin.md with the case that shows each.
 local harness = require "spec.helpers"
-local differential = require "spec.helpers.differential"
+local differential = require("spec.helpers").differential
 local json = require "cozy.json"
 
-local function namespace(name)
-  return { apiVersion = "v1", kind = "Namespace", metadata = { name = name } }
-end
-
 -- The tenant Kubernetes CRD (the platform serves the kind; a CRD here, with an open schema)
-local CRD = { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
-  metadata = { name = "kuberneteses.apps.cozystack.io" },
-  spec = { group = "apps.cozystack.io", scope = "Namespaced",
-    names = { plural = "kuberneteses", singular = "kubernetes", kind = "Kubernetes", listKind = "KubernetesList" },
-    versions = { { name = "v1alpha1", served = true, storage = true, schema = { openAPIV3Schema = { type = "object",
-      properties = { spec = { type = "object", ["x-kubernetes-preserve-unknown-fields"] = true } } } } } } } }
+local CRD = differential.crd("apps.cozystack.io", "v1alpha1", "kuberneteses", "Kubernetes")
 
 local function kubernetes(ns, name, node_groups)
   local spec = json.decode('{"version":"v1.32","controlPlane":{"replicas":2}}')
@@ -26,12 +17,7 @@ local function kubernetes(ns, name, node_groups)
 end
 
 local function cluster(with_crd, ...)
-  local items = { namespace("cozy-system"), namespace("tenant-a"), namespace("tenant-b"),
-    { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cozystack-version", namespace = "cozy-system" },
-      data = { version = "47" } } }
-  if with_crd then items[#items + 1] = CRD end
-  for _, o in ipairs { ... } do items[#items + 1] = o end
-  return items
+  return differential.cluster(47, { "cozy-system", "tenant-a", "tenant-b" }, with_crd and { CRD, ... } or { ... })
 end
 
 local WORKERS = '{"workers":{"minReplicas":1,"maxReplicas":3,"instanceType":"u1.large","roles":[],"gpus":[]}}'
@@ -41,10 +27,7 @@ local FLEET = cluster(true, kubernetes("tenant-a", "alpha", json.decode(WORKERS)
   kubernetes("tenant-a", "beta", json.decode('{"md0":{"minReplicas":2,"maxReplicas":4,"instanceType":"u1.xlarge"}}')),
   kubernetes("tenant-b", "gamma", nil), kubernetes("tenant-b", "delta", json.decode("{}")))
 
-local function groups(d, side, key)
-  local o = d[side].objects["Kubernetes " .. key]
-  return o and o.spec.nodeGroups
-end
+local function groups(d, side, key) return differential.field(d, side, "Kubernetes " .. key, "spec", "nodeGroups") end
 
 describe("migration 47-kubernetes-md0-pin", function()
   local h = harness.fake { fixtures = { FLEET } }
@@ -144,9 +127,7 @@ describe("migration 47-kubernetes-md0-pin", function()
   it("check lists the patches run would make, and sends nothing", function()
     local res = h:migrate(47, { mode = "check" })
     assert.no_writes()
-    local names = {}
-    for _, f in ipairs(res.findings) do names[#names + 1] = f.fields.verb .. " " .. f.fields.namespace .. "/" .. f.fields.name end
-    table.sort(names)
+    local names = differential.finding_names(res, "verb namespace/name")
     assert.same({ "patch tenant-a/alpha", "patch tenant-b/delta" }, names)
   end)
 end)

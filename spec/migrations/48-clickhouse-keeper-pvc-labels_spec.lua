@@ -3,22 +3,13 @@
 -- both, compared object by object. Differences are the shell's, listed in
 -- docs/migrations/48-clickhouse-keeper-pvc-labels.md with the case that shows each.
 local harness = require "spec.helpers"
-local differential = require "spec.helpers.differential"
+local differential = require("spec.helpers").differential
 
 local LABEL = "app.kubernetes.io/instance"
 
-local function namespace(name)
-  return { apiVersion = "v1", kind = "Namespace", metadata = { name = name } }
-end
-
 -- The keeper operator's CRD, with an open schema
-local CRD = { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
-  metadata = { name = "clickhousekeeperinstallations.clickhouse-keeper.altinity.com" },
-  spec = { group = "clickhouse-keeper.altinity.com", scope = "Namespaced",
-    names = { plural = "clickhousekeeperinstallations", singular = "clickhousekeeperinstallation",
-      kind = "ClickHouseKeeperInstallation", listKind = "ClickHouseKeeperInstallationList", shortNames = { "chk" } },
-    versions = { { name = "v1", served = true, storage = true, schema = { openAPIV3Schema = { type = "object",
-      properties = { spec = { type = "object", ["x-kubernetes-preserve-unknown-fields"] = true } } } } } } } }
+local CRD = differential.crd("clickhouse-keeper.altinity.com", "v1", "clickhousekeeperinstallations",
+  "ClickHouseKeeperInstallation", { short_names = { "chk" } })
 
 local function chk(ns, name)
   return { apiVersion = "clickhouse-keeper.altinity.com/v1", kind = "ClickHouseKeeperInstallation",
@@ -32,12 +23,7 @@ local function pvc(ns, name, release)
 end
 
 local function cluster(with_crd, ...)
-  local items = { namespace("cozy-system"), namespace("tenant-a"), namespace("tenant-b"),
-    { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "cozystack-version", namespace = "cozy-system" },
-      data = { version = "48" } } }
-  if with_crd then items[#items + 1] = CRD end
-  for _, o in ipairs { ... } do items[#items + 1] = o end
-  return items
+  return differential.cluster(48, { "cozy-system", "tenant-a", "tenant-b" }, with_crd and { CRD, ... } or { ... })
 end
 
 local A0 = "default-chk-clickhouse-a-keeper-cluster1-0-0-0"
@@ -51,8 +37,7 @@ local DOTTED = cluster(true, chk("tenant-b", "ch.b-keeper"), pvc("tenant-b", "de
   pvc("tenant-b", "default-chk-chxb-keeper-cluster1-0-0-0", nil))
 
 local function label(d, side, key)
-  local o = d[side].objects["PersistentVolumeClaim " .. key]
-  return o and o.metadata.labels and o.metadata.labels[LABEL]
+  return differential.field(d, side, "PersistentVolumeClaim " .. key, "metadata", "labels", LABEL)
 end
 
 describe("migration 48-clickhouse-keeper-pvc-labels", function()

@@ -1,11 +1,10 @@
 -- Migration 49-tenant-ancestor-labels on the spec harness (spec/README.md): every tenant
 -- namespace but tenant-root gets one empty label per ancestor; nothing else changes.
 local harness = require "spec.helpers"
+local differential = harness.differential
 
 local P = "tenant.cozystack.io/"
-local function ns(name, labels)
-  return { apiVersion = "v1", kind = "Namespace", metadata = { name = name, labels = labels } }
-end
+local ns = differential.namespace
 local function ancestors(...)
   local out = {}
   for _, a in ipairs { ... } do out[P .. a] = "" end
@@ -31,27 +30,16 @@ local WANT = {
 WANT["tenant-a"].team = "blue"
 
 local function labels(h)
-  local out = {}
-  for _, o in ipairs(h:objects()) do
-    if o.kind == "Namespace" then
-      local l = {}
-      for k, v in pairs(o.metadata.labels or {}) do
-        if k ~= "kubernetes.io/metadata.name" then l[k] = v end
-      end
-      out[o.metadata.name] = next(l) and l or nil
+  return differential.objects_of(h, "Namespace", function(o)
+    local l = {}
+    for k, v in pairs(o.metadata.labels or {}) do
+      if k ~= "kubernetes.io/metadata.name" then l[k] = v end
     end
-  end
-  return out
+    return next(l) and l or nil
+  end)
 end
 
-local function patched(h)
-  local out = {}
-  for _, w in ipairs(h:writes()) do
-    if w.method == "PATCH" then out[#out + 1] = w.path:match("/namespaces/([^/]+)$") end
-  end
-  table.sort(out)
-  return out
-end
+local function patched(h) return differential.patched(h, "/namespaces/([^/]+)$") end
 
 describe("migration 49-tenant-ancestor-labels", function()
   local h = harness.fake { fixtures = { CLUSTER } }
@@ -139,13 +127,8 @@ end)
 -- Beside the platform's script 49 (spec/helpers/differential.lua): the same fixtures
 -- run by both, compared object by object (docs/migrations/49-tenant-ancestor-labels.md).
 describe("migration 49-tenant-ancestor-labels beside the platform's script #platform", function()
-  local differential = require "spec.helpers.differential"
   local h = harness.fake { fixtures = { CLUSTER } }
-  local function same_as_shell(d)
-    assert.equal(0, d.shell.code, d.shell.stderr)
-    assert.is_true(d.port.ok, tostring(d.port.err))
-    assert.same({}, differential.differences(d))
-  end
+  local same_as_shell = differential.same_as_shell
 
   it("its code is at most 1.5x its shell's (blank and comment lines not counted)", function()
     local c = differential.line_counts(49, harness.migration_file(49))

@@ -2,16 +2,12 @@
 -- PVCs of each cozystack-managed VMCluster and VLCluster get the cluster's
 -- apps.cozystack.io/application.name; no other PVC changes.
 local harness = require "spec.helpers"
+local differential = harness.differential
 
 local KEY = "apps.cozystack.io/application.name"
 
 local function crd(plural, kind)
-  return { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
-    metadata = { name = plural .. ".operator.victoriametrics.com" },
-    spec = { group = "operator.victoriametrics.com", scope = "Namespaced",
-      names = { plural = plural, singular = kind:lower(), kind = kind, listKind = kind .. "List" },
-      versions = { { name = "v1beta1", served = true, storage = true,
-        schema = { openAPIV3Schema = { type = "object", ["x-kubernetes-preserve-unknown-fields"] = true } } } } } }
+  return differential.crd("operator.victoriametrics.com", "v1beta1", plural, kind, { open = "object" })
 end
 local VMCLUSTERS, VLCLUSTERS = crd("vmclusters", "VMCluster"), crd("vlclusters", "VLCluster")
 
@@ -24,7 +20,7 @@ local function pvc(ns, name, app)
     metadata = { name = name, namespace = ns, labels = app and { [KEY] = app } or nil },
     spec = { accessModes = { "ReadWriteOnce" }, resources = { requests = { storage = "1Gi" } } } }
 end
-local function ns(name) return { apiVersion = "v1", kind = "Namespace", metadata = { name = name } } end
+local ns = differential.namespace
 
 -- tenant-root: the managed VMCluster "monitoring" (one PVC already labelled), a user's own
 -- VMCluster, the managed VLCluster "logs"; tenant-a: the managed VMCluster "my.db", whose
@@ -64,13 +60,7 @@ local PATCHED = { "tenant-a/vmstorage-db-vmstorage-my.db-0", "tenant-root/data-v
   "tenant-root/vmselect-cachedir-vmselect-monitoring-0", "tenant-root/vmstorage-db-vmstorage-monitoring-0" }
 
 local function pvc_labels(h)
-  local out = {}
-  for _, o in ipairs(h:objects()) do
-    if o.kind == "PersistentVolumeClaim" then
-      out[o.metadata.namespace .. "/" .. o.metadata.name] = (o.metadata.labels or {})[KEY] or false
-    end
-  end
-  return out
+  return differential.objects_of(h, "PersistentVolumeClaim", function(o) return (o.metadata.labels or {})[KEY] or false end)
 end
 local function want_labels()
   local out = {}
@@ -82,17 +72,7 @@ local function want_labels()
   end
   return out
 end
-local function patched(h)
-  local out = {}
-  for _, w in ipairs(h:writes()) do
-    if w.method == "PATCH" then
-      local n, name = w.path:match("/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$")
-      out[#out + 1] = n .. "/" .. name
-    end
-  end
-  table.sort(out)
-  return out
-end
+local function patched(h) return differential.patched(h, "/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$") end
 
 describe("migration 51-monitoring-pvc-labels", function()
   local h = harness.fake { fixtures = { CLUSTER } }
@@ -119,9 +99,7 @@ describe("migration 51-monitoring-pvc-labels", function()
   it("check lists the PVCs run would label, and writes nothing", function()
     local res = h:migrate(51, { mode = "check" })
     assert.no_writes()
-    local names = {}
-    for _, f in ipairs(res.findings) do names[#names + 1] = f.fields.namespace .. "/" .. f.fields.name end
-    table.sort(names)
+    local names = differential.finding_names(res, "namespace/name")
     assert.same(PATCHED, names)
   end)
 
@@ -191,7 +169,6 @@ end)
 -- Beside the platform's script 51 (spec/helpers/differential.lua): the same fixtures
 -- run by both, compared object by object (docs/migrations/51-monitoring-pvc-labels.md).
 describe("migration 51-monitoring-pvc-labels beside the platform's script #platform", function()
-  local differential = require "spec.helpers.differential"
   local h = harness.fake { fixtures = { CLUSTER } }
   local MYXDB = "PersistentVolumeClaim tenant-a/vmstorage-db-vmstorage-myxdb-0"
 

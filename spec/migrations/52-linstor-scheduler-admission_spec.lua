@@ -1,6 +1,7 @@
 -- Migration 52-linstor-scheduler-admission on the spec harness (spec/README.md): the old
 -- linstor-scheduler-admission Deployment goes, every other object stays as it was.
 local harness = require "spec.helpers"
+local differential = harness.differential
 
 local NS, NAME = "cozy-linstor", "linstor-scheduler-admission"
 local DEPLOY_PATH = "/apis/apps/v1/namespaces/cozy%-linstor/deployments/linstor%-scheduler%-admission$"
@@ -12,11 +13,7 @@ local function deployment(ns, name, selector)
         spec = { containers = { { name = "webhook", image = "registry.example/linstor-scheduler:0.2.0" } } } } } }
 end
 
-local NAMESPACES = {
-  { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
-  { apiVersion = "v1", kind = "Namespace", metadata = { name = NS } },
-  { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-other" } },
-}
+local NAMESPACES = { differential.namespace("cozy-system"), differential.namespace(NS), differential.namespace("cozy-other") }
 -- the old Deployment, a sibling in its namespace and one of its name elsewhere: only the first goes
 local OTHERS = {
   deployment(NS, "linstor-scheduler", { ["app.kubernetes.io/name"] = "linstor-scheduler" }),
@@ -35,11 +32,7 @@ end
 local CLUSTER, DONE = fixture(true), fixture(false)
 
 local function deployments(h)
-  local out = {}
-  for _, o in ipairs(h:objects()) do
-    if o.kind == "Deployment" then out[o.metadata.namespace .. "/" .. o.metadata.name] = o.metadata.resourceVersion end
-  end
-  return out
+  return differential.objects_of(h, "Deployment", function(o) return o.metadata.resourceVersion end)
 end
 
 describe("migration 52-linstor-scheduler-admission", function()
@@ -112,13 +105,8 @@ end)
 -- Beside the platform's script 52 (spec/helpers/differential.lua): the same fixtures
 -- run by both, compared object by object (docs/migrations/52-linstor-scheduler-admission.md).
 describe("migration 52-linstor-scheduler-admission beside the platform's script #platform", function()
-  local differential = require "spec.helpers.differential"
   local h = harness.fake { fixtures = { CLUSTER } }
-  local function same_as_shell(d, code)
-    assert.equal(code or 0, d.shell.code, d.shell.stderr)
-    assert.equal(code == nil or code == 0, d.port.ok, tostring(d.port.err))
-    assert.same({}, differential.differences(d))
-  end
+  local same_as_shell = differential.same_as_shell
 
   it("its code: within 1.5x the shell's lines (cozy.recipe builds the table)", function()
     local c = differential.line_counts(52, harness.migration_file(52))

@@ -1,8 +1,8 @@
 -- Spec for migration 53-seaweedfs-db-adopt (a port of the platform's script 53 and its
 -- lib/seaweedfs-db-adopt.sh), on the spec harness (spec/README.md).
 local harness = require "spec.helpers"
-local differential = require "spec.helpers.differential"
-local files = require "spec.helpers.files"
+local differential = require("spec.helpers").differential
+local files = require("spec.helpers").files
 
 local MIGRATION = "migrations/53-seaweedfs-db-adopt.lua"
 local CLUSTER = "spec/fixtures/53-seaweedfs-db-adopt/cluster.json"

@@ -2,27 +2,20 @@
 -- RedisFailover gets the operator-group label and redis:6.2.6-alpine where its redis or
 -- sentinel image is empty; a set image, and everything else, stays.
 local harness = require "spec.helpers"
+local differential = harness.differential
 
 local LABEL, IMAGE = "redis-failover.freshworks.com/operator-group", "redis:6.2.6-alpine"
 
-local CRD = { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
-  metadata = { name = "redisfailovers.databases.spotahome.com" },
-  spec = { group = "databases.spotahome.com", scope = "Namespaced",
-    names = { plural = "redisfailovers", singular = "redisfailover", kind = "RedisFailover", listKind = "RedisFailoverList",
-      shortNames = { "rf" } },
-    versions = { { name = "v1", served = true, storage = true,
-      schema = { openAPIV3Schema = { type = "object", ["x-kubernetes-preserve-unknown-fields"] = true } } } } } }
+local CRD = differential.crd("databases.spotahome.com", "v1", "redisfailovers", "RedisFailover",
+  { short_names = { "rf" }, open = "object" })
 
 local function rf(ns, name, spec, labels)
   return { apiVersion = "databases.spotahome.com/v1", kind = "RedisFailover",
     metadata = { name = name, namespace = ns, labels = labels }, spec = spec }
 end
 
-local NAMESPACES = {
-  { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
-  { apiVersion = "v1", kind = "Namespace", metadata = { name = "tenant-a" } },
-  { apiVersion = "v1", kind = "Namespace", metadata = { name = "tenant-b" } },
-}
+local NAMESPACES = { differential.namespace("cozy-system"), differential.namespace("tenant-a"),
+  differential.namespace("tenant-b") }
 -- Harbor's: both images empty (sentinel absent); apps/redis's: its data image set, sentinel
 -- ""; one labelled for another group; one already adopted.
 local HARBOR = rf("tenant-a", "harbor", { redis = { replicas = 1 } }, { app = "harbor" })
@@ -40,22 +33,9 @@ local function cluster(...)
 end
 local CLUSTER = cluster(HARBOR, REDIS, OTHER, DONE)
 
-local function failovers(h)
-  local out = {}
-  for _, o in ipairs(h:objects()) do
-    if o.kind == "RedisFailover" then out[o.metadata.namespace .. "/" .. o.metadata.name] = o end
-  end
-  return out
-end
+local function failovers(h) return differential.objects_of(h, "RedisFailover") end
 
-local function patched(h)
-  local out = {}
-  for _, w in ipairs(h:writes()) do
-    if w.method == "PATCH" then out[#out + 1] = w.path:match("/namespaces/([^/]+/redisfailovers/[^/]+)$") end
-  end
-  table.sort(out)
-  return out
-end
+local function patched(h) return differential.patched(h, "/namespaces/([^/]+/redisfailovers/[^/]+)$") end
 
 describe("migration 54-redisfailover-adopt", function()
   local h = harness.fake { fixtures = { CLUSTER } }
@@ -87,9 +67,7 @@ describe("migration 54-redisfailover-adopt", function()
   it("check lists the RedisFailovers run would patch, and writes nothing", function()
     local res = h:migrate(54, { mode = "check" })
     assert.no_writes()
-    local names = {}
-    for _, f in ipairs(res.findings) do names[#names + 1] = f.fields.namespace .. "/" .. f.fields.name end
-    table.sort(names)
+    local names = differential.finding_names(res, "namespace/name")
     assert.same({ "tenant-a/harbor", "tenant-a/redis-cache", "tenant-b/other-group" }, names)
   end)
 
@@ -137,13 +115,8 @@ end)
 -- Beside the platform's script 54 (spec/helpers/differential.lua): the same fixtures
 -- run by both, compared object by object (docs/migrations/54-redisfailover-adopt.md).
 describe("migration 54-redisfailover-adopt beside the platform's script #platform", function()
-  local differential = require "spec.helpers.differential"
   local h = harness.fake { fixtures = { CLUSTER } }
-  local function same_as_shell(d)
-    assert.equal(0, d.shell.code, d.shell.stderr)
-    assert.is_true(d.port.ok, tostring(d.port.err))
-    assert.same({}, differential.differences(d))
-  end
+  local same_as_shell = differential.same_as_shell
 
   it("its code is at most 1.5x its shell's (blank and comment lines not counted)", function()
     local c = differential.line_counts(54, harness.migration_file(54))

@@ -4,13 +4,13 @@
 -- server's final objects and on its request log.
 local json = require "cozy.json"
 local sandbox = require "cozy.sandbox"
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local fleet = require "spec.fixtures.59-vmi-hotplug.fleet"
 local scenarios = require "spec.fixtures.59-vmi-hotplug.scenarios"
 local generate = require "spec.fixtures.59-vmi-hotplug.generate"
 
-local files = require "spec.helpers.files"
-local cli = require "spec.helpers.cli"
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 local BIN = cli.bin
 local MIGRATION = "migrations/59-vmi-hotplug.lua"
 local FIXTURES = "spec/fixtures/59-vmi-hotplug/"

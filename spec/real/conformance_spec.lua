@@ -10,7 +10,7 @@
 -- reason, and in spec/support/README.md ("Deliberate differences"). The spec
 -- fails on a difference that is not listed AND on a listed one that no longer
 -- occurs, so the list stays exactly true.
-local fake = require "spec.support.fake"
+local fake = require("spec.helpers").server
 local json = require "cozy.json"
 
 local FIXTURE = "spec/fixtures/real/conformance.json"

@@ -13,9 +13,9 @@
 -- Only the real server can host this (Helm's lookup and kubectl's server-side
 -- dry run need a real API): it runs as real/spec/real/helm_chart.
 local json = require "cozy.json"
-local fake = require "spec.support.fake"
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 
 local HELM = "spec/support/helm"
 local KUBECTL = "spec/support/kubectl"

@@ -16,9 +16,9 @@
 -- code): it runs as real/spec/real/hotplug_oracle, on the real server whatever
 -- COZY_SPEC_SERVER says.
 local json = require "cozy.json"
-local fake = require "spec.support.fake"
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 local fleet = require "spec.fixtures.59-vmi-hotplug.fleet"
 local scenarios = require "spec.fixtures.59-vmi-hotplug.scenarios"
 local generate = require "spec.fixtures.59-vmi-hotplug.generate"

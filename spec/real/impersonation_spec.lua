@@ -6,9 +6,9 @@
 -- account, which may not impersonate, is refused the impersonation itself.
 -- Before, `as` was ignored and both ran as the base credentials. The fake
 -- authorizes no impersonated user: this runs as real/spec/real/impersonation.
-local fake = require "spec.support.fake"
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 
 describe("impersonation under real RBAC", function()
   local srv, dir

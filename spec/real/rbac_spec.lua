@@ -16,7 +16,7 @@
 -- The real server alone can judge this: it runs as real/spec/real/rbac.
 local harness = require "spec.helpers"
 local json = require "cozy.json"
-local cli = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 local rbac = require "cozy.rbac"
 
 local NAMESPACE = "cozy-system"

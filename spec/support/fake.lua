@@ -1,7 +1,7 @@
 -- Test helper: runs spec/support/fake-apiserver as a child process and talks to
 -- its control endpoints.  Busted specs use it like this:
 --
---   local fake = require "spec.support.fake"
+--   local fake = require("spec.helpers").server   -- specs reach it through the harness
 --   local srv = fake.start{ fixtures = { "spec/fixtures/x.json" }, tls = true, token = "t" }
 --   finally(function() srv:stop() end)          -- or teardown(), or `local srv <close> = ...`
 --

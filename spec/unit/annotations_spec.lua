@@ -8,7 +8,7 @@
 -- function with its block, and nothing is declared there that ctx lacks. A
 -- function added without one fails here.
 local context = require "cozy.runner.context"
-local files = require "spec.helpers.files"
+local files = require("spec.helpers").files
 
 -- A source's annotations: `defs[var][name]` = { params = {...}, block = {lines} }
 -- for each `function var.name(...)` / `function var:name(...)`, block being

@@ -1,8 +1,8 @@
 -- cozy.base64 against coreutils' base64 on every length up to 300 (every
 -- padding case, every byte value), and its refusals.
 local base64 = require "cozy.base64"
-local files = require "spec.helpers.files"
-local cli = require "spec.helpers.cli"
+local files = require("spec.helpers").files
+local cli = require("spec.helpers").cli
 
 describe("cozy.base64", function()
   it("encodes as coreutils' base64 does and decodes back, for every length and byte", function()

@@ -1,7 +1,7 @@
 -- The command-line contract (README.md, docs/operations.md): parsing, exit statuses, --help/--version.
 local cli = require "cozy.cli"
 
-local shell = require "spec.helpers.cli"
+local shell = require("spec.helpers").cli
 
 -- Runs the binary; returns exit status, stdout, stderr.
 local function run(args, stdin)

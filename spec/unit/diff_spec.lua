@@ -1,7 +1,7 @@
 -- cozy.diff: a unified diff as `diff -u` writes one. Each case runs GNU
 -- diff on the same two texts and wants the same lines.
 local diff = require "cozy.diff"
-local files = require "spec.helpers.files"
+local files = require("spec.helpers").files
 
 local function lines_of(n, f)
   local out = {}

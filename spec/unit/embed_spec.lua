@@ -2,8 +2,8 @@
 -- compiled at build time (cmake/luac.c) with their debug information, so
 -- that what people read (error messages, tracebacks, chunk names) is what
 -- the text would give; and bytecode is taken from nowhere but the binary.
-local files = require "spec.helpers.files"
-local shell = require "spec.helpers.cli"
+local files = require("spec.helpers").files
+local shell = require("spec.helpers").cli
 
 local q = shell.quote
 

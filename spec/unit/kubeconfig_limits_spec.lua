@@ -4,8 +4,8 @@
 -- would inject HTTP headers (CR, LF, NUL, other control characters) is
 -- refused when it is loaded. Every case is an error of kind "config" (exit 2).
 local kube = require "cozy.kube"
-local cli = require "spec.helpers.cli"
-local files = require "spec.helpers.files"
+local cli = require("spec.helpers").cli
+local files = require("spec.helpers").files
 
 local function tmpdir()
   return files.tmpdir("cozy-kubeconfig")

@@ -2,9 +2,9 @@
 -- variants, contexts, KUBECONFIG lists, in-cluster, and errors that name the
 -- file and the field. No server is contacted: connect does not send requests.
 local kube = require "cozy.kube"
-local cli = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 local harness = require "spec.helpers"
-local files = require "spec.helpers.files"
+local files = require("spec.helpers").files
 
 local function tmpdir()
   return files.tmpdir("cozy-kubeconfig")
@@ -203,7 +203,7 @@ describe("kubeconfig", function()
       c:close()
     end)
 
-    it("an exec stanza without its command or apiVersion (exec plugins run in spec/e2e/transport_exec_spec.lua)", function()
+    it("an exec stanza without its command or apiVersion (exec plugins run in spec/e2e/transport/exec_spec.lua)", function()
       local err = connect_err(file { user = "    exec:\n      apiVersion: client.authentication.k8s.io/v1" })
       assert.equal("users[u].user.exec.command", err.field)
       assert.matches("is missing", err.message)

@@ -4,7 +4,7 @@
 -- modes, and its refusals. No server is contacted.
 local transport = require "cozy.transport"
 local json = require "cozy.json"
-local files = require "spec.helpers.files"
+local files = require("spec.helpers").files
 
 local CA = "-----BEGIN CERTIFICATE-----\nMIIBdummyCA\n-----END CERTIFICATE-----\n"
 local CERT = "-----BEGIN CERTIFICATE-----\nMIIBdummyCert\n-----END CERTIFICATE-----\n"

@@ -3,7 +3,7 @@
 -- checked against that very tool on the same names, so "as the shell" is
 -- measured and not assumed; the errors a bad pattern raises; and that no
 -- pattern takes time exponential in the name.
-local files = require "spec.helpers.files"
+local files = require("spec.helpers").files
 local match = require "cozy.match"
 local sandbox = require "cozy.sandbox"
 

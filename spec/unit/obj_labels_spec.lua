@@ -1,7 +1,7 @@
 -- cozy.obj's labels and annotations (docs/engine-api.md, "Labels and
 -- annotations"): keys and values checked as the API server checks them
 -- (apimachinery's IsQualifiedName, IsValidLabelValue; the same keys go to
--- both servers in spec/e2e/obj_labels_server_spec.lua), a bad key an error before
+-- both servers in spec/e2e/kube/label_checks_spec.lua), a bad key an error before
 -- anything is sent, and paths that reach keys with dots in them.
 local json = require "cozy.json"
 local obj = require "cozy.obj"

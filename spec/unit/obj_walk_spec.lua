@@ -1,7 +1,7 @@
 -- obj.walk: jq's walk(f) over a decoded document, compared with jq itself.
 local json = require "cozy.json"
 local obj = require "cozy.obj"
-local cli = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 
 local DOC = [[{"metadata":{"name":"a","annotations":{"x":"1","drop":"y"},"labels":{}},
   "spec":{"list":[{"drop":1,"keep":[]},{"keep":{"drop":2}},null,3],"empty":[],"n":7}}]]

@@ -1,14 +1,14 @@
 -- cozy.worker (a background thread with its own Lua state) and cozy.proc
 -- (child processes). The write guard is proven with the step executor, in
--- spec/e2e/step_boundary_spec.lua.
+-- spec/e2e/step/boundary_spec.lua.
 local proc = require "cozy.proc"
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 local worker = require "cozy.worker"
 
 describe("cozy.worker", function()
   it("runs a module function in another thread, reports success, stops on request", function()
     local w = worker.start("spec.fixtures.runner.worker_probe", "loop", "")
-    assert.truthy(support.poll(5, function() return w:last_ok() end))
+    assert.truthy(cli.poll(5, function() return w:last_ok() end))
     assert.is_nil(w:lost())
     assert.is_true(w:stop())
     assert.is_true(w:stop())  -- twice is fine
@@ -19,20 +19,20 @@ describe("cozy.worker", function()
     local sys = require "cozy.sys"
     local at = ("%.17g"):format(sys.monotime() - 2.5)
     local w = worker.start("spec.fixtures.runner.worker_probe", "ok_at", at)
-    assert.truthy(support.poll(5, function() return w:last_ok() end))
+    assert.truthy(cli.poll(5, function() return w:last_ok() end))
     assert.equal(tonumber(at), w:last_ok())
     assert.is_true(w:stop())
   end)
 
   it("tells the main state when the work is lost", function()
     local w = worker.start("spec.fixtures.runner.worker_probe", "loop", "lose")
-    assert.equal("gone after 3", support.poll(5, function() return w:lost() end))
+    assert.equal("gone after 3", cli.poll(5, function() return w:lost() end))
     assert.is_true(w:stop())
   end)
 
   it("reports the worker's error", function()
     local w = worker.start("spec.fixtures.runner.worker_probe", "fail", "")
-    assert.matches("probe failed on purpose", support.poll(5, function() return w:lost() end))
+    assert.matches("probe failed on purpose", cli.poll(5, function() return w:lost() end))
     local ok, err = w:stop()
     assert.is_nil(ok)
     assert.matches("probe failed on purpose", err)
@@ -42,7 +42,7 @@ describe("cozy.worker", function()
     -- the worker's thread blocks every signal: its watch cannot be one the
     -- signal handlers serve, and keeps its hook from the start
     local w = worker.start("spec.fixtures.runner.worker_probe", "watched_loop", "")
-    local lost = support.poll(10, function() return w:lost() end)
+    local lost = cli.poll(10, function() return w:lost() end)
     assert.is_true(w:stop())
     assert.matches("^stopped=true .*deadline exceeded$", lost)
   end)
@@ -55,12 +55,12 @@ describe("cozy.worker", function()
     local before = threads()
     do
       local w <close> = worker.start("spec.fixtures.runner.worker_probe", "loop", "")
-      assert.truthy(support.poll(5, function() return w:last_ok() end))
+      assert.truthy(cli.poll(5, function() return w:last_ok() end))
       assert.equal(before + 1, threads())
     end
     assert.equal(before, threads())
     local w = worker.start("spec.fixtures.runner.worker_probe", "loop", "")
-    assert.truthy(support.poll(5, function() return w:last_ok() end))
+    assert.truthy(cli.poll(5, function() return w:last_ok() end))
     assert.equal(before + 1, threads())
     w = nil -- the only reference: the collector now owns it
     collectgarbage()

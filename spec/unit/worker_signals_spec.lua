@@ -2,7 +2,7 @@
 -- meant for the main thread (whose sleeps and transfers a signal wakes), and
 -- starting it leaves the main thread's mask as it was. Read from the kernel's
 -- view of each thread (/proc/thread-self/status).
-local support = require "spec.helpers.cli"
+local cli = require("spec.helpers").cli
 local worker = require "cozy.worker"
 
 local SIGINT, SIGTERM = 2, 15
@@ -23,7 +23,7 @@ describe("cozy.worker signal mask", function()
     local before = own_mask()
     assert.is_false(blocks(before, SIGTERM))
     local w <close> = worker.start("spec.fixtures.runner.worker_probe", "sigmask", "")
-    local worker_mask = support.poll(5, function() return w:lost() end)
+    local worker_mask = cli.poll(5, function() return w:lost() end)
     assert.truthy(worker_mask, "the probe did not report its mask")
     assert.is_true(blocks(worker_mask, SIGTERM), "worker mask " .. worker_mask)
     assert.is_true(blocks(worker_mask, SIGINT), "worker mask " .. worker_mask)

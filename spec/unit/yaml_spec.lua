@@ -3,8 +3,8 @@
 -- the real kubectl (`kubectl patch --local -o yaml`: go-yaml v2 under
 -- sigs.k8s.io/yaml, no server needed) and through cozy.yaml; the two
 -- outputs must be byte for byte the same.
-local fake = require "spec.support.fake"
-local files = require "spec.helpers.files"
+local fake = require("spec.helpers").server
+local files = require("spec.helpers").files
 local json = require "cozy.json"
 local yaml = require "cozy.yaml"
 
