@@ -6,7 +6,7 @@
 -- step's time limit, read once in check and in a rehearsal (marked as a
 -- controller's work), and refused without the watch permission. On either
 -- server (COZY_SPEC_SERVER=real), the fault cases on the fake alone.
-local fake = require "spec.cli.fake"
+local fake = require("spec.helpers").server
 local files = require("spec.helpers").files
 local json = require "cozy.json"
 local cli = require("spec.helpers").cli

@@ -4,7 +4,7 @@
 -- its own whose one address is that endpoint, forwarding each request to the
 -- cluster through the run's client, so each of its writes is held to the
 -- plan's and the first that differs is not sent. Runs on both servers.
-local fake = require "spec.cli.fake"
+local fake = require("spec.helpers").server
 local files = require("spec.helpers").files
 local harness = require "spec.helpers"
 local json = require "cozy.json"

@@ -7,7 +7,7 @@
 -- conflict is marked inexact naming its field. Runs on both servers; the
 -- fake's apply replaces lists whole (spec/support/README.md), and there the
 -- apply case holds the Deployment to being marked inexact.
-local fake = require "spec.cli.fake"
+local fake = require("spec.helpers").server
 local files = require("spec.helpers").files
 local harness = require "spec.helpers"
 local json = require "cozy.json"

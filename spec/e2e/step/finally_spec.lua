@@ -5,7 +5,7 @@
 -- released only after it. As 50's EXIT trap scales the etcd operator back
 -- up, each migration here "scales down" a stand-in (ConfigMap
 -- etcd-operator, replicas) and its finally scales it back up.
-local fake = require "spec.cli.fake"
+local fake = require("spec.helpers").server
 local files = require("spec.helpers").files
 local cli = require("spec.helpers").cli
 

@@ -3,7 +3,7 @@
 -- `files` read through ctx.files (read, JSON, a listing; a path out of the
 -- declared directory refused, by "..", by a symlink), both shown by `list`
 -- and `check`. On either server (COZY_SPEC_SERVER=real).
-local fake = require "spec.cli.fake"
+local fake = require("spec.helpers").server
 local files = require("spec.helpers").files
 local json = require "cozy.json"
 local cli = require("spec.helpers").cli

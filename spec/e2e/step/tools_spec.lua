@@ -6,7 +6,7 @@
 -- marked as the tool's own dry run run (a rehearsal's isolated), others are
 -- refused and the plan says so. The tool is a test double: a shell script in
 -- a directory put on PATH that records its argv and writes with kubectl.
-local fake = require "spec.cli.fake"
+local fake = require("spec.helpers").server
 local files = require("spec.helpers").files
 local cli = require("spec.helpers").cli
 
