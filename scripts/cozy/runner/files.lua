@@ -29,16 +29,19 @@ local KEY = "^[a-z][a-z0-9_]*$"
 -- Checks def.files: key -> absolute path or "$PARAMETER" (a declared one).
 function files.validate(map, params, invalid)
   if map == nil then return end
-  if type(map) ~= "table" then invalid("files must be a table { name = path or \"$PARAMETER\" }") end
+  local function checked(name, value, expected, says)
+    local why = validate.why(name, value, expected, { says = says })
+    if why then invalid(why) end
+  end
+  checked("files", map, "table", "a table { name = path or \"$PARAMETER\" }")
   local declared = {}
   for _, p in ipairs(type(params) == "table" and params or {}) do
     if type(p) == "table" and p.name then declared[p.name] = p end
   end
   for k, v in next, map do
-    if type(k) ~= "string" or not k:find(KEY) then
-      invalid(("files: key %s must be a name (%s)"):format(errors.safe_text(k), KEY))
-    end
-    if type(v) ~= "string" then invalid(("files.%s must be a path or \"$PARAMETER\""):format(k)) end
+    checked("files: key " .. errors.safe_text(k), k, function(x) return type(x) == "string" and x:find(KEY) end,
+      ("a name (%s)"):format(KEY))
+    checked("files." .. k, v, "string", "a path or \"$PARAMETER\"")
     local param = v:match("^%$([A-Z_][A-Z0-9_]*)$")
     if param then
       if not declared[param] then

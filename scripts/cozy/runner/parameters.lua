@@ -13,6 +13,7 @@
 -- run), and again by the step executor (check, the spec harness). A value is
 -- a string; set but empty reads as unset (the shell's `:-`).
 local errors = require "cozy.errors"
+local validate = require "cozy.validate"
 
 local parameters = {}
 
@@ -43,42 +44,43 @@ end
 -- file). Returns nothing.
 function parameters.validate(list, invalid)
   if list == nil then return end
-  if type(list) ~= "table" then invalid("parameters must be an array of { name =, description =, ... }") end
+  local function checked(name, value, expected, says)
+    local why = validate.why(name, value, expected, says and { says = says })
+    if why then invalid(why) end
+  end
+  checked("parameters", list, "table", "an array of { name =, description =, ... }")
   local seen, n = {}, 0
   for _ in next, list do n = n + 1 end
-  if n ~= #list then invalid("parameters must be an array (keys 1..n)") end
+  checked("parameters", n, function(v) return v == #list end, "an array (keys 1..n)")
   for i, p in ipairs(list) do
     local at = ("parameters[%d]"):format(i)
-    if type(p) ~= "table" then invalid(at .. " must be a table { name =, description =, default =, allowed = }") end
+    checked(at, p, "table", "a table { name =, description =, default =, allowed = }")
     for k in next, p do
       if not declaration_keys[k] then
         invalid(("%s: unexpected field %q (allowed: name, description, default, allowed)"):format(at, tostring(k)))
       end
     end
-    if type(p.name) ~= "string" or not p.name:find(NAME) or #p.name > MAX_NAME then
-      invalid(("%s: name must be an environment variable name (%s, at most %d characters)"):format(at, NAME, MAX_NAME))
-    end
+    checked(at .. ": name", p.name, function(v) return type(v) == "string" and v:find(NAME) and #v <= MAX_NAME end,
+      ("an environment variable name (%s, at most %d characters)"):format(NAME, MAX_NAME))
     at = ("parameter %s"):format(p.name)
     if engine_name(p.name) then
       invalid(("%s: the name is the engine's own (its environment, COZY_MIGRATE_*, KUBERNETES_*)"):format(at))
     end
     if seen[p.name] then invalid(("%s is declared twice"):format(at)) end
     seen[p.name] = true
-    if type(p.description) ~= "string" or not p.description:find("%S") or p.description:find("\n") then
-      invalid(at .. ": description must be a non-empty line")
-    end
-    if p.default ~= nil and not one_line(p.default) then
-      invalid(("%s: default must be a string of one line (at most %d bytes)"):format(at, MAX_VALUE))
+    checked(at .. ": description", p.description,
+      function(v) return type(v) == "string" and v:find("%S") and not v:find("\n") end, "a non-empty line")
+    if p.default ~= nil then
+      checked(at .. ": default", p.default, one_line, ("a string of one line (at most %d bytes)"):format(MAX_VALUE))
     end
     if p.allowed ~= nil then
-      if type(p.allowed) ~= "table" or #p.allowed == 0 then
-        invalid(at .. ": allowed must be a non-empty array of strings")
-      end
-      local ok = true
-      for _, v in ipairs(p.allowed) do ok = ok and one_line(v) end
-      local count = 0
-      for _ in next, p.allowed do count = count + 1 end
-      if not ok or count ~= #p.allowed then invalid(at .. ": allowed must be a non-empty array of strings") end
+      checked(at .. ": allowed", p.allowed, function(v)
+        if type(v) ~= "table" or #v == 0 then return false end
+        local count = 0
+        for _ in next, v do count = count + 1 end
+        for _, a in ipairs(v) do if not one_line(a) then return false end end
+        return count == #v
+      end, "a non-empty array of strings")
       if p.default ~= nil then
         local found = false
         for _, v in ipairs(p.allowed) do found = found or v == p.default end

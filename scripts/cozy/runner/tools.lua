@@ -51,19 +51,21 @@ end
 -- Validates def.tools (raising through invalid(message)); discovery calls it.
 function tools.validate(def, invalid)
   if def.tools == nil then return end
-  if type(def.tools) ~= "table" then invalid("tools must be an array of command names") end
-  local n, seen = 0, {}
-  for k in pairs(def.tools) do
-    n = n + 1
-    if math.type(k) ~= "integer" or k < 1 then invalid("tools must be an array of command names") end
+  local function is_array(v)
+    if type(v) ~= "table" then return false end
+    for k in pairs(v) do if math.type(k) ~= "integer" or k < 1 then return false end end
+    return true
   end
+  local why = validate.why("tools", def.tools, is_array, { says = "an array of command names" })
+  if why then invalid(why) end
+  local n, seen = 0, {}
+  for _ in pairs(def.tools) do n = n + 1 end
   if n > tools.MAX_TOOLS then invalid(("tools: at most %d tools"):format(tools.MAX_TOOLS)) end
   for i = 1, n do
     local name = def.tools[i]
-    if bad_name(name) then
-      invalid(("tools[%d] must be a command name (letters, digits, '.', '_', '+', '-'; no '/'; at most %d bytes)")
-        :format(i, tools.MAX_NAME))
-    end
+    why = validate.why(("tools[%d]"):format(i), name, function(v) return not bad_name(v) end,
+      { says = ("a command name (letters, digits, '.', '_', '+', '-'; no '/'; at most %d bytes)"):format(tools.MAX_NAME) })
+    if why then invalid(why) end
     if seen[name] then invalid(("tools[%d]: %s is declared twice"):format(i, name)) end
     seen[name] = true
   end
