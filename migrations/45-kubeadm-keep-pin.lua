@@ -33,7 +33,7 @@ return {
         for _, f in ipairs(failures) do failed[#failed + 1] = kind .. " " .. f.namespace .. "/" .. f.name end
       end
     end
-    ctx.outcome { failed = #failed }
+    ctx:outcome { failed = #failed }
     if #failed > 0 then
       error(("%d annotation(s) failed (%s): an unpinned KubeadmConfigTemplate may be pruned by the kubernetes chart "
         .. "upgrade, so the upgrade stops here; fix the failures above and upgrade again"):format(#failed,

@@ -27,11 +27,11 @@ return {
       on_change = function(k) ctx.log:change("kubernetes %s: {bumping|would bump} spec.version %s -> %s", obj.key(k), OLD, NEW) end,
     })
     if counts == nil then return end -- the API is not served: nothing to change
-    ctx.outcome { patched = counts.changed, skipped = counts.unchanged + counts.absent, failed = counts.failed }
+    ctx:outcome { patched = counts.changed, skipped = counts.unchanged + counts.absent, failed = counts.failed }
     if counts.failed > 0 then
       local names = {}
       for _, f in ipairs(failures) do names[#names + 1] = f.namespace .. "/" .. f.name end
-      return ctx.leave_version(("%d patch(es) failed, still on %s: %s"):format(counts.failed, OLD, table.concat(names, ",")))
+      return ctx:leave_version(("%d patch(es) failed, still on %s: %s"):format(counts.failed, OLD, table.concat(names, ",")))
     end
   end,
 }

@@ -31,7 +31,7 @@ return {
       on_change = function(k) ctx.log:change("kubernetes %s: {pinning|would pin} node group md0", obj.key(k)) end,
     })
     if counts == nil then return end -- the API is not served: nothing to change
-    ctx.outcome { pinned = counts.changed, skipped = counts.unchanged + counts.absent, failed = counts.failed }
+    ctx:outcome { pinned = counts.changed, skipped = counts.unchanged + counts.absent, failed = counts.failed }
     if counts.failed > 0 then
       local names = {}
       for _, f in ipairs(failures) do names[#names + 1] = f.namespace .. "/" .. f.name end

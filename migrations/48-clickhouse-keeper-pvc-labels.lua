@@ -25,13 +25,13 @@ return {
     local chks, why = ctx.kube:lookup("clickhousekeeperinstallations.clickhouse-keeper.altinity.com")
     if not chks then return ctx.log:info("no ClickHouse keeper (" .. why .. "): no PVC to label") end
     local ok, installations = pcall(function() return chks:list{ project = {} }:collect() end)
-    if not ok and not ctx.kube.is_item_error(installations) then error(installations, 0) end
+    if not ok and not ctx.kube:is_item_error(installations) then error(installations, 0) end
     if not ok then return ctx.log:warn("ClickHouse keeper installations not listed, no PVC labelled: " .. installations.message) end
     local pvcs = ctx.kube:resource("v1", "persistentvolumeclaims")
     for _, chk in ipairs(installations) do
       local ns, prefix, release = chk.metadata.namespace, "default-chk-" .. chk.metadata.name .. "-", chk.metadata.name:gsub("%-keeper$", "")
       local listed, claims = pcall(function() return pvcs:list{ namespace = ns, project = { "metadata.labels" } }:collect() end)
-      if not listed and not ctx.kube.is_item_error(claims) then error(claims, 0) end
+      if not listed and not ctx.kube:is_item_error(claims) then error(claims, 0) end
       if not listed then ctx.log:warn("PVCs of " .. ns .. " not listed, skipped: " .. claims.message) claims = {} end
       pvcs:update_each(claims, function(pvc)
         if pvc.metadata.name:sub(1, #prefix) == prefix then return obj.set_label(pvc, LABEL, release) or nil end

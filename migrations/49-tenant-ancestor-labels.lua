@@ -44,8 +44,8 @@ return {
       end
       for _, key in ipairs(keys) do obj.set_label(ns, key, "") end
     end, { label = "tenant namespaces", absent = "skip", on_error = "continue" })
-    if not ok and not ctx.kube.is_item_error(counts) then error(counts, 0) end
-    if not ok then return ctx.leave_version("namespaces not listed: " .. tostring(counts.message)) end
-    ctx.outcome { labelled = counts.changed, failed = counts.failed }
+    if not ok and not ctx.kube:is_item_error(counts) then error(counts, 0) end
+    if not ok then return ctx:leave_version("namespaces not listed: " .. tostring(counts.message)) end
+    ctx:outcome { labelled = counts.changed, failed = counts.failed }
   end,
 }

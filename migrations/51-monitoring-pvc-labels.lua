@@ -62,9 +62,9 @@ return {
   },
   walk = function(ctx)
     local ok, failed = pcall(relabel, ctx)
-    if not ok and not ctx.kube.is_item_error(failed) then error(failed, 0) end
-    if not ok then return ctx.leave_version("a list failed: " .. tostring(failed.message)) end
-    ctx.outcome { failed = failed }
-    if failed > 0 then return ctx.leave_version(failed .. " PVC(s) not labelled") end
+    if not ok and not ctx.kube:is_item_error(failed) then error(failed, 0) end
+    if not ok then return ctx:leave_version("a list failed: " .. tostring(failed.message)) end
+    ctx:outcome { failed = failed }
+    if failed > 0 then return ctx:leave_version(failed .. " PVC(s) not labelled") end
   end,
 }

@@ -38,6 +38,6 @@ return {
       label = "seaweedfs-db Clusters", absent = "skip", project = { "metadata.annotations" },
       on_change = function(c, what) ctx.log:change("Cluster %s: {handing over|would hand over} %s", obj.key(c), what) end,
     })
-    ctx.outcome { changed = counts.changed }
+    ctx:outcome { changed = counts.changed }
   end,
 }

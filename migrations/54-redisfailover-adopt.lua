@@ -35,6 +35,6 @@ return {
       pin(rf, "redis")
       pin(rf, "sentinel")
     end, { label = "RedisFailovers", absent = "skip", describe = function(rf) return "RedisFailover " .. obj.key(rf) end })
-    ctx.outcome { adopted = counts.changed, already = counts.unchanged, gone = counts.absent }
+    ctx:outcome { adopted = counts.changed, already = counts.unchanged, gone = counts.absent }
   end,
 }

@@ -67,9 +67,9 @@ return {
   check = function(ctx)
     for _, hr in ipairs(addon_releases(ctx) or {}) do
       local since = obj.get(hr, "metadata.deletionTimestamp")
-      ctx.finding("info", "would orphan FluxCD addon HelmRelease " .. obj.key(hr), { name = hr, chart = hr.spec.chartRef.name })
+      ctx:finding("info", "would orphan FluxCD addon HelmRelease " .. obj.key(hr), { name = hr, chart = hr.spec.chartRef.name })
       if since then
-        ctx.finding("warn", ("HelmRelease %s is already being deleted (deletionTimestamp %s): helm-controller may be uninstalling "
+        ctx:finding("warn", ("HelmRelease %s is already being deleted (deletionTimestamp %s): helm-controller may be uninstalling "
           .. "the FluxCD addon from the tenant cluster now; run orphans it at once"):format(obj.key(hr), since), { name = hr })
       end
     end
@@ -83,7 +83,7 @@ return {
       counts[result] = counts[result] + 1
       if result == "gone" then ctx.log:info(("HelmRelease %s was deleted meanwhile: nothing to orphan"):format(obj.key(hr))) end
     end
-    ctx.outcome(counts)
+    ctx:outcome(counts)
     ctx.log:change("{Orphaned|Would orphan} %d FluxCD addon HelmRelease(s), %d already gone", counts.orphaned, counts.gone)
   end,
 }

@@ -43,12 +43,12 @@ local function read_fleet(ctx, note)
   local absent = not ctx.kube:served(KUBEVIRT, "virtualmachines") and "virtualmachines.kubevirt.io is absent: KubeVirt is not installed"
     or not ctx.kube:served(KUBEVIRT, "virtualmachineinstances") and "virtualmachineinstances.kubevirt.io is absent: no VMI can be running"
   if absent then return nil, "CRD " .. absent .. ", nothing to copy" end
-  local fleet = { vms = 0, vmis = 0, complete = 0, copies = ctx.queue() }
+  local fleet = { vms = 0, vmis = 0, complete = 0, copies = ctx:queue() }
   local function left(vmi, why, odd)
     note("debug", ("VMI %s left alone: %s"):format(obj.key(vmi), why))
     if odd then note("info", ("VMI %s is left alone: %s"):format(obj.key(vmi), why), { vmi = vmi }) end
   end
-  local joined = ctx.join(ctx.kube:resource(KUBEVIRT, "virtualmachines"):list{ project = VM_READS },
+  local joined = ctx:join(ctx.kube:resource(KUBEVIRT, "virtualmachines"):list{ project = VM_READS },
     ctx.kube:resource(KUBEVIRT, "virtualmachineinstances"):list{ project = VMI_READS }, { key = function(vmi)
       if #missing_from_vm({}, vmi) == 0 then return nil end -- what a VM without volumes would lack: no hotplug volume at all
       fleet.vmis = fleet.vmis + 1
@@ -119,19 +119,19 @@ local function run(ctx)
     end })
   local complete = fleet.complete + counts.unchanged
   ctx.log:info(counts.changed == 0 and ("nothing to update: no running VMI holds a hotplugged volume missing from its VM spec"
-    .. " (%d VMs already complete)"):format(complete) or ctx.worded("{updated|would update} %d VMs: %d volumes, %d disks copied"
-    .. " from their VMIs; %d VMs already complete"):format(counts.changed, volumes, disks, complete), ctx.outcome{ vms = fleet.vms,
+    .. " (%d VMs already complete)"):format(complete) or ctx:worded("{updated|would update} %d VMs: %d volumes, %d disks copied"
+    .. " from their VMIs; %d VMs already complete"):format(counts.changed, volumes, disks, complete), ctx:outcome{ vms = fleet.vms,
     vmis_with_hotplug_volumes = fleet.vmis, already_complete = complete, deleted_meanwhile = counts.absent, updated = counts.changed,
     volumes = volumes, disks = disks })
 end
 
 local function check(ctx) -- read-only, the same rule; and the KubeVirt CR must not disable the gate the platform moves to
-  local fleet, absent = read_fleet(ctx, function(severity, ...) if severity ~= "debug" then ctx.finding(severity, ...) end end)
-  if fleet == nil then return ctx.finding("info", absent) end
-  if fleet.copies:len() == 0 then ctx.finding("info", "no running VMI holds a hotplugged volume missing from its VM spec") end
+  local fleet, absent = read_fleet(ctx, function(severity, ...) if severity ~= "debug" then ctx:finding(severity, ...) end end)
+  if fleet == nil then return ctx:finding("info", absent) end
+  if fleet.copies:len() == 0 then ctx:finding("info", "no running VMI holds a hotplugged volume missing from its VM spec") end
   for _, kv in ipairs(ctx.kube:served(KUBEVIRT, "kubevirts") and ctx.kube:resource(KUBEVIRT, "kubevirts"):list():collect() or {}) do
     for _, gate in ipairs(obj.list(kv, "spec.configuration.developerConfiguration.disabledFeatureGates")) do
-      if gate == "DeclarativeHotplugVolumes" then ctx.finding("block", ("KubeVirt %s lists %s in disabledFeatureGates: with HotplugVolumes"
+      if gate == "DeclarativeHotplugVolumes" then ctx:finding("block", ("KubeVirt %s lists %s in disabledFeatureGates: with HotplugVolumes"
         .. " gone it is the only hotplug path"):format(obj.key(kv), gate), { name = kv, gate = gate }) end
     end
   end

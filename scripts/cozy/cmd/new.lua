@@ -42,14 +42,14 @@ return {
 
   -- One walk for run, plan and check: in check, every write it would make is
   -- a finding ("would patch ...") and nothing is sent. A risk is a
-  -- ctx.finding("warn", ...), what must stop the upgrade ctx.finding("block", ...).
+  -- ctx:finding("warn", ...), what must stop the upgrade ctx:finding("block", ...).
   walk = function(ctx)
     local objects = ctx.kube:resource(API_VERSION, PLURAL)
     -- each change guarded by a test of its resourceVersion, several in flight
     local counts = objects:update_each(objects:list{ namespace = ctx.namespace }, change, {
       on_change = function(obj) ctx.log:change("{changed|would change} %s", key(obj)) end,
     })
-    ctx.outcome { changed = counts.changed }
+    ctx:outcome { changed = counts.changed }
   end,
 }
 ]==]
@@ -118,7 +118,7 @@ describe("migration {{NUMBER}}-{{NAME}}", function()
     local res = h:migrate(MIGRATION, { mode = "check" })
     assert.no_writes()
     assert(#res.findings > 0, "check reported nothing about a fixture that run changes: check lists the "
-      .. "writes walk would make; a risk is a ctx.finding")
+      .. "writes walk would make; a risk is a ctx:finding")
   end)
 
   it("plan writes nothing", function()

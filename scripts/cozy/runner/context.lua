@@ -22,16 +22,35 @@ local context = {}
 
 -- What a migration holds of the engine is sealed: its metatable is not
 -- theirs to read or replace, its fields not theirs to change, and nothing
--- (pairs, next, raw access) reaches the table that holds them.
-local seal = sandbox.seal
+-- (pairs, next, raw access) reaches the table that holds them (seal, below).
 
--- Facade methods work when called with `:` or with `.`: the facade itself as
--- the first argument is dropped.
+-- One calling convention: everything a migration calls through ctx is a
+-- method, called with `:` (ctx:finding(...), ctx.log:info(...),
+-- ctx.kube:lookup(...)). A call with `.` is refused with an error naming
+-- the right form, never taken for one with `:` (docs/engine-api.md,
+-- "Calling convention").
+local facade_names = setmetatable({}, { __mode = "k" })
+
 local function method(facade, fn)
-  return function(first, ...)
+  local wrapper
+  wrapper = function(first, ...)
     if rawequal(first, facade) then return fn(...) end
-    return fn(first, ...)
+    local where, key = facade_names[facade] or "ctx", "method"
+    for k, v in pairs(facade) do
+      if rawequal(v, wrapper) then key = k end
+    end
+    if where:find("^[%w_.]+$") then
+      error(("%s.%s called with '.': call it with ':' (%s:%s(...))"):format(where, key, where, key), 2)
+    end
+    error(("%s called with '.' on %s: call it with ':' (x:%s(...))"):format(key, where, key), 2)
   end
+  return wrapper
+end
+
+-- sandbox.seal, naming the facade for the calling-convention error
+local function seal(t, name, opts)
+  facade_names[t] = name
+  return sandbox.seal(t, name, opts)
 end
 
 -- A value as plain data: strings, numbers, booleans, json.null and tables of
@@ -351,35 +370,37 @@ function context.new(opts)
     findings = sandbox.view(seen, "ctx.findings"),
   }
   local outcome = opts.outcome
-  ctx.outcome = outcome_recorder(outcome, logger)
+  ctx.outcome = method(ctx, outcome_recorder(outcome, logger))
   -- "Some items failed: leave the version for the next upgrade", as the
   -- platform's best-effort scripts exit 0 without stamping. The step still
   -- returns normally (`return ctx.leave_version("3 namespaces failed")`);
   -- the runner then does what it does for a legacy script that did not
   -- stamp (docs/operations.md, "Steps that leave the version"). The last
   -- call's reason is the one recorded.
-  function ctx.leave_version(reason)
+  ctx.leave_version = method(ctx, function(reason)
     if type(reason) ~= "string" or not reason:find("%S") then
-      error("ctx.leave_version(reason): reason must be a non-empty string saying what is left to do", 2)
+      error("ctx:leave_version(reason): reason must be a non-empty string saying what is left to do", 2)
     end
     if outcome ~= nil then outcome.leave = bounded_text(reason) end
-  end
+  end)
   -- a text worded for the mode: "{updated|would update}" (run | plan)
-  function ctx.worded(template)
-    if type(template) ~= "string" then error("ctx.worded(template): template must be a string", 2) end
+  ctx.worded = method(ctx, function(template)
+    if type(template) ~= "string" then error("ctx:worded(template): template must be a string", 2) end
     return worded(template, ctx.mode)
-  end
+  end)
   -- join(left, right, { key = fn(right_item) [, left_key = fn(left_item)] }):
   -- for left_item, matches in ctx.join(...) do ... end; then :unmatched()
-  function ctx.join(left, right, join_opts)
-    if join_opts ~= nil and type(join_opts) ~= "table" then error("ctx.join(left, right, opts): opts must be a table", 2) end
+  ctx.join = method(ctx, function(left, right, join_opts)
+    if join_opts ~= nil and type(join_opts) ~= "table" then
+      error("ctx:join(left, right, opts): opts must be a table", 2)
+    end
     return join_facade(join.new(left, right, join_opts))
-  end
-  function ctx.queue() return queue_facade(join.queue()) end
-  function ctx.progress(label, total)
-    return ctx.log.progress(label, total)
-  end
-  function ctx.finding(severity, message, fields)
+  end)
+  ctx.queue = method(ctx, function() return queue_facade(join.queue()) end)
+  ctx.progress = method(ctx, function(label, total)
+    return ctx.log:progress(label, total)
+  end)
+  ctx.finding = method(ctx, function(severity, message, fields)
     if not severities[severity] then
       error(("ctx.finding: severity must be \"info\", \"warn\" or \"block\", got %q")
         :format(errors.safe_text(severity)), 2)
@@ -390,7 +411,7 @@ function context.new(opts)
     seen[#seen + 1] = plain(f)
     local level = severity == "info" and "info" or (severity == "warn" and "warn" or "error")
     logger:write(level, "finding: " .. f.message, f.fields)
-  end
+  end)
   -- sealed: the engine reads ctx.finding back (a walk's kept-back writes
   -- in check), so no field of it may be the migration's
   return seal(ctx, "ctx")

@@ -65,7 +65,8 @@ function discovery.validate_definition(def, file)
   if def.walk ~= nil then
     -- one walk for run and check (docs/engine-api.md, "One walk for check and run")
     if type(def.walk) ~= "function" then invalid(file, "walk must be a function(ctx)") end
-    if def.run ~= nil or def.check ~= nil then
+    -- (a rule, cozy.rule, names its walk as its run and check too)
+    if (def.run ~= nil and def.run ~= def.walk) or (def.check ~= nil and def.check ~= def.walk) then
       invalid(file, "walk is run and check at once: give walk alone, or run (and check)")
     end
   elseif type(def.run) ~= "function" then

@@ -167,7 +167,7 @@ function step.execute(m, opts)
     -- the engine's own ctx.finding, taken before the migration runs
     local finding = ctx.finding
     view.dry_run = "client"
-    view.record = function(w) would(finding, w) end
+    view.record = function(w) would(function(...) return finding(ctx, ...) end, w) end
   end
   local limit = step.timeout(m, opts.timeout)
   -- the step's deadline and SIGTERM/SIGINT stop it wherever it is: in Lua
