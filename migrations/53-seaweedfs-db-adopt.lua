@@ -17,7 +17,7 @@ return rule {
   select = {
     clusters = { "clusters.postgresql.cnpg.io", project = { "metadata.annotations" }, edit = true,
       label = "seaweedfs-db Clusters", say = "{handing over|would hand over} %s", outcome = { changed = "changed" },
-      unserved = "CNPG Cluster is not served (%s): no SeaweedFS databases to hand over" },
+      unserved = "CNPG Cluster is not served ({why}): no SeaweedFS databases to hand over" },
   },
   walk = function(ctx, s)
     s.clusters:each(function(c)

@@ -28,7 +28,7 @@ return rule {
   description = "label every RedisFailover for the new redis-operator and pin its empty images to redis:6.2.6-alpine",
   select = {
     failovers = { "redisfailovers.databases.spotahome.com", edit = true,
-      unserved = "RedisFailover CRD not present, nothing to adopt: %s",
+      unserved = "RedisFailover CRD not present, nothing to adopt: {why}",
       outcome = { adopted = "changed", already = "unchanged", gone = "absent" } },
   },
   walk = function(_, s)

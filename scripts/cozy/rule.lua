@@ -99,8 +99,9 @@ local function selection(ctx, key, decl, state)
       error(kerrors.new { code = 404, reason = "NotFound", absent = "type",
         message = ("the server doesn't have a resource type %s (%s)"):format(name, tostring(why)) }, 0)
     end
-    ctx.log:info((decl.unserved or "%s not served (%s): nothing to change"):format(
-      decl.unserved and why or name, why))
+    local line = (decl.unserved or "{resource} not served ({why}): nothing to change")
+      :gsub("{resource}", (name:gsub("%%", "%%%%"))):gsub("{why}", (tostring(why):gsub("%%", "%%%%")))
+    ctx.log:info(line)
   end
   -- a read that failed after the engine's retries, under the declared policy
   local function unread(e)
@@ -188,22 +189,25 @@ local function selection(ctx, key, decl, state)
     if type(fn) ~= "function" then error("each(fn, opts): fn must be a function", 2) end
     opts = opts or {}
     if decl.check_only and ctx.mode ~= "check" then return nil end
-    local ok, missing, why = served()
-    if not ok then return unserved(missing, why) end
-    local pass = { changed = 0, unchanged = 0, absent = 0, failed = 0 }
+    local pass, any = { changed = 0, unchanged = 0, absent = 0, failed = 0 }, false
     local done, err = pcall(function()
       for _, resource in ipairs(decl) do
-        local res, kind = found[resource].res, found[resource].about.kind
-        if decl.edit then
+        local f = lookup(resource)
+        local res, kind = f.res, f.res and f.about.kind
+        if res == nil then
+          unserved(resource, f.about) -- each resource of the selection on its own
+        elseif decl.edit then
+          any = true
           edit_pass(res, kind, resource, fn, opts, pass)
         else
+          any = true
           for o in iterate(opts.items or listing(res, opts)) do fn(o) end
         end
       end
     end)
     if not done then return unread(err) end
     for k, v in pairs(pass) do tally[k] = tally[k] + v end
-    return pass
+    return any and pass or nil
   end
 
   -- The one object a named selection declares (namespace and name), or nil.
