@@ -326,4 +326,23 @@ function rule.define(spec)
     walk = walk, run = walk, check = walk }
 end
 
+--- A canned rule: delete one object if it is there, as `kubectl delete
+--- <resource> <name> --namespace <ns> --ignore-not-found`; check lists the
+--- delete only when there is something to delete.
+---   return rule.delete { "deployments.apps", namespace = "ns", name = "x", description = "..." }
+function rule.delete(spec)
+  if type(spec) ~= "table" then refuse("delete{...}: expected a table, got %s", type(spec)) end
+  local where = ("%s/%s"):format(tostring(spec.namespace), tostring(spec.name))
+  return rule.define {
+    description = spec.description, timeout = spec.timeout,
+    select = { object = { spec[1], namespace = spec.namespace, name = spec.name, delete = true } },
+    walk = function(ctx, s)
+      local found = s.object:find()
+      if found == nil then return ctx.log:info(("%s %s absent: nothing to delete"):format(spec[1], where)) end
+      ctx.log:change(("{Deleting|Would delete} %s %s"):format(found.kind or spec[1], where))
+      s.object:delete(found)
+    end,
+  }
+end
+
 return setmetatable(rule, { __call = function(_, spec) return rule.define(spec) end })
