@@ -22,7 +22,8 @@ local FIELDS = {
   project = "table", namespace = "string", name = "string", label_selector = "string",
   field_selector = "string", edit = "boolean", delete = "boolean", check_only = "boolean",
   report = "boolean", writes = "string", reads = "string", failed = "string", unlisted = "string",
-  unserved = "string", outcome = "table", say = "string", retry = "table", label = "string",
+  unserved = "string", outcome = "table", say = "string|function", retry = "table", label = "string",
+  noun = "string", gone = "string",
 }
 local WRITES = { stop = true, fail = true, leave = true, warn = true }
 local READS = { stop = true, warn = true, leave = true }
@@ -59,7 +60,7 @@ local function check_selection(key, decl)
       if type(v) ~= "string" then refuse("select.%s[%d] must be a resource name", key, k) end
     elseif FIELDS[k] == nil then
       refuse("select.%s: unknown field %q", key, tostring(k))
-    elseif type(v) ~= FIELDS[k] then
+    elseif not ("|" .. FIELDS[k] .. "|"):find("|" .. type(v) .. "|", 1, true) then
       refuse("select.%s.%s must be a %s", key, k, FIELDS[k])
     end
   end
@@ -151,7 +152,7 @@ local function selection(ctx, key, decl, state)
       return said
     end
   end
-  local function edit_pass(res, kind, resource, fn, opts, pass)
+  local function edit_pass(res, kind, resource, fn, opts, pass, landed)
     local items = opts.items and iterate(opts.items) or listing(res, opts)
     if ctx.mode == "check" and decl.report == false then
       -- check without listing the writes (the migration's findings say them):
@@ -162,14 +163,17 @@ local function selection(ctx, key, decl, state)
       end
       return
     end
-    local policy = decl.writes or "stop"
+    local policy, noun = decl.writes or "stop", decl.noun or (#decl > 1 and resource or kind)
     local counts, failures = res:update_each(items, edit_with(fn), {
       label = opts.label or decl.label or (kind .. "s"), absent = "skip", project = decl.project,
-      on_error = policy == "stop" and "stop" or "continue", retry = decl.retry,
-      describe = function(o) return (#decl > 1 and resource or kind) .. " " .. obj.key(o) end,
+      on_error = policy == "stop" and "stop" or "continue", retry = decl.retry, absent_note = decl.gone,
+      total = opts.items and type(opts.items.len) == "function" and opts.items:len() or nil,
+      describe = function(o) return noun .. " " .. obj.key(o) end,
       on_change = function(o, said)
-        if decl.say == nil or said == nil then return end
-        ctx.log:change(("%s %s: " .. decl.say):format(kind, obj.key(o), tostring(said)))
+        if decl.say == nil or said == nil then return end -- nil: an earlier attempt of its own landed
+        landed[#landed + 1] = said
+        local text = type(decl.say) == "function" and decl.say(said) or decl.say:format(tostring(said))
+        ctx.log:change((("%s %s: %s"):format(noun, obj.key(o), text):gsub("%%", "%%%%")))
       end,
     })
     for k in pairs(pass) do pass[k] = pass[k] + (counts[k] or 0) end
@@ -189,7 +193,7 @@ local function selection(ctx, key, decl, state)
     if type(fn) ~= "function" then error("each(fn, opts): fn must be a function", 2) end
     opts = opts or {}
     if decl.check_only and ctx.mode ~= "check" then return nil end
-    local pass, any = { changed = 0, unchanged = 0, absent = 0, failed = 0 }, false
+    local pass, any, landed = { changed = 0, unchanged = 0, absent = 0, failed = 0 }, false, {}
     local done, err = pcall(function()
       for _, resource in ipairs(decl) do
         local f = lookup(resource)
@@ -198,7 +202,7 @@ local function selection(ctx, key, decl, state)
           unserved(resource, f.about) -- each resource of the selection on its own
         elseif decl.edit then
           any = true
-          edit_pass(res, kind, resource, fn, opts, pass)
+          edit_pass(res, kind, resource, fn, opts, pass, landed)
         else
           any = true
           for o in iterate(opts.items or listing(res, opts)) do fn(o) end
@@ -207,6 +211,8 @@ local function selection(ctx, key, decl, state)
     end)
     if not done then return unread(err) end
     for k, v in pairs(pass) do tally[k] = tally[k] + v end
+    -- what each edit that landed returned, for a migration's own summary
+    pass.landed = landed
     return any and pass or nil
   end
 
@@ -238,7 +244,7 @@ local function selection(ctx, key, decl, state)
   function s.read_back(written) return found[decl[1]].res:read_back(written) end
   -- for left, matches in s.vms:join(s.vmis, { key = fn(right) }) do ... end (ctx:join)
   function s.join(right, opts)
-    return ctx:join(listing(found[decl[1]].res, {}), right._listing(), opts)
+    return ctx:join(listing(found[decl[1]].res, {}), right:_listing(), opts)
   end
   function s._listing() return listing(found[decl[1]].res, {}) end
   return s
