@@ -20,7 +20,7 @@ local rule = {}
 -- What a selection may declare, and the values of its policies.
 local FIELDS = {
   project = "table", namespace = "string", name = "string", label_selector = "string",
-  field_selector = "string", edit = "boolean", delete = "boolean", check_only = "boolean",
+  field_selector = "string", edit = "boolean", patch = "boolean", delete = "boolean", check_only = "boolean",
   report = "boolean", writes = "string", reads = "string", failed = "string", unlisted = "string",
   unserved = "string", outcome = "table", say = "string|function", retry = "table", label = "string",
   noun = "string", gone = "string",
@@ -32,11 +32,11 @@ local RULE_FIELDS = { description = true, select = true, walk = true, timeout = 
 local function refuse(fmt, ...) error("cozy.rule: " .. fmt:format(...), 3) end
 
 -- The permissions a selection needs, known at load time: list (get for one
--- named object), get and patch to edit (get: the re-read after a conflict),
+-- named object), get and patch to edit or patch (get: the re-read after a conflict),
 -- get and delete to delete; scoped to its namespace (and name) when declared.
 local function permissions_of(key, decl, out)
   local verbs = { decl.name and "get" or "list" }
-  if decl.edit then verbs[#verbs + 1], verbs[#verbs + 2] = "get", "patch" end
+  if decl.edit or decl.patch then verbs[#verbs + 1], verbs[#verbs + 2] = "get", "patch" end
   if decl.delete then verbs[#verbs + 1], verbs[#verbs + 2] = "get", "delete" end
   for _, resource in ipairs(decl) do
     local ok, plural, group = pcall(recipe.resource_name, resource)
