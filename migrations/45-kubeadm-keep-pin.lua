@@ -12,14 +12,19 @@ local obj = require "cozy.obj"
 local rule = require "cozy.rule"
 
 return rule {
-  description = "pin Helm-managed KubeadmConfigTemplates and KubeadmConfigs with helm.sh/resource-policy=keep",
+  description = "pin Helm-managed KubeadmConfigTemplates and KubeadmConfigs with"
+    .. " helm.sh/resource-policy=keep",
   select = {
-    configs = { "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io", "kubeadmconfigs.bootstrap.cluster.x-k8s.io",
-      label_selector = "app.kubernetes.io/managed-by=Helm", project = { "metadata.annotations" }, edit = true,
+    configs = { "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
+      "kubeadmconfigs.bootstrap.cluster.x-k8s.io",
+      label_selector = "app.kubernetes.io/managed-by=Helm", project = { "metadata.annotations" },
+      edit = true,
       writes = "fail", say = "{annotating|would annotate} helm.sh/resource-policy=keep",
       unserved = "{resource} not served ({why}): nothing to pin", outcome = { failed = "failed" },
-      failed = "%d annotation(s) failed (%s): an unpinned KubeadmConfigTemplate may be pruned by the"
-        .. " kubernetes chart upgrade, so the upgrade stops here; fix the failures above and upgrade again" },
+      failed = "%d annotation(s) failed (%s): an unpinned KubeadmConfigTemplate may be pruned"
+        .. " by the"
+        .. " kubernetes chart upgrade, so the upgrade stops here; fix the failures above and"
+          .. " upgrade again" },
   },
   walk = function(_, s)
     s.configs:each(function(o) return obj.set_annotation(o, "helm.sh/resource-policy", "keep") end)

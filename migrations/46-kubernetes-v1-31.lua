@@ -12,7 +12,8 @@ local rule = require "cozy.rule"
 local OLD, NEW = "v1.30", "v1.31"
 
 return rule {
-  description = "bump tenant Kubernetes clusters from v1.30 to v1.31 (best effort: failures leave the version)",
+  description = "bump tenant Kubernetes clusters from v1.30 to v1.31 (best effort: failures"
+    .. " leave the version)",
   select = {
     clusters = { "kuberneteses.apps.cozystack.io", project = { "spec.version" }, edit = true,
       writes = "leave", failed = "%d patch(es) failed, still on " .. OLD .. ": %s",

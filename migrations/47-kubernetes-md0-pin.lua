@@ -17,12 +17,15 @@ local MD0 = '{"minReplicas":0,"maxReplicas":10,"instanceType":"u1.medium","diskS
   .. '"storageClass":"","roles":["ingress-nginx"],"resources":{},"gpus":[],"kubelet":{}}'
 
 return rule {
-  description = "pin the implicit md0 node group on tenant Kubernetes clusters that define nodeGroups without it",
+  description = "pin the implicit md0 node group on tenant Kubernetes clusters that define"
+    .. " nodeGroups without it",
   select = {
     clusters = { "kuberneteses.apps.cozystack.io", project = { "spec.nodeGroups" }, edit = true,
       writes = "fail", say = "{pinning|would pin} node group md0",
-      failed = "%d cluster(s) could not be pinned (%s): the kubernetes chart upgrade would prune their"
-        .. " live md0 MachineDeployment, so the upgrade stops here; fix the failures above and upgrade again",
+      failed = "%d cluster(s) could not be pinned (%s): the kubernetes chart upgrade would"
+        .. " prune their"
+        .. " live md0 MachineDeployment, so the upgrade stops here; fix the failures above and"
+          .. " upgrade again",
       outcome = { pinned = "changed", skipped = "unchanged+absent", failed = "failed" } },
   },
   walk = function(_, s)

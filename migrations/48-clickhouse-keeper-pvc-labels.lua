@@ -15,20 +15,23 @@ local rule = require "cozy.rule"
 local LABEL = "app.kubernetes.io/instance"
 
 return rule {
-  description = "label pre-existing ClickHouse keeper PVCs with app.kubernetes.io/instance=<release>",
+  description = "label pre-existing ClickHouse keeper PVCs with"
+    .. " app.kubernetes.io/instance=<release>",
   select = {
     keepers = { "clickhousekeeperinstallations.clickhouse-keeper.altinity.com", project = {},
       reads = "warn", unlisted = "ClickHouse keeper installations not listed, no PVC labelled: %s",
       unserved = "no ClickHouse keeper ({why}): no PVC to label" },
     pvcs = { "persistentvolumeclaims", project = { "metadata.labels" }, edit = true, reads = "warn",
-      unlisted = "keeper PVCs not listed, skipped: %s", say = "{labelling|would label} " .. LABEL .. "=%s" },
+      unlisted = "keeper PVCs not listed, skipped: %s",
+      say = "{labelling|would label} " .. LABEL .. "=%s" },
   },
   walk = function(_, s)
     s.keepers:each(function(chk)
       local prefix = "default-chk-" .. chk.metadata.name .. "-"
       local release = chk.metadata.name:gsub("%-keeper$", "")
       s.pvcs:each(function(pvc)
-        return pvc.metadata.name:sub(1, #prefix) == prefix and obj.set_label(pvc, LABEL, release) and release
+        local mine = pvc.metadata.name:sub(1, #prefix) == prefix
+        return mine and obj.set_label(pvc, LABEL, release) and release
       end, { namespace = chk.metadata.namespace, label = "keeper PVCs of " .. obj.key(chk) })
     end)
   end,

@@ -28,10 +28,13 @@ local function ancestor_keys(name)
 end
 
 return rule {
-  description = "backfill the tenant.cozystack.io/<ancestor> labels on tenant namespaces, best effort",
+  description = "backfill the tenant.cozystack.io/<ancestor> labels on tenant namespaces, best"
+    .. " effort",
   select = {
-    namespaces = { "namespaces", edit = true, writes = "warn", reads = "leave", label = "tenant namespaces",
-      unlisted = "namespaces not listed: %s", outcome = { labelled = "changed", failed = "failed" } },
+    namespaces = { "namespaces", edit = true, writes = "warn", reads = "leave", label = "tenant"
+      .. " namespaces",
+      unlisted = "namespaces not listed: %s",
+      outcome = { labelled = "changed", failed = "failed" } },
   },
   walk = function(ctx, s)
     s.namespaces:each(function(ns)

@@ -24,12 +24,15 @@ local STORAGE = {
 }
 
 return rule {
-  description = "label the monitoring module's VictoriaMetrics/VictoriaLogs storage PVCs with their application, best effort",
+  description = "label the monitoring module's VictoriaMetrics/VictoriaLogs storage PVCs with"
+    .. " their application, best effort",
   select = {
-    clusters = { "vmclusters.operator.victoriametrics.com", "vlclusters.operator.victoriametrics.com",
+    clusters = { "vmclusters.operator.victoriametrics.com",
+      "vlclusters.operator.victoriametrics.com",
       project = { "spec.managedMetadata.labels" }, reads = "leave", unlisted = "a list failed: %s",
       unserved = "{resource} not present, skipping: {why}" },
-    pvcs = { "persistentvolumeclaims", edit = true, writes = "leave", reads = "leave", unlisted = "a list failed: %s",
+    pvcs = { "persistentvolumeclaims", edit = true, writes = "leave", reads = "leave",
+      unlisted = "a list failed: %s",
       failed = "%d PVC(s) not labelled", outcome = { failed = "failed" } },
   },
   walk = function(ctx, s)

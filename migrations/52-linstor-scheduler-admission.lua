@@ -7,4 +7,5 @@
 -- is Ignore, so the gap blocks no Pod. Absent (fresh installs, no linstor): nothing to do.
 return require("cozy.rule").delete { "deployments.apps", namespace = "cozy-linstor",
   name = "linstor-scheduler-admission",
-  description = "delete the old linstor-scheduler-admission Deployment, whose selector the new chart changes" }
+  description = "delete the old linstor-scheduler-admission Deployment, whose selector the new"
+    .. " chart changes" }

@@ -12,7 +12,7 @@
 local obj = require "cozy.obj"
 local rule = require "cozy.rule"
 
-local IMAGE = "redis:6.2.6-alpine"
+local IMAGE, GROUP = "redis:6.2.6-alpine", "redis-failover.freshworks.com/operator-group"
 
 -- spec.<part>.image pinned where empty (absent, null or ""), the rest of spec.<part> kept;
 -- returns whether it pinned
@@ -25,7 +25,8 @@ local function pin(rf, part)
 end
 
 return rule {
-  description = "label every RedisFailover for the new redis-operator and pin its empty images to redis:6.2.6-alpine",
+  description = "label every RedisFailover for the new redis-operator and pin its empty images"
+    .. " to redis:6.2.6-alpine",
   select = {
     failovers = { "redisfailovers.databases.spotahome.com", edit = true,
       unserved = "RedisFailover CRD not present, nothing to adopt: {why}",
@@ -33,7 +34,7 @@ return rule {
   },
   walk = function(_, s)
     s.failovers:each(function(rf)
-      local labelled = obj.set_label(rf, "redis-failover.freshworks.com/operator-group", "cozystack")
+      local labelled = obj.set_label(rf, GROUP, "cozystack")
       local redis, sentinel = pin(rf, "redis"), pin(rf, "sentinel")
       return labelled or redis or sentinel
     end)

@@ -20,7 +20,8 @@ local ADDON_CHARTS = {
 -- removed; else "orphaned", gone or not: no finalizer was left to run an uninstall (an
 -- object already being deleted goes the moment its finalizers do).
 local function orphan(ctx, releases, hr)
-  ctx.log:with{ chart = hr.spec.chartRef.name }:change("{Orphaning|Would orphan} FluxCD addon HelmRelease %s",
+  ctx.log:with{ chart = hr.spec.chartRef.name }:change("{Orphaning|Would orphan} FluxCD addon"
+    .. " HelmRelease %s",
     obj.key(hr))
   if releases:merge_patch(hr, { spec = { suspend = true } }) == nil then return "gone" end
   local patched = releases:merge_patch(hr, { metadata = { finalizers = json.null } })
@@ -32,7 +33,8 @@ local function orphan(ctx, releases, hr)
   if #left > 0 then
     error(("HelmRelease %s still has finalizers [%s] after they were removed: something re-added"
       .. " them (helm-controller reconciling it?); deleting it now would run the helm uninstall in"
-      .. " the tenant cluster that this migration exists to avoid, so it stops here (the HelmRelease"
+      .. " the tenant cluster that this migration exists to avoid, so it stops here (the"
+        .. " HelmRelease"
       .. " is suspended; find what adds the finalizer, then run again)"):format(obj.key(hr),
       table.concat(left, ", ")))
   end
@@ -53,11 +55,13 @@ local function report(ctx, hr)
 end
 
 return rule {
-  description = "orphan the tenant-cluster FluxCD addon's HelmReleases: suspend, drop finalizers, delete",
+  description = "orphan the tenant-cluster FluxCD addon's HelmReleases: suspend, drop"
+    .. " finalizers, delete",
   select = {
     releases = { "helmreleases.helm.toolkit.fluxcd.io", patch = true, delete = true,
       project = { "spec.chartRef.name", "metadata.deletionTimestamp" },
-      unserved = "HelmRelease API (helm.toolkit.fluxcd.io/v2) not served: no FluxCD addon to orphan" },
+      unserved = "HelmRelease API (helm.toolkit.fluxcd.io/v2) not served:"
+        .. " no FluxCD addon to orphan" },
   },
   walk = function(ctx, s)
     local counts = { orphaned = 0, gone = 0 }
@@ -66,10 +70,12 @@ return rule {
       if ctx.mode == "check" then return report(ctx, hr) end
       local result = orphan(ctx, s.releases, hr)
       counts[result] = counts[result] + 1
-      if result == "gone" then ctx.log:info(("HelmRelease %s was deleted meanwhile: nothing to orphan"):format(obj.key(hr))) end
+      if result == "gone" then ctx.log:info(("HelmRelease %s was deleted meanwhile: nothing to"
+        .. " orphan"):format(obj.key(hr))) end
     end)
     if ctx.mode == "check" then return end
     ctx:outcome(counts)
-    ctx.log:change("{Orphaned|Would orphan} %d FluxCD addon HelmRelease(s), %d already gone", counts.orphaned, counts.gone)
+    ctx.log:change("{Orphaned|Would orphan} %d FluxCD addon HelmRelease(s), %d already gone",
+      counts.orphaned, counts.gone)
   end,
 }

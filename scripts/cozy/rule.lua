@@ -239,7 +239,7 @@ local function selection(ctx, key, decl, state)
     end
   end
   local merge, delete = held("merge_patch"), held("delete")
-  function s.merge_patch(o, patch) return merge(o, patch, { absent = "skip" }) end
+  function s.merge_patch(o, changes) return merge(o, changes, { absent = "skip" }) end
   function s.delete(o) return delete(o, { absent = "skip" }) end
   function s.read_back(written) return found[decl[1]].res:read_back(written) end
   -- for left, matches in s.vms:join(s.vmis, { key = fn(right) }) do ... end (ctx:join)
