@@ -5,9 +5,10 @@ local obj = require "cozy.obj"
 local rule = require "cozy.rule"
 local VOLUMES, DISKS = "spec.template.spec.volumes", "spec.template.spec.domain.devices.disks"
 local INTERFACES = "spec.template.spec.domain.devices.interfaces"
-local VM_READS = { VOLUMES, DISKS, INTERFACES, "status.volumeRequests", "spec.updateVolumesStrategy" }
-local VMI_READS = { "metadata.ownerReferences", "spec.domain.devices.disks", "status.phase", -- hotplug
-  "spec.volumes.*.name", "spec.volumes.*.persistentVolumeClaim", "spec.volumes.*.dataVolume" } -- whole
+local VM_READS = { VOLUMES, DISKS, INTERFACES, "status.volumeRequests",
+  "spec.updateVolumesStrategy" }
+local VMI_READS = { "metadata.ownerReferences", "spec.domain.devices.disks", "status.phase",
+  "spec.volumes.*.name", "spec.volumes.*.persistentVolumeClaim", "spec.volumes.*.dataVolume" }
 
 -- A volume virt-controller reconciles declaratively (IsDeclarativeHotplugVolume).
 local function is_hotplug(v)
@@ -24,12 +25,15 @@ end
 -- The VMI's hotplug volumes and disks the VM template lacks, in VMI order; the names of
 -- those it has otherwise.
 local function missing(vm, vmi)
-  local in_vm, vm_disks = obj.index_by(obj.list(vm, VOLUMES), "name"), obj.index_by(obj.list(vm, DISKS), "name")
+  local in_vm = obj.index_by(obj.list(vm, VOLUMES), "name")
+  local vm_disks = obj.index_by(obj.list(vm, DISKS), "name")
   local volumes, disks, names, differ = {}, {}, {}, {}
   for _, v in ipairs(obj.list(vmi, "spec.volumes")) do
     local mine = in_vm[v.name]
     if is_hotplug(v) and mine == nil then volumes[#volumes + 1], names[v.name] = v, true
-    elseif is_hotplug(v) and is_hotplug(mine) and not obj.equal(mine, v) then differ[#differ + 1] = v.name end
+    elseif is_hotplug(v) and is_hotplug(mine) and not obj.equal(mine, v) then
+      differ[#differ + 1] = v.name
+    end
   end
   for _, d in ipairs(obj.list(vmi, "spec.domain.devices.disks")) do
     if names[d.name] and not vm_disks[d.name] then disks[#disks + 1] = d end
@@ -63,21 +67,28 @@ local function judge(ctx, vm, vmi, left)
       .. " unplugged if it comes back Running", obj.key(vmi), obj.names(volumes))
   elseif obj.get(vm, "spec.updateVolumesStrategy") == "Migration" and #volumes > 0 then
     return say("warn", "VM %s has updateVolumesStrategy Migration, which declarative hotplug leaves"
-      .. " alone: hotplugged volumes %s of its VMI are not copied, and are unplugged if the strategy"
+      .. " alone: hotplugged volumes %s of its VMI are not copied, and are unplugged if the"
+        .. " strategy"
       .. " changes", key, obj.names(volumes))
   end
   for _, name in ipairs(differ) do say("warn", "VM %s: hotplug volume %s differs between the VM"
     .. " and its VMI: it will be unplugged and plugged again", key, name) end
   local taken = {} -- a copied disk's bootOrder a device already uses: admission refuses it
-  for _, d in ipairs(obj.list(vm, DISKS)) do taken[d.bootOrder or false] = "disk " .. tostring(d.name) end
-  for _, i in ipairs(obj.list(vm, INTERFACES)) do taken[i.bootOrder or false] = "interface " .. tostring(i.name) end
+  for _, d in ipairs(obj.list(vm, DISKS)) do
+    taken[d.bootOrder or false] = "disk " .. tostring(d.name)
+  end
+  for _, i in ipairs(obj.list(vm, INTERFACES)) do
+    taken[i.bootOrder or false] = "interface " .. tostring(i.name)
+  end
   for _, d in ipairs(disks) do
     local order = math.type(d.bootOrder) and d.bootOrder
     if order and taken[order] then say("block", "VM %s: disk %s bootOrder %d is already used by %s;"
       .. " KubeVirt's admission would refuse the copy", key, d.name, order, taken[order]) end
     if order then taken[order] = "disk " .. d.name end
   end
-  for _, v in ipairs(volumes) do ctx:finding("info", key .. " " .. v.name, { vm = vm, volume = v.name }) end
+  for _, v in ipairs(volumes) do
+    ctx:finding("info", key .. " " .. v.name, { vm = vm, volume = v.name })
+  end
   return #volumes > 0 and "copy" or "complete"
 end
 
@@ -87,38 +98,49 @@ return rule {
   select = {
     vms = { "virtualmachines.kubevirt.io", project = VM_READS, edit = true, report = false,
       noun = "VM", label = "VMs", gone = "nothing to copy", outcome = {}, say = function(added)
-        return "{adding|would add} hotplugged volumes " .. obj.names(added.volumes) .. " to the VM spec"
+        return "{adding|would add} hotplugged volumes " .. obj.names(added.volumes) .. " to the"
+          .. " VM spec"
       end },
     vmis = { "virtualmachineinstances.kubevirt.io", project = VMI_READS },
     kubevirts = { "kubevirts.kubevirt.io", check_only = true }, -- its feature gates
   },
   walk = function(ctx, s)
-    local absent = not s.vms:served() and "virtualmachines.kubevirt.io is absent: KubeVirt is not installed"
-      or not s.vmis:served() and "virtualmachineinstances.kubevirt.io is absent: no VMI can be running"
+    local absent = not s.vms:served() and "virtualmachines.kubevirt.io is absent: KubeVirt is"
+      .. " not installed"
+      or not s.vmis:served() and "virtualmachineinstances.kubevirt.io is absent: no VMI can be"
+        .. " running"
     if absent then return ctx:finding("info", "CRD " .. absent .. ", nothing to copy") end
     local n, copies = { vms = 0, vmis = 0, volumes = 0, disks = 0, complete = 0 }, ctx:queue()
     local function left(vmi, why, odd)
       ctx.log:debug(("VMI %s left alone: %s"):format(obj.key(vmi), why))
-      if odd and ctx.mode == "check" then ctx:finding("info", ("VMI %s is left alone: %s"):format(obj.key(vmi), why)) end
+      if odd and ctx.mode == "check" then
+        ctx:finding("info", ("VMI %s is left alone: %s"):format(obj.key(vmi), why))
+      end
     end
     local joined = s.vms:join(s.vmis, { key = function(vmi)
       if #missing({}, vmi) == 0 then return nil end -- no hotplug volume at all
       n.vmis = n.vmis + 1
       local ref = owner(vmi) -- no controller at all: the VMI is its VM's by name
-      if ref or not obj.controller_of(vmi) then return obj.key(vmi):match("^.*/") .. (ref or vmi.metadata).name end
+      if ref or not obj.controller_of(vmi) then
+        return obj.key(vmi):match("^.*/") .. (ref or vmi.metadata).name
+      end
       left(vmi, "its controller ownerReference is not of kind VirtualMachine")
     end })
     for vm, vmis in joined do
       local requests = {}
       for i, r in ipairs(obj.list(vm, "status.volumeRequests")) do
         requests[i] = obj.get(r, "addVolumeOptions.name") and ("add " .. r.addVolumeOptions.name)
-          or obj.get(r, "removeVolumeOptions.name") and ("remove " .. r.removeVolumeOptions.name) or "?"
+          or obj.get(r, "removeVolumeOptions.name") and ("remove " .. r.removeVolumeOptions.name)
+          or "?"
       end
-      if #requests > 0 then ctx:finding("warn", ("VM %s has pending status.volumeRequests (%s): it can"
-        .. " get stuck once the HotplugVolumes gate is off"):format(obj.key(vm), table.concat(requests, ", ")), { vm = vm }) end
+      if #requests > 0 then ctx:finding("warn", ("VM %s has pending status.volumeRequests (%s):"
+        .. " it can"
+        .. " get stuck once the HotplugVolumes gate is off"):format(obj.key(vm),
+        table.concat(requests, ", ")), { vm = vm }) end
       for _, vmi in ipairs(vmis) do
         local verdict = judge(ctx, vm, vmi, left)
-        if verdict == "copy" then copies:push(vm, vmi) elseif verdict then n.complete = n.complete + 1 end
+        if verdict == "copy" then copies:push(vm, vmi)
+        elseif verdict then n.complete = n.complete + 1 end
       end
       n.vms = n.vms + 1
     end
@@ -126,18 +148,25 @@ return rule {
       left(vmi, obj.controller_of(vmi) and "its VM " .. key:match("/(.*)") .. " is gone"
         or "it has no controller ownerReference and no VM of its name")
     end
-    if copies:len() == 0 then ctx:finding("info", "no running VMI holds a hotplugged volume missing from its VM spec") end
+    if copies:len() == 0 then ctx:finding("info", "no running VMI holds a hotplugged volume"
+      .. " missing from its VM spec") end
     local done = s.vms:each(copy_into, { items = copies })
-    for _, a in ipairs(done.landed) do n.volumes, n.disks = n.volumes + #a.volumes, n.disks + #a.disks end
+    for _, a in ipairs(done.landed) do
+      n.volumes, n.disks = n.volumes + #a.volumes, n.disks + #a.disks
+    end
     n.complete = n.complete + done.unchanged
     ctx:outcome { vms = n.vms, vmis_with_hotplug_volumes = n.vmis, already_complete = n.complete,
-      deleted_meanwhile = done.absent, updated = done.changed, volumes = n.volumes, disks = n.disks }
-    ctx.log:info(done.changed == 0 and ("nothing to update: no running VMI holds a hotplugged volume"
-      .. " missing from its VM spec (%d VMs already complete)"):format(n.complete) or ctx:worded("{updated|would"
+      deleted_meanwhile = done.absent, updated = done.changed, volumes = n.volumes,
+      disks = n.disks }
+    ctx.log:info(done.changed == 0 and ("nothing to update: no running VMI holds a hotplugged"
+      .. " volume"
+      .. " missing from its VM spec (%d VMs already complete)"):format(n.complete)
+      or ctx:worded("{updated|would"
       .. " update} %d VMs: %d volumes, %d disks copied from their VMIs; %d VMs already complete")
       :format(done.changed, n.volumes, n.disks, n.complete))
     s.kubevirts:each(function(kv)
-      for _, gate in ipairs(obj.list(kv, "spec.configuration.developerConfiguration.disabledFeatureGates")) do
+      local gates = obj.list(kv, "spec.configuration.developerConfiguration.disabledFeatureGates")
+      for _, gate in ipairs(gates) do
         if gate == "DeclarativeHotplugVolumes" then ctx:finding("block", ("KubeVirt %s lists %s in"
           .. " disabledFeatureGates: with HotplugVolumes gone it is the only hotplug path")
           :format(obj.key(kv), gate), { name = kv, gate = gate }) end
