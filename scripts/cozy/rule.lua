@@ -20,9 +20,11 @@ local rule = {}
 -- What a selection may declare, and the values of its policies.
 local FIELDS = {
   project = "table", namespace = "string", name = "string", label_selector = "string",
-  field_selector = "string", edit = "boolean", patch = "boolean", delete = "boolean", check_only = "boolean",
+  field_selector = "string", edit = "boolean", patch = "boolean", delete = "boolean",
+  check_only = "boolean",
   report = "boolean", writes = "string", reads = "string", failed = "string", unlisted = "string",
-  unserved = "string", outcome = "table", say = "string|function", retry = "table", label = "string",
+  unserved = "string", outcome = "table", say = "string|function", retry = "table",
+  label = "string",
   noun = "string", gone = "string",
 }
 local WRITES = { stop = true, fail = true, leave = true, warn = true }
@@ -46,7 +48,8 @@ local function permissions_of(key, decl, out)
       if not seen[verb] then
         seen[verb] = true
         out[#out + 1] = { verb = verb, group = group, resource = plural,
-          namespace = decl.name and decl.namespace or nil, name = decl.name, check_only = decl.check_only }
+          namespace = decl.name and decl.namespace or nil, name = decl.name,
+          check_only = decl.check_only }
       end
     end
   end
@@ -54,7 +57,9 @@ end
 
 local function check_selection(key, decl)
   if type(decl) ~= "table" then refuse("select.%s must be a table { \"resource\", ... }", key) end
-  if type(decl[1]) ~= "string" then refuse("select.%s: its first item must be a resource name", key) end
+  if type(decl[1]) ~= "string" then
+    refuse("select.%s: its first item must be a resource name", key)
+  end
   for k, v in pairs(decl) do
     if type(k) == "number" then
       if type(v) ~= "string" then refuse("select.%s[%d] must be a resource name", key, k) end
@@ -67,13 +72,18 @@ local function check_selection(key, decl)
   if decl.writes and not WRITES[decl.writes] then
     refuse("select.%s.writes must be \"stop\", \"fail\", \"leave\" or \"warn\"", key)
   end
-  if decl.reads and not READS[decl.reads] then refuse("select.%s.reads must be \"stop\", \"warn\" or \"leave\"", key) end
-  if decl.name and not decl.namespace then refuse("select.%s: a named object needs its namespace", key) end
+  if decl.reads and not READS[decl.reads] then refuse("select.%s.reads must be \"stop\","
+    .. " \"warn\" or \"leave\"", key) end
+  if decl.name and not decl.namespace then
+    refuse("select.%s: a named object needs its namespace", key)
+  end
 end
 
 -- Signals a read that failed under reads = "leave": the walk ends there and
 -- the version is left with that reason.
-local LEAVE = setmetatable({}, { __tostring = function() return "cozy.rule: leave the version" end })
+local LEAVE = setmetatable({}, {
+  __tostring = function() return "cozy.rule: leave the version" end,
+})
 
 -- The facade of one declared selection, for one step.
 local function selection(ctx, key, decl, state)
@@ -98,15 +108,19 @@ local function selection(ctx, key, decl, state)
   local function unserved(name, why)
     if decl.unserved == "stop" then
       error(kerrors.new { code = 404, reason = "NotFound", absent = "type",
-        message = ("the server doesn't have a resource type %s (%s)"):format(name, tostring(why)) }, 0)
+        message = ("the server doesn't have a resource type %s (%s)"):format(name, tostring(why)),
+      }, 0)
     end
     local line = (decl.unserved or "{resource} not served ({why}): nothing to change")
-      :gsub("{resource}", (name:gsub("%%", "%%%%"))):gsub("{why}", (tostring(why):gsub("%%", "%%%%")))
+      :gsub("{resource}", (name:gsub("%%", "%%%%")))
+      :gsub("{why}", (tostring(why):gsub("%%", "%%%%")))
     ctx.log:info(line)
   end
   -- a read that failed after the engine's retries, under the declared policy
   local function unread(e)
-    if (decl.reads or "stop") == "stop" or not kerrors.is_item_error(e) or e.method ~= "GET" then error(e, 0) end
+    if (decl.reads or "stop") == "stop" or not kerrors.is_item_error(e) or e.method ~= "GET" then
+      error(e, 0)
+    end
     local line = (decl.unlisted or (key .. " not listed: %s")):format(tostring(e.message))
     if decl.reads == "warn" then return ctx.log:warn(line) end
     state.leave = line
@@ -114,7 +128,8 @@ local function selection(ctx, key, decl, state)
   end
   local function listing(res, opts)
     return res:list { namespace = opts.namespace or decl.namespace, project = decl.project,
-      label_selector = opts.label_selector or decl.label_selector, field_selector = decl.field_selector }
+      label_selector = opts.label_selector or decl.label_selector,
+      field_selector = decl.field_selector }
   end
   local function name_of(resource, o)
     return (#decl > 1 and (resource .. " ") or "") .. obj.key(o)
@@ -166,18 +181,23 @@ local function selection(ctx, key, decl, state)
     local policy, noun = decl.writes or "stop", decl.noun or (#decl > 1 and resource or kind)
     local counts, failures = res:update_each(items, edit_with(fn), {
       label = opts.label or decl.label or (kind .. "s"), absent = "skip", project = decl.project,
-      on_error = policy == "stop" and "stop" or "continue", retry = decl.retry, absent_note = decl.gone,
+      on_error = policy == "stop" and "stop" or "continue", retry = decl.retry,
+      absent_note = decl.gone,
       total = opts.items and type(opts.items.len) == "function" and opts.items:len() or nil,
       describe = function(o) return noun .. " " .. obj.key(o) end,
       on_change = function(o, said)
-        if decl.say == nil or said == nil then return end -- nil: an earlier attempt of its own landed
+        -- nil: an earlier attempt of its own landed
+        if decl.say == nil or said == nil then return end
         landed[#landed + 1] = said
-        local text = type(decl.say) == "function" and decl.say(said) or decl.say:format(tostring(said))
+        local text = type(decl.say) == "function" and decl.say(said)
+          or decl.say:format(tostring(said))
         ctx.log:change((("%s %s: %s"):format(noun, obj.key(o), text):gsub("%%", "%%%%")))
       end,
     })
     for k in pairs(pass) do pass[k] = pass[k] + (counts[k] or 0) end
-    for _, f in ipairs(failures) do tally.names[#tally.names + 1] = name_of(resource, { metadata = f }) end
+    for _, f in ipairs(failures) do
+      tally.names[#tally.names + 1] = name_of(resource, { metadata = f })
+    end
   end
 
   -- The one iteration: fn for every object of the selection. Edited
@@ -230,23 +250,32 @@ local function selection(ctx, key, decl, state)
       label_selector = decl.label_selector, project = decl.project, limit = 1 }
     return list:next()
   end
+  -- the selection's (first) resource, served: else its unserved policy
+  local function resource()
+    local f = lookup(decl[1])
+    if f.res == nil then
+      unserved(decl[1], f.about)
+      error(("%s is not served"):format(decl[1]), 0)
+    end
+    return f.res
+  end
   -- Writes to one object held (listed, found): nil when it is gone meanwhile.
   local function held(what)
     return function(o, ...)
-      local res = found[decl[1]].res
-      if res == nil then error(("%s: read the selection first"):format(what), 2) end
-      return res[what](res, o.metadata.namespace, o.metadata.name, ...)
+      local res, md = resource(), o.metadata
+      if md.namespace == nil then return res[what](res, md.name, ...) end
+      return res[what](res, md.namespace, md.name, ...)
     end
   end
   local merge, delete = held("merge_patch"), held("delete")
   function s.merge_patch(o, changes) return merge(o, changes, { absent = "skip" }) end
   function s.delete(o) return delete(o, { absent = "skip" }) end
-  function s.read_back(written) return found[decl[1]].res:read_back(written) end
+  function s.read_back(written) return resource():read_back(written) end
   -- for left, matches in s.vms:join(s.vmis, { key = fn(right) }) do ... end (ctx:join)
   function s.join(right, opts)
-    return ctx:join(listing(found[decl[1]].res, {}), right:_listing(), opts)
+    return ctx:join(listing(resource(), {}), right:_listing(), opts)
   end
-  function s._listing() return listing(found[decl[1]].res, {}) end
+  function s._listing() return listing(resource(), {}) end
   return s
 end
 
@@ -287,7 +316,8 @@ local function settle(ctx, spec, state)
     outcome_of(decl, tally, fields)
     local policy = decl.writes or "stop"
     if #tally.names > 0 and (policy == "fail" or policy == "leave") then
-      local reason = (decl.failed or "%d write(s) failed: %s"):format(#tally.names, table.concat(tally.names, ", "))
+      local reason = (decl.failed or "%d write(s) failed: %s")
+        :format(#tally.names, table.concat(tally.names, ", "))
       if policy == "fail" then state.fail = reason else state.leave = state.leave or reason end
     end
   end
@@ -301,7 +331,8 @@ end
 function rule.define(spec)
   if type(spec) ~= "table" then refuse("rule{...}: expected a table, got %s", type(spec)) end
   for k in pairs(spec) do
-    if not RULE_FIELDS[k] then refuse("unknown field %q (a rule has description, select, walk, timeout)", tostring(k)) end
+    if not RULE_FIELDS[k] then refuse("unknown field %q (a rule has description, select, walk,"
+      .. " timeout)", tostring(k)) end
   end
   if type(spec.select) ~= "table" then refuse("select must be a table of named selections") end
   if type(spec.walk) ~= "function" then refuse("walk must be a function(ctx, s)") end
@@ -318,7 +349,9 @@ function rule.define(spec)
   for _, key in ipairs(keys) do may_leave = may_leave or spec.select[key].reads == "leave" end
   local function walk(ctx)
     local state, s = { counts = {} }, {}
-    for _, key in ipairs(keys) do s[key] = methods(key, selection(ctx, key, spec.select[key], state)) end
+    for _, key in ipairs(keys) do
+      s[key] = methods(key, selection(ctx, key, spec.select[key], state))
+    end
     if may_leave then
       local ok, err = pcall(spec.walk, ctx, s)
       if not ok and err ~= LEAVE then error(err, 0) end
@@ -344,7 +377,9 @@ function rule.delete(spec)
     select = { object = { spec[1], namespace = spec.namespace, name = spec.name, delete = true } },
     walk = function(ctx, s)
       local found = s.object:find()
-      if found == nil then return ctx.log:info(("%s %s absent: nothing to delete"):format(spec[1], where)) end
+      if found == nil then
+        return ctx.log:info(("%s %s absent: nothing to delete"):format(spec[1], where))
+      end
       ctx.log:change(("{Deleting|Would delete} %s %s"):format(found.kind or spec[1], where))
       s.object:delete(found)
     end,
