@@ -8,8 +8,11 @@ ignore = { "211/_.*" }
 
 files["spec"] = { std = "+busted" }
 -- migrations see only the sandbox's allow-list (scripts/cozy/sandbox.lua)
+-- migrations/ and the rule engine at 100 columns (issue 37); the rest of
+-- scripts/ still at 160 until it is rewrapped
 files["migrations"] = {
   std = "min",
+  max_line_length = 100,
   read_globals = { "assert", "error", "ipairs", "next", "pairs", "pcall", "xpcall", "select", "tonumber",
     "tostring", "type", "rawequal", "rawget", "rawlen", "rawset", "getmetatable", "setmetatable", "load",
     "require", "string", "table", "math", "utf8", "coroutine", "os", "_VERSION" },

@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 status=0
 echo "--- luacheck"
 luacheck --no-color -q scripts migrations spec bench deploy types || status=1
+echo "--- migration idioms (one way per job: hack/migration-idioms.sh)"
+hack/migration-idioms.sh || status=1
 echo "--- spec-lint"
 lua5.4 hack/spec-lint.lua || status=1
 

@@ -5,6 +5,7 @@
 -- with another spec.selector, which is immutable: the old Deployment must go before
 -- the component reconciles, so that the new one is created. Its webhook's failurePolicy
 -- is Ignore, so the gap blocks no Pod. Absent (fresh installs, no linstor): nothing to do.
-return require("cozy.recipe").delete { "deployments.apps", namespace = "cozy-linstor",
+return require("cozy.rule").delete { "deployments.apps", namespace = "cozy-linstor",
   name = "linstor-scheduler-admission",
-  description = "delete the old linstor-scheduler-admission Deployment, whose selector the new chart changes" }
+  description = "delete the old linstor-scheduler-admission Deployment, whose selector the new"
+    .. " chart changes" }

@@ -58,6 +58,13 @@ local function parse(name)
   return plural, group
 end
 
+--- A resource named plural or plural.group as plural, group (raises on
+--- anything else): what cozy.rule derives a selection's permissions from.
+function recipe.resource_name(name)
+  if type(name) ~= "string" then refuse(2, "the resource must be a string, got %s", type(name)) end
+  return parse(name)
+end
+
 --- The permissions of `verbs` on a resource named plural or plural.group (or
 --- on each of a list of them), for a migration's `permissions`: known at load
 --- time, like the recipes'.

@@ -121,6 +121,12 @@ sandbox.modules["cozy.match"] = function() return copy(require "cozy.match") end
 -- Whole migrations from a description (delete if present): tables of plain
 -- data and a walk that reaches the cluster only through the ctx it is given.
 sandbox.modules["cozy.recipe"] = function() return copy(require "cozy.recipe") end
+-- A migration as a rule (selections, policies, one walk): a table of plain
+-- data and a walk that reaches the cluster only through the ctx it is given.
+sandbox.modules["cozy.rule"] = function()
+  local rule = require "cozy.rule"
+  return setmetatable(copy(rule), getmetatable(rule))
+end
 -- base64 (a Secret's data): pure functions of their arguments, in Lua.
 sandbox.modules["cozy.base64"] = function() return copy(require "cozy.base64") end
 

@@ -175,9 +175,9 @@ describe("LuaCATS annotations of ctx (types/cozy/ctx.lua)", function()
     { "a resource (ctx.kube:resource)", res, "cozy.Resource" },
     { "a pager (resource:list)", res:list(), "cozy.Pager" },
     { "ctx.log", ctx.log, "cozy.Log" },
-    { "a progress bar (ctx.progress)", ctx.progress("x", 1), "cozy.Progress" },
-    { "a queue (ctx.queue)", ctx.queue(), "cozy.Queue" },
-    { "a join (ctx.join)", ctx.join({}, {}, { key = function() end }), "cozy.Join" },
+    { "a progress bar (ctx.progress)", ctx:progress("x", 1), "cozy.Progress" },
+    { "a queue (ctx.queue)", ctx:queue(), "cozy.Queue" },
+    { "a join (ctx.join)", ctx:join({}, {}, { key = function() end }), "cozy.Join" },
   }
   for _, case in ipairs(tables) do
     it(("%s: each field declared, each function annotated (%s)"):format(case[1], case[3]), function()
@@ -187,7 +187,7 @@ describe("LuaCATS annotations of ctx (types/cozy/ctx.lua)", function()
 
   it("a ctx field without its definition is found", function()
     local text = assert(files.read("types/cozy/ctx.lua"))
-    local cut = text:gsub("\n%-%-%- A finding:.-function Ctx%.finding%b()[^\n]*\n", "\n", 1)
+    local cut = text:gsub("\n%-%-%- A finding:.-function Ctx:finding%b()[^\n]*\n", "\n", 1)
     assert.is_true(#cut < #text)
     defs, classes = parse(cut)
     assert.same({ "cozy.Ctx.finding: no definition" }, gaps_of(ctx, "cozy.Ctx"))

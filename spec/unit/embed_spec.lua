@@ -118,12 +118,15 @@ describe("the built-in migrations", function()
       -- a migration states its work as run, or as walk (run in every mode)
       local body = def.run or def.walk
       local info = debug.getinfo(body, "S")
-      -- or as a cozy.recipe (docs/engine-api.md, "Recipes"), whose walk is the
-      -- engine's code, as cozy.obj's functions are: its file is the recipe's
-      local recipe = info.source == "@scripts/cozy/recipe.lua"
-      local file = recipe and "scripts/cozy/recipe.lua" or b.path
+      -- or as a rule (cozy.rule) or a recipe (docs/engine-api.md, "Rules",
+      -- "Recipes"), whose walk is the engine's code, as cozy.obj's functions
+      -- are: its file is the engine module's
+      local engine = info.source:match("^@(scripts/cozy/%a+%.lua)$")
+      local recipe = engine == "scripts/cozy/recipe.lua" or engine == "scripts/cozy/rule.lua"
+      local file = recipe and engine or b.path
       if recipe then
-        assert.matches('require("cozy.recipe")', b.source, 1, true, b.path)
+        assert.matches(engine == "scripts/cozy/rule.lua" and '"cozy.rule"' or 'require("cozy.recipe")', b.source,
+          1, true, b.path)
       else
         assert.equal("@" .. b.path, info.source)
         assert.matches("function", source_lines(b.path)[info.linedefined], 1, true, b.path)

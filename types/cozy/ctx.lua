@@ -39,7 +39,7 @@ local Ctx = {}
 ---@param argv? string[]
 ---@param opts? cozy.ToolOptions
 ---@return cozy.ToolResult
-function Ctx.tool(name, argv, opts) end
+function Ctx:tool(name, argv, opts) end
 
 ---@class cozy.Files the paths the migration table's `files` declares, read-only
 local Files = {}
@@ -48,25 +48,25 @@ local Files = {}
 ---@param key string a key of the table's `files`
 ---@param relative? string a relative name under a declared directory (no `..`)
 ---@return string
-function Files.read(key, relative) end
+function Files:read(key, relative) end
 
 --- The file decoded as JSON (cozy.json: integers exact, json.null).
 ---@param key string
 ---@param relative? string
 ---@return any
-function Files.json(key, relative) end
+function Files:json(key, relative) end
 
 --- The sorted names of the regular files directly in a declared directory.
 ---@param key string
 ---@param suffix? string only names ending in it (".json")
 ---@return string[]
-function Files.list(key, suffix) end
+function Files:list(key, suffix) end
 
 --- "file", "directory", ... or nil when nothing is there.
 ---@param key string
 ---@param relative? string
 ---@return string|nil
-function Files.exists(key, relative) end
+function Files:exists(key, relative) end
 
 ---@alias cozy.WaitCondition fun(obj: cozy.Object|nil): boolean, string?, boolean?|string|{ type: string, status?: string }
 
@@ -103,40 +103,40 @@ function Files.exists(key, relative) end
 ---@param severity "info"|"warn"|"block"
 ---@param message string
 ---@param fields? table<string, any>
-function Ctx.finding(severity, message, fields) end
+function Ctx:finding(severity, message, fields) end
 
 --- What the step did, for its history record (numbers, short strings,
 --- booleans; later calls add and overwrite keys). Returns fields.
 ---@param fields table<string, number|string|boolean>
 ---@return table<string, number|string|boolean> fields
-function Ctx.outcome(fields) end
+function Ctx:outcome(fields) end
 
 --- Some items failed: leave the version for the next upgrade (the step still
 --- returns normally; the last reason is the one recorded).
 ---@param reason string what is left to do
-function Ctx.leave_version(reason) end
+function Ctx:leave_version(reason) end
 
 --- A text worded for the mode: "{updated|would update}" (run | plan, check).
 ---@param template string
 ---@return string
-function Ctx.worded(template) end
+function Ctx:worded(template) end
 
---- A keyed join of two lists, held as JSON text: for left_item, matches in ctx.join(...) do.
+--- A keyed join of two lists, held as JSON text: for left_item, matches in ctx:join(...) do.
 ---@param left any[]|cozy.Pager|fun(): any
 ---@param right any[]|cozy.Pager|fun(): any
 ---@param opts { key: fun(right_item: any): any, left_key?: fun(left_item: any): any }
 ---@return cozy.Join
-function Ctx.join(left, right, opts) end
+function Ctx:join(left, right, opts) end
 
 --- A first-in first-out queue of (object, value) pairs, held as JSON text.
 ---@return cozy.Queue
-function Ctx.queue() end
+function Ctx:queue() end
 
 --- A progress bar (shorthand for ctx.log:progress).
 ---@param label string
 ---@param total integer
 ---@return cozy.Progress
-function Ctx.progress(label, total) end
+function Ctx:progress(label, total) end
 
 ---@class cozy.Kube the client of a step: every request passes its gate
 ---@field namespace? string the kubeconfig context's or service account's namespace

@@ -13,48 +13,34 @@ local migration_template = [==[
 -- Moves the platform from version {{NUMBER}} to {{NEXT}}. TODO: why this migration
 -- exists, in a sentence or two. It must be idempotent: a failed run is retried
 -- from this step, so every write must be safe to repeat.
-local API_VERSION, PLURAL = "v1", "configmaps"   -- TODO: the objects this migration changes
+local rule = require "cozy.rule"
 
 -- The change for one object, made on a copy of it: the engine sends the
--- difference, and nothing when there is none (so a second run changes
+-- difference when it returns true, nothing otherwise (so a second run changes
 -- nothing). It decides from the object it is given: after a conflict the
--- engine re-reads it and hands over a fresh copy. Returns true when it changed it.
+-- engine re-reads it and hands over a fresh copy.
 -- (The ---@ lines are LuaCATS types for editors: docs/authoring.md, "Editor completion".)
 ---@param obj cozy.Object
----@return boolean|nil changed
+---@return boolean changed
 local function change(obj)
   -- TODO: your change. To see the spec go green, uncomment this example:
   -- if not obj.metadata.labels.done then obj.metadata.labels.done = "yes"; return true end
-  return nil
+  return false
 end
 
-local function key(obj)
-  return (obj.metadata.namespace or "") .. "/" .. obj.metadata.name
-end
-
-return {
+return rule {
   description = "TODO: one line saying what this migration changes",
 
-  -- Every request run and check send must be covered here (the engine refuses
-  -- the others before they are sent); `cozy-migrate rbac` grants exactly these.
-  permissions = {
-    { verb = "list", group = "", resource = PLURAL },
-    { verb = "get", group = "", resource = PLURAL },     -- the re-read after a conflict
-    { verb = "patch", group = "", resource = PLURAL },
-  },
+  -- TODO: what it reads and changes, by kubectl resource name. The engine derives
+  -- the permissions (an edited selection: list, get, patch; `cozy-migrate rbac`
+  -- grants exactly these) and owns the failure policy (writes = "stop" by default;
+  -- "fail", "leave" or "warn"), the counts, the progress and the outcome record.
+  select = { objects = { "configmaps", namespace = "cozy-system", edit = true } },
 
-  -- One walk for run, plan and check: in check, every write it would make is
-  -- a finding ("would patch ...") and nothing is sent. A risk is a
-  -- ctx.finding("warn", ...), what must stop the upgrade ctx.finding("block", ...).
-  ---@param ctx cozy.Ctx
-  walk = function(ctx)
-    local objects = ctx.kube:resource(API_VERSION, PLURAL)
-    -- each change guarded by a test of its resourceVersion, several in flight
-    local counts = objects:update_each(objects:list{ namespace = ctx.namespace }, change, {
-      on_change = function(obj) ctx.log:change("{changed|would change} %s", key(obj)) end,
-    })
-    ctx.outcome { changed = counts.changed }
-  end,
+  -- One walk for run, plan and check: in check, every write it would make is a
+  -- finding ("would patch ...") and nothing is sent. A risk is a
+  -- ctx:finding("warn", ...), what must stop the upgrade ctx:finding("block", ...).
+  walk = function(_, s) s.objects:each(change) end,
 }
 ]==]
 
@@ -122,7 +108,7 @@ describe("migration {{NUMBER}}-{{NAME}}", function()
     local res = h:migrate(MIGRATION, { mode = "check" })
     assert.no_writes()
     assert(#res.findings > 0, "check reported nothing about a fixture that run changes: check lists the "
-      .. "writes walk would make; a risk is a ctx.finding")
+      .. "writes walk would make; a risk is a ctx:finding")
   end)
 
   it("plan writes nothing", function()

@@ -27,16 +27,35 @@ local resource_of = setmetatable({}, { __mode = "k" })
 
 -- What a migration holds of the engine is sealed: its metatable is not
 -- theirs to read or replace, its fields not theirs to change, and nothing
--- (pairs, next, raw access) reaches the table that holds them.
-local seal = sandbox.seal
+-- (pairs, next, raw access) reaches the table that holds them (seal, below).
 
--- Facade methods work when called with `:` or with `.`: the facade itself as
--- the first argument is dropped.
+-- One calling convention: everything a migration calls through ctx is a
+-- method, called with `:` (ctx:finding(...), ctx.log:info(...),
+-- ctx.kube:lookup(...)). A call with `.` is refused with an error naming
+-- the right form, never taken for one with `:` (docs/engine-api.md,
+-- "Calling convention").
+local facade_names = setmetatable({}, { __mode = "k" })
+
 local function method(facade, fn)
-  return function(first, ...)
+  local wrapper
+  wrapper = function(first, ...)
     if rawequal(first, facade) then return fn(...) end
-    return fn(first, ...)
+    local where, key = facade_names[facade] or "ctx", "method"
+    for k, v in pairs(facade) do
+      if rawequal(v, wrapper) then key = k end
+    end
+    if where:find("^[%w_.]+$") then
+      error(("%s.%s called with '.': call it with ':' (%s:%s(...))"):format(where, key, where, key), 2)
+    end
+    error(("%s called with '.' on %s: call it with ':' (x:%s(...))"):format(key, where, key), 2)
   end
+  return wrapper
+end
+
+-- sandbox.seal, naming the facade for the calling-convention error
+local function seal(t, name, opts)
+  facade_names[t] = name
+  return sandbox.seal(t, name, opts)
 end
 
 -- A value as plain data: strings, numbers, booleans, json.null and tables of
@@ -315,7 +334,7 @@ local function log_facade(logger, outcome, mode)
 end
 
 -- What the step did, in a few counts (or short strings) for the history
--- record: ctx.outcome{ updated = 3, volumes = 5 }. Later calls add to and
+-- record: ctx:outcome{ updated = 3, volumes = 5 }. Later calls add to and
 -- overwrite earlier keys; at most OUTCOME_LIMITS.counts keys are kept.
 -- A call is checked whole before anything is kept (all or nothing): keys
 -- are short texts, values numbers, strings or booleans; a number that is
@@ -324,13 +343,13 @@ end
 -- step's summary line can carry what it recorded.
 local function outcome_recorder(outcome, logger)
   return function(fields)
-    validate.arg(2, "ctx.outcome(fields)", "fields", fields, "table")
+    validate.arg(2, "ctx:outcome(fields)", "fields", fields, "table")
     for k, v in next, fields do
       if type(k) ~= "string" or k == "" or #k > context.OUTCOME_LIMITS.key or k:find("%c") or not utf8.len(k) then
         error(("ctx.outcome: keys must be texts of 1 to %d bytes without control characters, got %s")
           :format(context.OUTCOME_LIMITS.key, bounded_text(type(k) == "string" and ("%q"):format(k) or type(k))), 2)
       end
-      validate.arg(2, "ctx.outcome", k, v, { "number", "string", "boolean" }, { show = "got" })
+      validate.arg(2, "ctx:outcome", k, v, { "number", "string", "boolean" }, { show = "got" })
     end
     if outcome == nil then return fields end
     for k, v in next, fields do
@@ -377,39 +396,39 @@ function context.new(opts)
     -- the migration's declared inputs (cozy.runner.parameters, cozy.runner.files)
     params = sandbox.view(opts.params or {}, "ctx.params"),
     files = require("cozy.runner.files").facade(opts.files or {}, seal, method, logger),
-    -- a declared tool, run (cozy.runner.tools); the step executor gives it
-    tool = opts.tool,
   }
+  -- a declared tool, run (cozy.runner.tools); the step executor gives it
+  if opts.tool ~= nil then ctx.tool = method(ctx, opts.tool) end
   local outcome = opts.outcome
-  ctx.outcome = outcome_recorder(outcome, logger)
+  ctx.outcome = method(ctx, outcome_recorder(outcome, logger))
   -- "Some items failed: leave the version for the next upgrade", as the
   -- platform's best-effort scripts exit 0 without stamping. The step still
-  -- returns normally (`return ctx.leave_version("3 namespaces failed")`);
+  -- returns normally (`return ctx:leave_version("3 namespaces failed")`);
   -- the runner then does what it does for a legacy script that did not
   -- stamp (docs/operations.md, "Steps that leave the version"). The last
   -- call's reason is the one recorded.
-  function ctx.leave_version(reason)
-    validate.arg(2, "ctx.leave_version(reason)", "reason", reason, function(v) return type(v) == "string" and v:find("%S") end,
+  ctx.leave_version = method(ctx, function(reason)
+    validate.arg(2, "ctx:leave_version(reason)", "reason", reason, function(v) return type(v) == "string" and v:find("%S") end,
       { says = "a non-empty string saying what is left to do" })
     if outcome ~= nil then outcome.leave = bounded_text(reason) end
-  end
+  end)
   -- a text worded for the mode: "{updated|would update}" (run | plan)
-  function ctx.worded(template)
-    validate.arg(2, "ctx.worded(template)", "template", template, "string")
+  ctx.worded = method(ctx, function(template)
+    validate.arg(2, "ctx:worded(template)", "template", template, "string")
     return worded(template, ctx.mode)
-  end
+  end)
   -- join(left, right, { key = fn(right_item) [, left_key = fn(left_item)] }):
-  -- for left_item, matches in ctx.join(...) do ... end; then :unmatched()
-  function ctx.join(left, right, join_opts)
-    validate.arg(2, "ctx.join(left, right, opts)", "opts", join_opts, "table", true)
+  -- for left_item, matches in ctx:join(...) do ... end; then :unmatched()
+  ctx.join = method(ctx, function(left, right, join_opts)
+    validate.arg(2, "ctx:join(left, right, opts)", "opts", join_opts, "table", true)
     return join_facade(join.new(left, right, join_opts))
-  end
-  function ctx.queue() return queue_facade(join.queue()) end
-  function ctx.progress(label, total)
-    return ctx.log.progress(label, total)
-  end
-  function ctx.finding(severity, message, fields)
-    validate.args(2, "ctx.finding", {
+  end)
+  ctx.queue = method(ctx, function() return queue_facade(join.queue()) end)
+  ctx.progress = method(ctx, function(label, total)
+    return ctx.log:progress(label, total)
+  end)
+  ctx.finding = method(ctx, function(severity, message, fields)
+    validate.args(2, "ctx:finding", {
       { "severity", severity, { one_of = { "info", "warn", "block" } }, { show = "got" } },
       { "fields", fields, "table", true },
     })
@@ -418,7 +437,7 @@ function context.new(opts)
     seen[#seen + 1] = plain(f)
     local level = severity == "info" and "info" or (severity == "warn" and "warn" or "error")
     logger:write(level, "finding: " .. f.message, f.fields)
-  end
+  end)
   -- sealed: the engine reads ctx.finding back (a walk's kept-back writes
   -- in check), so no field of it may be the migration's
   return seal(ctx, "ctx")

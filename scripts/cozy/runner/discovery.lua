@@ -75,7 +75,8 @@ function discovery.validate_definition(def, file)
   if def.walk ~= nil then
     -- one walk for run and check (docs/engine-api.md, "One walk for check and run")
     checked("walk", "function", { says = "a function(ctx)" })
-    if def.run ~= nil or def.check ~= nil then
+    -- (a rule, cozy.rule, names its walk as its run and check too)
+    if (def.run ~= nil and def.run ~= def.walk) or (def.check ~= nil and def.check ~= def.walk) then
       invalid(file, "walk is run and check at once: give walk alone, or run (and check)")
     end
   else

@@ -6,7 +6,7 @@
 --   files = { crds = "$ETCD_CRD_DIR" }     -- a declared parameter's value
 --   files = { crds = "/etcd-operator-crds" } -- or a fixed absolute path
 --
--- ctx.files.read(key [, relative]), .json(key [, relative]),
+-- ctx.files:read(key [, relative]), .json(key [, relative]),
 -- .list(key [, suffix]), .exists(key [, relative]). A relative path is
 -- plain names joined by "/": no "..", ".", empty or absolute part; what it
 -- names is resolved (symlinks followed) and must still lie inside the

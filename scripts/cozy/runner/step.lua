@@ -179,7 +179,7 @@ function step.execute(m, opts)
   local limit = step.timeout(m, opts.timeout)
   local deadline = sys.monotime() + limit
   local step_log = opts.log:with { migration = m.name }
-  -- ctx.tool (cozy.runner.tools): run under the step's deadline, or finally's
+  -- ctx:tool (cozy.runner.tools): run under the step's deadline, or finally's
   local t = opts.tools or {}
   local running = {}
   -- in a rehearsal the tool's requests are served through tool_view, the
@@ -201,7 +201,7 @@ function step.execute(m, opts)
     -- the engine's own ctx.finding, taken before the migration runs
     local finding = ctx.finding
     view.dry_run = "client"
-    view.record = function(w) would(finding, w) end
+    view.record = function(w) would(function(...) return finding(ctx, ...) end, w) end
   end
   -- the step's deadline and SIGTERM/SIGINT stop it wherever it is: in Lua
   -- code, a request, a backoff, a <close> handler run while unwinding

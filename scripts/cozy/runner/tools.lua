@@ -1,5 +1,5 @@
 -- A migration's declared tools: `tools = { "etcd-migrate" }` in its table,
--- run with ctx.tool(name, argv [, opts]) (docs/engine-api.md, "Tools").
+-- run with ctx:tool(name, argv [, opts]) (docs/engine-api.md, "Tools").
 --
 -- Found at discovery, each on PATH by the exec plugin's lookup
 -- (sys.find_command: an empty or relative PATH element is refused, as
@@ -107,7 +107,7 @@ function tools.describe(m)
 end
 
 local call_keys = { dry_run = true, capture = true, allow_failure = true }
-local WHERE = "ctx.tool(name, argv [, opts])"
+local WHERE = "ctx:tool(name, argv [, opts])"
 
 local function check_call(m, name, argv, o)
   validate.args(3, WHERE, { { "name", name, "string" }, { "argv", argv, "table", { optional = true,
@@ -128,7 +128,7 @@ local function check_call(m, name, argv, o)
     local a = rawget(argv, i)
     if math.type(a) == "integer" or math.type(a) == "float" then a = tostring(a) end
     -- a NUL would end the argument where the kernel reads it: refused, not cut
-    validate.arg(3, "ctx.tool", ("argv[%d]"):format(i), a, function(v) return type(v) == "string" and not v:find("\0", 1, true) end,
+    validate.arg(3, "ctx:tool", ("argv[%d]"):format(i), a, function(v) return type(v) == "string" and not v:find("\0", 1, true) end,
       { says = "a string without NUL bytes (argv is an array)" })
     args[#args + 1] = a
   end
@@ -137,7 +137,7 @@ local function check_call(m, name, argv, o)
     if not call_keys[k] then
       error(("ctx.tool: unknown option %s (dry_run, capture, allow_failure)"):format(text.safe(tostring(k))), 3)
     end
-    validate.arg(3, "ctx.tool", "option " .. k, v, "boolean")
+    validate.arg(3, "ctx:tool", "option " .. k, v, "boolean")
     opts[k] = v
   end
   return found, args, opts

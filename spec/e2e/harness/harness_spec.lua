@@ -23,7 +23,7 @@ return {
 ]] .. CM_PERMISSIONS .. [[
   check = function(ctx)
     for cm in ctx.kube:resource("v1", "configmaps"):list{ namespace = ctx.namespace } do
-      if not (cm.metadata.labels or {}).done then ctx.finding("info", "would label " .. cm.metadata.name) end
+      if not (cm.metadata.labels or {}).done then ctx:finding("info", "would label " .. cm.metadata.name) end
     end
   end,
   run = function(ctx)

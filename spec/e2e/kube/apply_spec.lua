@@ -40,7 +40,7 @@ return {
       metadata = { name = "app", namespace = "cozy-system" }, data = { color = "blue" } },
       { field_manager = "team-a" })
     local read = cms:get("cozy-system", "app")
-    ctx.outcome { applied = applied.data.color, read = read.data.color, kept = read.data.keep or "none" }
+    ctx:outcome { applied = applied.data.color, read = read.data.color, kept = read.data.keep or "none" }
   end,
 }
 ]]

@@ -22,7 +22,7 @@ local EACH = [[
       label = "ConfigMaps", concurrency = %d, on_error = %s,
       on_failure = function(cm, _, f) told = told + 1 assert(f.name == cm.metadata.name) end })
     local f = failures[1] or {}
-    ctx.outcome { total = counts.total, changed = counts.changed, failed = counts.failed, told = told,
+    ctx:outcome { total = counts.total, changed = counts.changed, failed = counts.failed, told = told,
       failures = #failures, name = f.name, namespace = f.namespace, kind = f.kind, code = f.code,
       reason = f.reason, message = f.message }
 ]]
@@ -133,14 +133,14 @@ describe("update_each's per-item error policy", function()
     h:faults { { method = "PATCH", path = "/configmaps/cm-1$", times = 1, status = 500 } }
     local res = h:migrate(migration([[
     local cms = ctx.kube:resource("v1", "configmaps")
-    local ok, api = pcall(cms.merge_patch, "cozy-system", "cm-1", { data = { done = "yes" } })
+    local ok, api = pcall(cms.merge_patch, cms, "cozy-system", "cm-1", { data = { done = "yes" } })
     assert(not ok)
     local _, own = pcall(error, "mine")
     local _, table_err = pcall(error, { code = 500 })
     -- an undeclared request is refused by the engine before it is sent: kind denied, not an API error
-    local _, denied = pcall(ctx.kube.call, "DELETE", "/api/v1/namespaces/cozy-system/configmaps/cm-1")
-    ctx.outcome { api = ctx.kube.is_item_error(api), code = api.code, own = ctx.kube.is_item_error(own),
-      table_err = ctx.kube.is_item_error(table_err), denied = ctx.kube.is_item_error(denied), denied_kind = denied.kind }
+    local _, denied = pcall(ctx.kube.call, ctx.kube, "DELETE", "/api/v1/namespaces/cozy-system/configmaps/cm-1")
+    ctx:outcome { api = ctx.kube:is_item_error(api), code = api.code, own = ctx.kube:is_item_error(own),
+      table_err = ctx.kube:is_item_error(table_err), denied = ctx.kube:is_item_error(denied), denied_kind = denied.kind }
 ]]))
     assert.same({ "status" }, h:fired())
     assert.same({ api = true, code = 500, own = false, table_err = false, denied = false, denied_kind = "denied" },

@@ -163,7 +163,7 @@ local EACH = [[
       cm.data.done = "yes"
       return cm.metadata.name
     end, { label = "ConfigMaps", absent = %s, on_change = function(_, name) ctx.log:change("%%s {done|would be done}", name) end })
-    ctx.outcome(counts)
+    ctx:outcome(counts)
 ]]
 
 describe("update_each", function()
@@ -333,7 +333,7 @@ describe("update_each", function()
       seen.answers, seen.answered_extra = seen.answers + 1, seen.answered_extra + extra(after)
       assert(after.data.done == "yes")
     end })
-    ctx.outcome { changed = counts.changed, edits = seen.edits, extra = seen.extra, answers = seen.answers,
+    ctx:outcome { changed = counts.changed, edits = seen.edits, extra = seen.extra, answers = seen.answers,
       answered_extra = seen.answered_extra, other = seen.other }
 ]]):format(n))
       assert.is_true(ok, tostring(res))
@@ -363,7 +363,7 @@ describe("update_each", function()
       pulled = pulled + 1
       return texts[pulled] and require("cozy.json").decode(texts[pulled])
     end, function(cm) cm.data.done = "yes" end, { concurrency = %d, on_change = function() ended = ended + 1 end })
-    ctx.outcome { total = counts.total, changed = counts.changed, ahead = ahead, pulled = pulled }
+    ctx:outcome { total = counts.total, changed = counts.changed, ahead = ahead, pulled = pulled }
 ]]):format(n))
       assert.is_true(ok, tostring(res))
       -- 9 items and the nil that ends them; never more than twice the concurrency ahead of the changes ended
@@ -384,7 +384,7 @@ describe("update_each", function()
     local counts = cms:update_each(cms:list{ namespace = "cozy-system", limit = 5, project = { "data" } }, function(cm)
       if cm.metadata.name:find("^cm%%-") then cm.data.done = "yes" end
     end, { concurrency = %d, project = { "data" } })
-    ctx.outcome(counts)
+    ctx:outcome(counts)
 ]]):format(n))
       assert.is_true(ok, tostring(res))
       -- 12 of ours and the version ConfigMap, 5 a page
@@ -457,7 +457,7 @@ local CARRY = [[
       on_absent = function(cm, value) seen["absent " .. cm.metadata.name] = value.tag end })
     seen.changed = counts.changed
     seen.absent = counts.absent
-    ctx.outcome(seen)
+    ctx:outcome(seen)
 ]]
 
 describe("update_each with carried values", function()
@@ -515,7 +515,7 @@ describe("single writes with absent = \"skip\", and read_back", function()
     end
     local ok3, err3 = pcall(cms.delete, cms, "cozy-system", "none", { absent = "maybe" })
     got.bad_opts = not ok3 and tostring(err3):match("opts must be a table whose absent is") ~= nil
-    ctx.outcome(got)
+    ctx:outcome(got)
 ]], mode ~= "run" and mode or nil)
       assert.is_true(ok, tostring(res))
       assert.same({ get = "nil", merge_patch = "nil", json_patch = "nil", update = "nil", change = "nil", delete = "nil",
@@ -533,7 +533,7 @@ describe("single writes with absent = \"skip\", and read_back", function()
     local out = { a = back.data.a, same_rv = back.metadata.resourceVersion == written.metadata.resourceVersion }
     concurrent(written)
     out.gone = cms:read_back(written) == nil
-    ctx.outcome(out)
+    ctx:outcome(out)
 ]])
     assert.is_true(ok, tostring(res))
     assert.same({ a = "1", same_rv = true, gone = true }, res.outcome.counts)
@@ -546,7 +546,7 @@ describe("single writes with absent = \"skip\", and read_back", function()
     local cms = ctx.kube:resource("v1", "configmaps")
     local written = cms:merge_patch("cozy-system", "cm-1", { data = { a = "1" } })
     local back = cms:read_back(written)
-    ctx.outcome { a = back.data.a, same = back == written }
+    ctx:outcome { a = back.data.a, same = back == written }
 ]], "plan")
     assert.is_true(ok, tostring(res))
     assert.same({ a = "1", same = true }, res.outcome.counts)

@@ -16,7 +16,7 @@ return {
     local cms = ctx.kube:resource("v1", "configmaps")
     local obj, created = cms:create({ metadata = { name = "defaults", namespace = "cozy-system" },
       data = { mode = "new" } }, { exists = "skip" })
-    ctx.outcome { created = created, mode = obj.data.mode }
+    ctx:outcome { created = created, mode = obj.data.mode }
   end,
 }
 ]]

@@ -204,7 +204,7 @@ describe("resources by kubectl name", function()
           assert(#listed == 3 and listed[1].plural == "groups" and listed[3].api_version == "example.com/v1")
           listed[1].plural = "changed"
           assert(ctx.kube:api_resources("example.com")[1].plural == "groups")
-          ctx.outcome { looked_up = true }
+          ctx:outcome { looked_up = true }
         end }
     ]] }
     local m = runner.load_file(dir .. "/1-probe.lua")

@@ -31,9 +31,9 @@ describe("retry budgets", function()
   -- a change of cm-1 whose PATCH keeps answering 500, with `opts` as the call's last argument
   local CHANGE = [[
     local cms = ctx.kube:resource("v1", "configmaps")
-    local ok, err = pcall(cms.change, "cozy-system", "cm-1", function(cm) cm.data.done = "yes" end, %s)
+    local ok, err = pcall(cms.change, cms, "cozy-system", "cm-1", function(cm) cm.data.done = "yes" end, %s)
     assert(not ok and err.code == 500, tostring(err))
-    ctx.outcome { attempts = #err.attempts }
+    ctx:outcome { attempts = #err.attempts }
 ]]
 
   it("a PATCH that keeps answering 500 costs the engine's 10 attempts without a budget #fakeonly", function()
@@ -73,10 +73,10 @@ describe("retry budgets", function()
     local res = migrate([[
     local cms = ctx.kube:resource("v1", "configmaps")
     local function code(ok, err) return ok and "succeeded" or err.code end
-    ctx.outcome {
-      get = code(pcall(cms.get, "cozy-system", "cm-2", { retry = { attempts = 3 } })),
+    ctx:outcome {
+      get = code(pcall(cms.get, cms, "cozy-system", "cm-2", { retry = { attempts = 3 } })),
       list = code(pcall(function() return cms:list{ namespace = "cozy-system", retry = { attempts = 2 } }:collect() end)),
-      call = code(pcall(ctx.kube.call, "GET", "/api/v1/namespaces/cozy-system/configmaps/cm-3", { retry = { attempts = 4 } })),
+      call = code(pcall(ctx.kube.call, ctx.kube, "GET", "/api/v1/namespaces/cozy-system/configmaps/cm-3", { retry = { attempts = 4 } })),
     }
 ]])
     assert.same({ get = 503, list = 503, call = 502 }, res.outcome.counts)
@@ -90,9 +90,9 @@ describe("retry budgets", function()
     h:faults { { method = "PATCH", path = "/configmaps/cm-1$", times = -1, status = { code = 429, retry_after = 1 } } }
     local res = migrate([[
     local cms = ctx.kube:resource("v1", "configmaps")
-    local ok, err = pcall(cms.change, "cozy-system", "cm-1", function(cm) cm.data.done = "yes" end, { retry = { attempts = 3 } })
+    local ok, err = pcall(cms.change, cms, "cozy-system", "cm-1", function(cm) cm.data.done = "yes" end, { retry = { attempts = 3 } })
     assert(not ok and err.code == 429, tostring(err))
-    ctx.outcome { attempts = #err.attempts, first = err.attempts[1].after_s, second = err.attempts[2].after_s }
+    ctx:outcome { attempts = #err.attempts, first = err.attempts[1].after_s, second = err.attempts[2].after_s }
 ]])
     assert.equal(3, count("PATCH", "/configmaps/cm%-1$"))
     assert.equal(3, #h:fired())
@@ -112,7 +112,7 @@ describe("retry budgets", function()
     end
     local counts = cms:update_each(picked, function(cm) cm.data.done = "yes" end,
       { concurrency = %d, on_error = "continue", retry = { attempts = 3, batch_retries = 2 } })
-    ctx.outcome { failed = counts.failed }
+    ctx:outcome { failed = counts.failed }
 ]]):format(n))
       assert.equal(4, res.outcome.counts.failed)
       -- four first attempts and the two retries the pool held, whatever the order

@@ -84,8 +84,8 @@ return {
     ctx.log:change("%s: {deleting|would delete}", "other")
     cms:delete(ctx.namespace, "other", { absent = "skip" })
     cms:merge_patch(ctx.namespace, "app-a", { data = { x = "9" } })
-    ctx.kube.call("DELETE", "/api/v1/namespaces/cozy-system/configmaps/app-b")
-    ctx.outcome { mode = ctx.mode, worded = ctx.worded("{done|would be done}") }
+    ctx.kube:call("DELETE", "/api/v1/namespaces/cozy-system/configmaps/app-b")
+    ctx:outcome { mode = ctx.mode, worded = ctx:worded("{done|would be done}") }
   end,
 }
 ]]), { mode = "check" })

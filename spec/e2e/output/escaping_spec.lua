@@ -48,7 +48,7 @@ describe("a string cut inside a UTF-8 sequence, under -o json", function()
   local CUT = [[
 return {
   description = "caf\xC3",
-  check = function(ctx) ctx.finding("warn", "cut \xE2\x82", { value = "x\xC3" }) end,
+  check = function(ctx) ctx:finding("warn", "cut \xE2\x82", { value = "x\xC3" }) end,
   run = function() end,
 }
 ]]
@@ -171,7 +171,7 @@ return { description = "fails", run = function() error(%q, 0) end }
     local r = run(srv, { ["1-logs.lua"] = [[
 return { description = "logs", run = function(ctx)
   ctx.log:info("colours", { colour = "\27[31mred\n" })
-  local bar = ctx.progress("items\r\27[2K", 1)
+  local bar = ctx:progress("items\r\27[2K", 1)
   bar:step(1); bar:done()
 end }
 ]] }, "run")

@@ -23,7 +23,7 @@ end }
   end
 
   it("a ratio of nothing (0/0) is left out with a warning; the step is stamped", function()
-    local r, rec = run_reporting("ctx.outcome{ ratio = 0/0, big = math.huge, copied = 0 }")
+    local r, rec = run_reporting("ctx:outcome{ ratio = 0/0, big = math.huge, copied = 0 }")
     assert.equal(0, r.code, r.stderr)
     assert.equal(2, cli.version(srv))
     assert.same({ copied = 0 }, rec.outcome.counts)
@@ -31,8 +31,8 @@ end }
   end)
 
   it("a key longer than 63 bytes is refused when it is reported, and nothing of that call is kept", function()
-    local r = run_reporting([[ctx.outcome{ kept = 1 }
-  local ok, err = pcall(ctx.outcome, { [("k"):rep(100000)] = 1, other = 2 })
+    local r = run_reporting([[ctx:outcome{ kept = 1 }
+  local ok, err = pcall(ctx.outcome, ctx, { [("k"):rep(100000)] = 1, other = 2 })
   assert(not ok and err:find("keys must be texts of 1 to 63 bytes without control characters", 1, true), tostring(err))]])
     assert.equal(0, r.code, r.stderr)
     local _, cm = cli.version(srv)
@@ -44,7 +44,7 @@ end }
     local r, rec = run_reporting([[
   local t = {}
   for i = 1, 20 do t[("key_%02d_%s"):format(i, ("x"):rep(50))] = ("v"):rep(300) end
-  ctx.outcome(t)
+  ctx:outcome(t)
   for i = 1, 12 do ctx.log:warn(("w%d "):format(i) .. ("y"):rep(300)) end]])
     assert.equal(0, r.code, r.stderr)
     assert.equal(2, cli.version(srv))

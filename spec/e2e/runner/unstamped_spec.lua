@@ -33,11 +33,11 @@ return {
   permissions = { { verb = "patch", group = "", resource = "configmaps" } },
   run = function(ctx)
     ctx.kube:resource("v1", "configmaps"):merge_patch(ctx.namespace, "runner-test", { data = { s%d = "ran" } })
-    ctx.outcome { failed = %s }
+    ctx:outcome { failed = %s }
     %s
   end,
 }
-]]):format(n, n, leave and "3" or "0", leave and 'return ctx.leave_version("3 namespaces failed")' or "")
+]]):format(n, n, leave and "3" or "0", leave and 'return ctx:leave_version("3 namespaces failed")' or "")
 end
 
 local function ran(srv)
@@ -209,11 +209,11 @@ EOF
   end)
 
   it("Lua, ctx.leave_version refuses a reason that says nothing", function()
-    dir = cli.migration_dir { ["1-empty.lua"] = lua(1):gsub("ctx.outcome", 'ctx.leave_version("  ")\n    ctx.outcome') }
+    dir = cli.migration_dir { ["1-empty.lua"] = lua(1):gsub("ctx:outcome", 'ctx:leave_version("  ")\n    ctx:outcome') }
     fixture(1)
     local r = cli.run(cli.args(srv, dir, "run", "--target", "2"))
     assert.equal(1, r.code, r.stderr)
-    assert.matches("ctx.leave_version(reason): reason must be a non-empty string", r.stderr, 1, true)
+    assert.matches("ctx:leave_version(reason): reason must be a non-empty string", r.stderr, 1, true)
     assert.equal(1, cli.version(srv))
   end)
 end)

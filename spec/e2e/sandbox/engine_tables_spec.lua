@@ -141,7 +141,7 @@ return {
 
   it("pairs on a sealed object hands out no table of its fields", function()
     local p = run_set(srv, { ["1-hostile.lua"] = step([[
-    for _, sealed in ipairs({ ctx, ctx.kube, ctx.log, ctx.kube:resource("v1", "configmaps"), ctx.queue() }) do
+    for _, sealed in ipairs({ ctx, ctx.kube, ctx.log, ctx.kube:resource("v1", "configmaps"), ctx:queue() }) do
       local iter, state = pairs(sealed)
       assert(rawequal(state, sealed), "pairs handed out another table")
       local ok = pcall(function() state.anything = 1 end)

@@ -68,11 +68,11 @@ return {
       local ok, err = pcall(fn)
       if not ok and err.kind == "readonly" then
         refused = refused + 1
-        ctx.finding("info", "refused " .. label .. ": " .. tostring(err))
+        ctx:finding("info", "refused " .. label .. ": " .. tostring(err))
       end
     end
 %s
-    ctx.finding("info", ("refused %%d of %%d writes"):format(refused, total))
+    ctx:finding("info", ("refused %%d of %%d writes"):format(refused, total))
   end,
 }
 ]]):format(CONFIGMAP_PERMISSIONS, table.concat(run, "\n"), table.concat(check, "\n"))
@@ -334,11 +334,11 @@ describe("the context is a boundary", function()
     assert(mine.x == 7 and getmetatable(mine) ~= nil)
     ctx.log:info("a line", { n = 1 })
     ctx.log:with{ part = "x" }:debug("another")
-    local bar = ctx.progress("things", 2)
+    local bar = ctx:progress("things", 2)
     bar:step(1); bar:step(2); bar:done()
-    ctx.finding("info", "found", { n = 1 })
+    ctx:finding("info", "found", { n = 1 })
     assert(ctx.findings[1].message == "found")
-    ctx.finding("warn", "points at an object", { cm = obj, key = "c" })
+    ctx:finding("warn", "points at an object", { cm = obj, key = "c" })
     assert(ctx.kube.stats.writes >= 0 and ctx.kube.namespace == nil or true)]]))
     assert.is_true(ok, tostring(res))
     assert.same({ { severity = "info", message = "found", fields = { n = 1 } },
@@ -493,12 +493,12 @@ return {
   run = function(ctx)
     local many = {}
     for i = 1, 30 do many[("k%02d"):format(i)] = i end
-    ctx.outcome{ updated = 3, note = ("x"):rep(500) }
-    ctx.outcome(many)
+    ctx:outcome{ updated = 3, note = ("x"):rep(500) }
+    ctx:outcome(many)
     local given = { updated = 4 }
-    assert(rawequal(ctx.outcome(given), given), "ctx.outcome did not return the fields it was given")
+    assert(rawequal(ctx:outcome(given), given), "ctx.outcome did not return the fields it was given")
     for i = 1, 15 do ctx.log:warn("careful " .. i) end
-    local ok, err = pcall(ctx.outcome, { bad = {} })
+    local ok, err = pcall(ctx.outcome, ctx, { bad = {} })
     assert(not ok and tostring(err):find("ctx.outcome: bad must be a number, a string or a boolean, got a table", 1, true),
       "ctx.outcome took a table value, or refused it otherwise: " .. tostring(err))
   end,

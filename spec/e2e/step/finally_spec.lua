@@ -180,7 +180,7 @@ describe("finally", function()
   end)
 
   it("holds and renews the lock while it runs; a second SIGTERM stops it, its tool with it", function()
-    local dir, env = setup_dir("second", "while true do end", 'ctx.tool("gate-double")')
+    local dir, env = setup_dir("second", "while true do end", 'ctx:tool("gate-double")')
     finally(function() files.rm_rf(dir) end)
     env.COZY_MIGRATE_LEASE_SECONDS = "3"
     local p = cli.start(args(srv, dir, "run"), env)
@@ -212,7 +212,7 @@ describe("finally", function()
   end)
 
   it("killed (SIGKILL) during finally: its tool goes with the runner, the next run runs step and finally again", function()
-    local dir, env = setup_dir("killed", nil, 'ctx.tool("gate-double")')
+    local dir, env = setup_dir("killed", nil, 'ctx:tool("gate-double")')
     finally(function() files.rm_rf(dir) end)
     env.COZY_MIGRATE_LEASE_SECONDS = "3"
     local p = cli.start(args(srv, dir, "run"), env)
@@ -241,7 +241,7 @@ describe("finally", function()
     local dir, env = setup_dir("checked")
     finally(function() files.rm_rf(dir) end)
     files.write(dir .. "/migrations/1-checked.lua", [[return { description = "d", run = function() end,
-      check = function(ctx) ctx.finding("info", "checked") end,
+      check = function(ctx) ctx:finding("info", "checked") end,
       finally = function(ctx) ctx.kube.resource("v1", "configmaps"):merge_patch(ctx.namespace, "etcd-operator",
         { data = { replicas = "9" } }) end,
       permissions = { { verb = "patch", group = "", resource = "configmaps" } } }]])

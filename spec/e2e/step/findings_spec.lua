@@ -24,8 +24,8 @@ return {
     local write = function(name) cms:merge_patch("cozy-system", name, { metadata = { labels = { seen = "yes" } } }) end
     if %s then write("app-b") end
     local cm = cms:get("cozy-system", "app-a")
-    ctx.finding(%q, "app-a is odd", { name = cm })
-    ctx.finding("info", "more to say")
+    ctx:finding(%q, "app-a is odd", { name = cm })
+    ctx:finding("info", "more to say")
     write("app-a")
   end,
 }]]):format(write_first and "true" or "false", severity))
@@ -36,11 +36,11 @@ local function nothing_to_write()
 return {
   description = "blocks and writes nothing",
   permissions = { { verb = "get", group = "", resource = "configmaps" } },
-  run = function(ctx) ctx.finding("block", "the cluster is not ready") end,
+  run = function(ctx) ctx:finding("block", "the cluster is not ready") end,
 }]])
 end
 
-describe("ctx.finding", function()
+describe("ctx:finding", function()
   local h = harness.fake { fixtures = { cli.fixture(1, { cli.configmap("app-a", {}), cli.configmap("app-b", {}) }) } }
 
   it("in run, logs info and warn findings at their level and goes on", function()

@@ -36,10 +36,10 @@ return {
   check = function() end,
   run = function(ctx)
     local data = {
-      text = ctx.files.read("data", "a.txt"),
-      value = tostring(ctx.files.json("data", "sub/b.json").value),
-      listed = table.concat(ctx.files.list("data", ".json"), ","),
-      exists = tostring(ctx.files.exists("data", "sub")),
+      text = ctx.files:read("data", "a.txt"),
+      value = tostring(ctx.files:json("data", "sub/b.json").value),
+      listed = table.concat(ctx.files:list("data", ".json"), ","),
+      exists = tostring(ctx.files:exists("data", "sub")),
     }
     %s
     ctx.kube:resource("v1", "configmaps"):create{ apiVersion = "v1", kind = "ConfigMap",
@@ -189,7 +189,7 @@ describe("a migration's files", function()
   end)
 
   it("refuses '..' out of the declared directory: the step fails, nothing written", function()
-    local r = run('ctx.files.read("data", "../x")')
+    local r = run('ctx.files:read("data", "../x")')
     assert.equal(1, r.code, r.stderr)
     assert.matches('ctx.files: "../x": ".." is not allowed in a path', r.stderr, 1, true)
     assert.is_nil(seen(srv))
@@ -197,17 +197,17 @@ describe("a migration's files", function()
   end)
 
   it("refuses a symlink that resolves out of the declared directory", function()
-    local r = run('ctx.files.read("data", "out.json")')
+    local r = run('ctx.files:read("data", "out.json")')
     assert.equal(1, r.code, r.stderr)
     assert.matches("resolves to /etc/hostname, outside the declared data", r.stderr, 1, true)
     assert.is_nil(seen(srv))
   end)
 
   it("refuses an absolute path and a key the table does not declare", function()
-    local r = run('ctx.files.read("data", "/etc/hostname")')
+    local r = run('ctx.files:read("data", "/etc/hostname")')
     assert.equal(1, r.code, r.stderr)
     assert.matches('"/etc/hostname" is absolute', r.stderr, 1, true)
-    r = run('ctx.files.read("etc")')
+    r = run('ctx.files:read("etc")')
     assert.equal(1, r.code, r.stderr)
     assert.matches("ctx.files: etc is not a declared file", r.stderr, 1, true)
   end)

@@ -79,9 +79,9 @@ describe("declared tools", function()
     local dir, env = setup_dir("adopt", PERMS .. [[
   tools = { "etcd-double" },
   run = function(ctx)
-    local r = ctx.tool("etcd-double", { "adopt", "adopted", "two words", "$(touch pwned)", ";", "*" }, { capture = true })
-    ctx.outcome { status = r.status, adopted = r.stdout:match('"adopted":(%d+)') }
-    ctx.tool("etcd-double", { "kubeconfig" })
+    local r = ctx:tool("etcd-double", { "adopt", "adopted", "two words", "$(touch pwned)", ";", "*" }, { capture = true })
+    ctx:outcome { status = r.status, adopted = r.stdout:match('"adopted":(%d+)') }
+    ctx:tool("etcd-double", { "kubeconfig" })
   end,]])
     finally(function() files.rm_rf(dir) end)
     local r = cli.run(args(srv, dir, "run"), env)
@@ -101,7 +101,7 @@ describe("declared tools", function()
 
   it("refuses a migration whose tool is not on PATH (exit 2); list and check name it", function()
     local dir, env = setup_dir("missing", [[tools = { "etcd-double", "etcd-migrate-nowhere" },
-  run = function(ctx) ctx.tool("etcd-double", { "adopt" }) end,]])
+  run = function(ctx) ctx:tool("etcd-double", { "adopt" }) end,]])
     finally(function() files.rm_rf(dir) end)
     local r = cli.run(args(srv, dir, "run"), env)
     assert.equal(2, r.code, r.stderr)
@@ -119,7 +119,7 @@ describe("declared tools", function()
 
   it("refuses a tool found through a relative PATH element, as the exec plugin's lookup does", function()
     local dir, env = setup_dir("relative", [[tools = { "etcd-double" },
-  run = function(ctx) ctx.tool("etcd-double", { "adopt" }) end,]])
+  run = function(ctx) ctx:tool("etcd-double", { "adopt" }) end,]])
     finally(function() files.rm_rf(dir) end)
     env.PATH = "bin:" .. os.getenv("PATH")
     local r = cli.shell(("cd %s && env PATH=%s TOOL_DIR=%s %s run --kubeconfig %s --no-builtin --migrations migrations")
@@ -137,12 +137,12 @@ describe("declared tools", function()
     assert.equal(2, r.code, r.stderr)
     assert.matches("tools%[1%] must be a command name", r.stderr)
     files.write(dir .. "/migrations/1-bad.lua", [[return { description = "d", tools = { "etcd-double" },
-      run = function(ctx) ctx.tool("kubectl", { "get", "pods" }) end }]])
+      run = function(ctx) ctx:tool("kubectl", { "get", "pods" }) end }]])
     r = cli.run(args(srv, dir, "run"), env)
     assert.equal(1, r.code, r.stderr)
     assert.matches("ctx.tool: kubectl is not declared in the migration's tools", r.stderr, 1, true)
     files.write(dir .. "/migrations/1-bad.lua", [[return { description = "d", tools = { "etcd-double" },
-      run = function(ctx) ctx.tool("etcd-double", { "adopt", "a\0b" }) end }]])
+      run = function(ctx) ctx:tool("etcd-double", { "adopt", "a\0b" }) end }]])
     r = cli.run(args(srv, dir, "run"), env)
     assert.equal(1, r.code, r.stderr)
     assert.matches("argv[2] must be a string without NUL bytes", r.stderr, 1, true)
@@ -151,7 +151,7 @@ describe("declared tools", function()
 
   it("fails the step when the tool fails, quoting its last stderr line; the version stays", function()
     local dir, env = setup_dir("fails", [[tools = { "etcd-double" },
-  run = function(ctx) ctx.tool("etcd-double", { "fail" }) end,]])
+  run = function(ctx) ctx:tool("etcd-double", { "fail" }) end,]])
     finally(function() files.rm_rf(dir) end)
     local r = cli.run(args(srv, dir, "run"), env)
     assert.equal(1, r.code, r.stderr)
@@ -162,8 +162,8 @@ describe("declared tools", function()
     -- allow_failure: the status is the migration's to judge
     files.write(dir .. "/migrations/1-fails.lua", [[return { description = "d", tools = { "etcd-double" },
       run = function(ctx)
-        local r = ctx.tool("etcd-double", { "fail" }, { allow_failure = true })
-        ctx.outcome { status = r.status }
+        local r = ctx:tool("etcd-double", { "fail" }, { allow_failure = true })
+        ctx:outcome { status = r.status }
       end }]])
     r = cli.run(args(srv, dir, "run"), env)
     assert.equal(0, r.code, r.stderr)
@@ -173,7 +173,7 @@ describe("declared tools", function()
 
   it("stops a hanging tool at the step's time limit, with everything it started", function()
     local dir, env = setup_dir("hangs", [[tools = { "etcd-double" },
-  run = function(ctx) ctx.tool("etcd-double", { "hang" }) end,]])
+  run = function(ctx) ctx:tool("etcd-double", { "hang" }) end,]])
     finally(function() files.rm_rf(dir) end)
     local r = cli.run(args(srv, dir, "run", "--step-timeout", "2"), env)
     assert.equal(1, r.code, r.stderr)
@@ -186,7 +186,7 @@ describe("declared tools", function()
 
   it("stops the tool's whole group on SIGTERM; the run exits 1 and releases the lock", function()
     local dir, env = setup_dir("stopped", [[tools = { "etcd-double" },
-  run = function(ctx) ctx.tool("etcd-double", { "hang" }) end,]])
+  run = function(ctx) ctx:tool("etcd-double", { "hang" }) end,]])
     finally(function() files.rm_rf(dir) end)
     local p = cli.start(args(srv, dir, "run"), env)
     finally(function() p:cleanup() end)
@@ -204,7 +204,7 @@ describe("declared tools", function()
 
   it("logs the tool's output with credentials redacted", function()
     local dir, env = setup_dir("leaks", [[tools = { "etcd-double" },
-  run = function(ctx) ctx.tool("etcd-double", { "leak" }) end,]])
+  run = function(ctx) ctx:tool("etcd-double", { "leak" }) end,]])
     finally(function() files.rm_rf(dir) end)
     for _, format in ipairs({ "text", "json" }) do
       local r = cli.run(args(srv, dir, "run", "--log-format", format), env)
@@ -223,8 +223,8 @@ describe("declared tools", function()
     local dir, env = setup_dir("plans", PERMS .. [[
   tools = { "etcd-double" },
   run = function(ctx)
-    ctx.tool("etcd-double", { "adopt", "rehearsed" }, { dry_run = true })
-    ctx.tool("etcd-double", { "adopt", "applied" })
+    ctx:tool("etcd-double", { "adopt", "rehearsed" }, { dry_run = true })
+    ctx:tool("etcd-double", { "adopt", "applied" })
   end,]])
     finally(function() files.rm_rf(dir) end)
     local r = cli.run(args(srv, dir, "plan"), env)
@@ -244,7 +244,7 @@ describe("declared tools", function()
     local dir, env = setup_dir("undeclared", [[
   permissions = { { verb = "get", group = "", resource = "configmaps", namespace = "cozy-system" } },
   tools = { "etcd-double" },
-  run = function(ctx) ctx.tool("etcd-double", { "adopt", "rehearsed" }, { dry_run = true }) end,]])
+  run = function(ctx) ctx:tool("etcd-double", { "adopt", "rehearsed" }, { dry_run = true }) end,]])
     finally(function() files.rm_rf(dir) end)
     local r = cli.run(args(srv, dir, "plan"), env)
     assert.equal(1, r.code, r.stdout .. r.stderr)
@@ -259,9 +259,9 @@ describe("declared tools", function()
   tools = { "etcd-double" },
   run = function() end,
   check = function(ctx)
-    local r = ctx.tool("etcd-double", { "kubeconfig" }, { dry_run = true, capture = true })
-    ctx.finding("info", "tool said " .. r.stdout:match("ns (%S+)"))
-    ctx.tool("etcd-double", { "adopt", "checked" })
+    local r = ctx:tool("etcd-double", { "kubeconfig" }, { dry_run = true, capture = true })
+    ctx:finding("info", "tool said " .. r.stdout:match("ns (%S+)"))
+    ctx:tool("etcd-double", { "adopt", "checked" })
   end,]])
     finally(function() files.rm_rf(dir) end)
     local r = cli.run(args(srv, dir, "check"), env)

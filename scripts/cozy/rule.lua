@@ -1,0 +1,389 @@
+-- A migration as a rule (docs/engine-api.md, "Rules"): the objects it reads
+-- and changes are declared by kubectl-style resource name (`select`), its
+-- one entry `walk(ctx, s)` runs in run, plan and check alike, and the engine
+-- owns the policy: permissions derived from the selections, the failure
+-- policy of each (reads, writes), counts, names in messages, progress, the
+-- outcome record and the summary. Pure Lua over ctx; in the sandbox.
+--   return rule {
+--     description = "...",
+--     select = { clusters = { "kuberneteses.apps.cozystack.io", project = { "spec.version" },
+--                             edit = true, writes = "leave" } },
+--     walk = function(ctx, s) s.clusters:each(function(k) ... return changed end) end,
+--   }
+local kerrors = require "cozy.kube.errors"
+local obj = require "cozy.obj"
+local patch = require "cozy.kube.patch"
+local recipe = require "cozy.recipe"
+
+local rule = {}
+
+-- What a selection may declare, and the values of its policies.
+local FIELDS = {
+  project = "table", namespace = "string", name = "string", label_selector = "string",
+  field_selector = "string", edit = "boolean", patch = "boolean", delete = "boolean",
+  check_only = "boolean",
+  report = "boolean", writes = "string", reads = "string", failed = "string", unlisted = "string",
+  unserved = "string", outcome = "table", say = "string|function", retry = "table",
+  label = "string",
+  noun = "string", gone = "string",
+}
+local WRITES = { stop = true, fail = true, leave = true, warn = true }
+local READS = { stop = true, warn = true, leave = true }
+local RULE_FIELDS = { description = true, select = true, walk = true, timeout = true }
+
+local function refuse(fmt, ...) error("cozy.rule: " .. fmt:format(...), 3) end
+
+-- The permissions a selection needs, known at load time: list (get for one
+-- named object), get and patch to edit or patch (get: the re-read after a conflict),
+-- get and delete to delete; scoped to its namespace (and name) when declared.
+local function permissions_of(key, decl, out)
+  local verbs = { decl.name and "get" or "list" }
+  if decl.edit or decl.patch then verbs[#verbs + 1], verbs[#verbs + 2] = "get", "patch" end
+  if decl.delete then verbs[#verbs + 1], verbs[#verbs + 2] = "get", "delete" end
+  for _, resource in ipairs(decl) do
+    local ok, plural, group = pcall(recipe.resource_name, resource)
+    if not ok then refuse("select.%s: %s", key, tostring(plural):gsub("^cozy%.recipe: ", "")) end
+    local seen = {}
+    for _, verb in ipairs(verbs) do
+      if not seen[verb] then
+        seen[verb] = true
+        out[#out + 1] = { verb = verb, group = group, resource = plural,
+          namespace = decl.name and decl.namespace or nil, name = decl.name,
+          check_only = decl.check_only }
+      end
+    end
+  end
+end
+
+local function check_selection(key, decl)
+  if type(decl) ~= "table" then refuse("select.%s must be a table { \"resource\", ... }", key) end
+  if type(decl[1]) ~= "string" then
+    refuse("select.%s: its first item must be a resource name", key)
+  end
+  for k, v in pairs(decl) do
+    if type(k) == "number" then
+      if type(v) ~= "string" then refuse("select.%s[%d] must be a resource name", key, k) end
+    elseif FIELDS[k] == nil then
+      refuse("select.%s: unknown field %q", key, tostring(k))
+    elseif not ("|" .. FIELDS[k] .. "|"):find("|" .. type(v) .. "|", 1, true) then
+      refuse("select.%s.%s must be a %s", key, k, FIELDS[k])
+    end
+  end
+  if decl.writes and not WRITES[decl.writes] then
+    refuse("select.%s.writes must be \"stop\", \"fail\", \"leave\" or \"warn\"", key)
+  end
+  if decl.reads and not READS[decl.reads] then refuse("select.%s.reads must be \"stop\","
+    .. " \"warn\" or \"leave\"", key) end
+  if decl.name and not decl.namespace then
+    refuse("select.%s: a named object needs its namespace", key)
+  end
+end
+
+-- Signals a read that failed under reads = "leave": the walk ends there and
+-- the version is left with that reason.
+local LEAVE = setmetatable({}, {
+  __tostring = function() return "cozy.rule: leave the version" end,
+})
+
+-- The facade of one declared selection, for one step.
+local function selection(ctx, key, decl, state)
+  local s, found = {}, {}
+  state.counts[key] = { changed = 0, unchanged = 0, absent = 0, failed = 0, names = {} }
+  local tally = state.counts[key]
+  local function lookup(name)
+    if found[name] == nil then
+      local res, about = ctx.kube:lookup(name)
+      found[name] = { res = res, about = about }
+    end
+    return found[name]
+  end
+  -- every resource of the selection served, or false and the first that is not, and why
+  local function served()
+    for _, name in ipairs(decl) do
+      local f = lookup(name)
+      if f.res == nil then return false, name, f.about end
+    end
+    return true
+  end
+  local function unserved(name, why)
+    if decl.unserved == "stop" then
+      error(kerrors.new { code = 404, reason = "NotFound", absent = "type",
+        message = ("the server doesn't have a resource type %s (%s)"):format(name, tostring(why)),
+      }, 0)
+    end
+    local line = (decl.unserved or "{resource} not served ({why}): nothing to change")
+      :gsub("{resource}", (name:gsub("%%", "%%%%")))
+      :gsub("{why}", (tostring(why):gsub("%%", "%%%%")))
+    ctx.log:info(line)
+  end
+  -- a read that failed after the engine's retries, under the declared policy
+  local function unread(e)
+    if (decl.reads or "stop") == "stop" or not kerrors.is_item_error(e) or e.method ~= "GET" then
+      error(e, 0)
+    end
+    local line = (decl.unlisted or (key .. " not listed: %s")):format(tostring(e.message))
+    if decl.reads == "warn" then return ctx.log:warn(line) end
+    state.leave = line
+    error(LEAVE, 0)
+  end
+  local function listing(res, opts)
+    return res:list { namespace = opts.namespace or decl.namespace, project = decl.project,
+      label_selector = opts.label_selector or decl.label_selector,
+      field_selector = decl.field_selector }
+  end
+  local function name_of(resource, o)
+    return (#decl > 1 and (resource .. " ") or "") .. obj.key(o)
+  end
+
+  function s.served() return served() end
+
+  -- The one iteration: fn for every object of the selection. Edited
+  -- (edit = true): fn(copy, item, value) edits the copy and returns whether
+  -- it changed it (a value other than true is what the change line says);
+  -- the engine sends the difference, counts, names and applies the failure
+  -- policy. Read: fn(object) for each. opts: namespace, label_selector
+  -- (narrowing the declared ones), items (objects already held: an array or
+  -- a queue, instead of a list), label (of the progress and summary lines).
+  -- Returns the counts of this pass, or nil when the API is not served or
+  -- the list failed under reads = "warn".
+  -- objects already held: an array, a queue, or a function returning the next
+  local function iterate(items)
+    if type(items) == "function" then return items end
+    if type(items.drain) == "function" then return items:drain() end
+    if type(items.next) == "function" then return function() return items:next() end end
+    local i = 0
+    return function() i = i + 1 return items[i] end
+  end
+  -- an edit, on a copy of its own: the copy it is handed changes only when
+  -- the edit says it changed something
+  local function edit_with(fn)
+    return function(copy, item, value)
+      local work = patch.deepcopy(copy)
+      local said = fn(work, item, value)
+      if said then
+        for k in pairs(copy) do copy[k] = nil end
+        for k, v in pairs(work) do copy[k] = v end
+      end
+      return said
+    end
+  end
+  local function edit_pass(res, kind, resource, fn, opts, pass, landed)
+    local items = opts.items and iterate(opts.items) or listing(res, opts)
+    if ctx.mode == "check" and decl.report == false then
+      -- check without listing the writes (the migration's findings say them):
+      -- the edit on a copy, counted
+      for o, value in iterate(items) do
+        local n = fn(patch.deepcopy(o), o, value) and "changed" or "unchanged"
+        pass[n] = pass[n] + 1
+      end
+      return
+    end
+    local policy, noun = decl.writes or "stop", decl.noun or (#decl > 1 and resource or kind)
+    local counts, failures = res:update_each(items, edit_with(fn), {
+      label = opts.label or decl.label or (kind .. "s"), absent = "skip", project = decl.project,
+      on_error = policy == "stop" and "stop" or "continue", retry = decl.retry,
+      absent_note = decl.gone,
+      total = opts.items and type(opts.items.len) == "function" and opts.items:len() or nil,
+      describe = function(o) return noun .. " " .. obj.key(o) end,
+      on_change = function(o, said)
+        -- nil: an earlier attempt of its own landed
+        if decl.say == nil or said == nil then return end
+        landed[#landed + 1] = said
+        local text = type(decl.say) == "function" and decl.say(said)
+          or decl.say:format(tostring(said))
+        ctx.log:change((("%s %s: %s"):format(noun, obj.key(o), text):gsub("%%", "%%%%")))
+      end,
+    })
+    for k in pairs(pass) do pass[k] = pass[k] + (counts[k] or 0) end
+    for _, f in ipairs(failures) do
+      tally.names[#tally.names + 1] = name_of(resource, { metadata = f })
+    end
+  end
+
+  -- The one iteration: fn for every object of the selection. Edited
+  -- (edit = true): fn(copy, item, value) edits the copy and returns whether
+  -- it changed it (a value other than true is what the change line says);
+  -- the engine sends the difference, counts, names and applies the failure
+  -- policy. Read: fn(object) for each. opts: namespace, label_selector
+  -- (narrowing the declared ones), items (objects already held: an array or
+  -- a queue, instead of a list), label (of the progress and summary lines).
+  -- Returns the counts of this pass, or nil when the API is not served, the
+  -- selection is check_only outside check, or a read failed under reads = "warn".
+  function s.each(fn, opts)
+    if type(fn) ~= "function" then error("each(fn, opts): fn must be a function", 2) end
+    opts = opts or {}
+    if decl.check_only and ctx.mode ~= "check" then return nil end
+    local pass, any, landed = { changed = 0, unchanged = 0, absent = 0, failed = 0 }, false, {}
+    local done, err = pcall(function()
+      for _, resource in ipairs(decl) do
+        local f = lookup(resource)
+        local res, kind = f.res, f.res and f.about.kind
+        if res == nil then
+          unserved(resource, f.about) -- each resource of the selection on its own
+        elseif decl.edit then
+          any = true
+          edit_pass(res, kind, resource, fn, opts, pass, landed)
+        else
+          any = true
+          for o in iterate(opts.items or listing(res, opts)) do fn(o) end
+        end
+      end
+    end)
+    if not done then return unread(err) end
+    for k, v in pairs(pass) do tally[k] = tally[k] + v end
+    -- what each edit that landed returned, for a migration's own summary
+    pass.landed = landed
+    return any and pass or nil
+  end
+
+  -- The one object a named selection declares (namespace and name), or nil.
+  function s.find()
+    local ok, missing, why = served()
+    if not ok then return unserved(missing, why) end
+    return found[decl[1]].res:find(decl.namespace, decl.name)
+  end
+  -- The first object of the selection (its label_selector), or nil.
+  function s.first(opts)
+    local ok, missing, why = served()
+    if not ok then return unserved(missing, why) end
+    local list = found[decl[1]].res:list { namespace = (opts or {}).namespace or decl.namespace,
+      label_selector = decl.label_selector, project = decl.project, limit = 1 }
+    return list:next()
+  end
+  -- the selection's (first) resource, served: else its unserved policy
+  local function resource()
+    local f = lookup(decl[1])
+    if f.res == nil then
+      unserved(decl[1], f.about)
+      error(("%s is not served"):format(decl[1]), 0)
+    end
+    return f.res
+  end
+  -- Writes to one object held (listed, found): nil when it is gone meanwhile.
+  local function held(what)
+    return function(o, ...)
+      local res, md = resource(), o.metadata
+      if md.namespace == nil then return res[what](res, md.name, ...) end
+      return res[what](res, md.namespace, md.name, ...)
+    end
+  end
+  local merge, delete = held("merge_patch"), held("delete")
+  function s.merge_patch(o, changes) return merge(o, changes, { absent = "skip" }) end
+  function s.delete(o) return delete(o, { absent = "skip" }) end
+  function s.read_back(written) return resource():read_back(written) end
+  -- for left, matches in s.vms:join(s.vmis, { key = fn(right) }) do ... end (ctx:join)
+  function s.join(right, opts)
+    return ctx:join(listing(resource(), {}), right:_listing(), opts)
+  end
+  function s._listing() return listing(resource(), {}) end
+  return s
+end
+
+-- Methods of a selection are called with `:` (s.vms:each(fn)); a call with
+-- `.` is refused, naming the right form.
+local function methods(key, s)
+  local out = {}
+  for name, fn in pairs(s) do
+    out[name] = function(self, ...)
+      if self ~= out then
+        error(("s.%s.%s: call it with ':' (s.%s:%s(...))"):format(key, name, key, name), 2)
+      end
+      return fn(...)
+    end
+  end
+  return out
+end
+
+-- The outcome a selection records: its declared mapping (key = "changed",
+-- "unchanged+absent", ...) or, for one that edits, every count.
+local function outcome_of(decl, tally, out)
+  local map = decl.outcome
+  if map == nil and not decl.edit then return end
+  map = map or { changed = "changed", unchanged = "unchanged", gone = "absent", failed = "failed" }
+  for key, expr in pairs(map) do
+    local n = 0
+    for part in tostring(expr):gmatch("[^+%s]+") do n = n + (tally[part] or 0) end
+    out[key] = (out[key] or 0) + n
+  end
+end
+
+-- The failure policies at the walk's end: "fail" raises, "leave" leaves the
+-- version, naming the objects that failed.
+local function settle(ctx, spec, state)
+  local fields = {}
+  for key, decl in pairs(spec.select) do
+    local tally = state.counts[key]
+    outcome_of(decl, tally, fields)
+    local policy = decl.writes or "stop"
+    if #tally.names > 0 and (policy == "fail" or policy == "leave") then
+      local reason = (decl.failed or "%d write(s) failed: %s")
+        :format(#tally.names, table.concat(tally.names, ", "))
+      if policy == "fail" then state.fail = reason else state.leave = state.leave or reason end
+    end
+  end
+  if next(fields) then ctx:outcome(fields) end
+  if state.fail then error(state.fail, 0) end
+  if state.leave then ctx:leave_version(state.leave) end
+end
+
+--- The migration table of a rule: description, timeout, the permissions its
+--- selections need, and its walk (run, plan and check alike).
+function rule.define(spec)
+  if type(spec) ~= "table" then refuse("rule{...}: expected a table, got %s", type(spec)) end
+  for k in pairs(spec) do
+    if not RULE_FIELDS[k] then refuse("unknown field %q (a rule has description, select, walk,"
+      .. " timeout)", tostring(k)) end
+  end
+  if type(spec.select) ~= "table" then refuse("select must be a table of named selections") end
+  if type(spec.walk) ~= "function" then refuse("walk must be a function(ctx, s)") end
+  local permissions, keys = {}, {}
+  for key in pairs(spec.select) do keys[#keys + 1] = key end
+  table.sort(keys)
+  for _, key in ipairs(keys) do
+    check_selection(key, spec.select[key])
+    permissions_of(key, spec.select[key], permissions)
+  end
+  -- a read may leave the version (reads = "leave"): only then is the walk
+  -- run under pcall (elsewhere an error keeps the traceback of where it was raised)
+  local may_leave = false
+  for _, key in ipairs(keys) do may_leave = may_leave or spec.select[key].reads == "leave" end
+  local function walk(ctx)
+    local state, s = { counts = {} }, {}
+    for _, key in ipairs(keys) do
+      s[key] = methods(key, selection(ctx, key, spec.select[key], state))
+    end
+    if may_leave then
+      local ok, err = pcall(spec.walk, ctx, s)
+      if not ok and err ~= LEAVE then error(err, 0) end
+    else
+      spec.walk(ctx, s)
+    end
+    settle(ctx, spec, state)
+  end
+  -- run and check are the walk (discovery: a rule's three are one function)
+  return { description = spec.description, timeout = spec.timeout, permissions = permissions,
+    walk = walk, run = walk, check = walk }
+end
+
+--- A canned rule: delete one object if it is there, as `kubectl delete
+--- <resource> <name> --namespace <ns> --ignore-not-found`; check lists the
+--- delete only when there is something to delete.
+---   return rule.delete { "deployments.apps", namespace = "ns", name = "x", description = "..." }
+function rule.delete(spec)
+  if type(spec) ~= "table" then refuse("delete{...}: expected a table, got %s", type(spec)) end
+  local where = ("%s/%s"):format(tostring(spec.namespace), tostring(spec.name))
+  return rule.define {
+    description = spec.description, timeout = spec.timeout,
+    select = { object = { spec[1], namespace = spec.namespace, name = spec.name, delete = true } },
+    walk = function(ctx, s)
+      local found = s.object:find()
+      if found == nil then
+        return ctx.log:info(("%s %s absent: nothing to delete"):format(spec[1], where))
+      end
+      ctx.log:change(("{Deleting|Would delete} %s %s"):format(found.kind or spec[1], where))
+      s.object:delete(found)
+    end,
+  }
+end
+
+return setmetatable(rule, { __call = function(_, spec) return rule.define(spec) end })
