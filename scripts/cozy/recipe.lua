@@ -60,6 +60,8 @@ end
 
 --- A resource named plural or plural.group as plural, group (raises on
 --- anything else): what cozy.rule derives a selection's permissions from.
+---@param name string "deployments.apps", "configmaps"
+---@return string plural, string group
 function recipe.resource_name(name)
   if type(name) ~= "string" then refuse(2, "the resource must be a string, got %s", type(name)) end
   return parse(name)

@@ -326,8 +326,16 @@ local function settle(ctx, spec, state)
   if state.leave then ctx:leave_version(state.leave) end
 end
 
+---@class cozy.RuleSpec
+---@field description string one line
+---@field select? table<string, table> the selections, by name (docs/engine-api.md, "Rules")
+---@field walk fun(ctx: cozy.Ctx, s: table) run, plan and check alike
+---@field timeout? number seconds
+
 --- The migration table of a rule: description, timeout, the permissions its
 --- selections need, and its walk (run, plan and check alike).
+---@param spec cozy.RuleSpec
+---@return table migration the table discovery takes (description, permissions, walk, timeout)
 function rule.define(spec)
   if type(spec) ~= "table" then refuse("rule{...}: expected a table, got %s", type(spec)) end
   for k in pairs(spec) do
@@ -369,6 +377,8 @@ end
 --- <resource> <name> --namespace <ns> --ignore-not-found`; check lists the
 --- delete only when there is something to delete.
 ---   return rule.delete { "deployments.apps", namespace = "ns", name = "x", description = "..." }
+---@param spec { [1]: string, namespace?: string, name: string, description: string }
+---@return table migration
 function rule.delete(spec)
   if type(spec) ~= "table" then refuse("delete{...}: expected a table, got %s", type(spec)) end
   local where = ("%s/%s"):format(tostring(spec.namespace), tostring(spec.name))

@@ -79,6 +79,7 @@ local MODULES = {
   { "cozy.obj", "scripts/cozy/obj.lua", "obj" },
   { "cozy.match", "scripts/cozy/match.lua", "match" },
   { "cozy.recipe", "scripts/cozy/recipe.lua", "recipe" },
+  { "cozy.rule", "scripts/cozy/rule.lua", "rule" },
   { "cozy.base64", "scripts/cozy/base64.lua", "base64" },
   { "cozy.validate", "scripts/cozy/validate.lua", "validate" },
 }

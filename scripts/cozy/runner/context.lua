@@ -346,7 +346,7 @@ local function outcome_recorder(outcome, logger)
     validate.arg(2, "ctx:outcome(fields)", "fields", fields, "table")
     for k, v in next, fields do
       if type(k) ~= "string" or k == "" or #k > context.OUTCOME_LIMITS.key or k:find("%c") or not utf8.len(k) then
-        error(("ctx.outcome: keys must be texts of 1 to %d bytes without control characters, got %s")
+        error(("ctx:outcome: keys must be texts of 1 to %d bytes without control characters, got %s")
           :format(context.OUTCOME_LIMITS.key, bounded_text(type(k) == "string" and ("%q"):format(k) or type(k))), 2)
       end
       validate.arg(2, "ctx:outcome", k, v, { "number", "string", "boolean" }, { show = "got" })
@@ -357,7 +357,7 @@ local function outcome_recorder(outcome, logger)
       -- a ratio of nothing (0/0) is data, not a mistake in the code: it is
       -- left out with a warning rather than failing the step
       if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
-        logger:write("warn", ("ctx.outcome: %s is %s, not a finite number: left out of the history"):format(k, tostring(v)))
+        logger:write("warn", ("ctx:outcome: %s is %s, not a finite number: left out of the history"):format(k, tostring(v)))
         goto continue
       end
       for _ in next, outcome.counts do n = n + 1 end

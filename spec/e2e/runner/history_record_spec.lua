@@ -27,7 +27,7 @@ end }
     assert.equal(0, r.code, r.stderr)
     assert.equal(2, cli.version(srv))
     assert.same({ copied = 0 }, rec.outcome.counts)
-    assert.matches("ctx.outcome: ratio is %-?nan, not a finite number: left out of the history", r.stderr)
+    assert.matches("ctx:outcome: ratio is %-?nan, not a finite number: left out of the history", r.stderr)
   end)
 
   it("a key longer than 63 bytes is refused when it is reported, and nothing of that call is kept", function()

@@ -26,7 +26,7 @@ describe("a migration's wrong argument", function()
   local h = harness.fake { fixtures = { cli.fixture(1) } }
 
   local cases = {
-    { 'ctx:finding("fatal", "x")', 'ctx.finding: severity must be "info", "warn" or "block", got "fatal"' },
+    { 'ctx:finding("fatal", "x")', 'ctx:finding: severity must be "info", "warn" or "block", got "fatal"' },
     { 'ctx:outcome(5)', "ctx:outcome(fields): fields must be a table" },
     { 'ctx.kube:resource("v1", "configmaps", 5)', "resource(api_version, plural, opts): opts must be a table" },
     { 'cms:find("cozy-system", "x", 5)', "find: opts must be a table" },

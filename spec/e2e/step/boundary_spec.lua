@@ -499,7 +499,7 @@ return {
     assert(rawequal(ctx:outcome(given), given), "ctx.outcome did not return the fields it was given")
     for i = 1, 15 do ctx.log:warn("careful " .. i) end
     local ok, err = pcall(ctx.outcome, ctx, { bad = {} })
-    assert(not ok and tostring(err):find("ctx.outcome: bad must be a number, a string or a boolean, got a table", 1, true),
+    assert(not ok and tostring(err):find("ctx:outcome: bad must be a number, a string or a boolean, got a table", 1, true),
       "ctx.outcome took a table value, or refused it otherwise: " .. tostring(err))
   end,
 }
