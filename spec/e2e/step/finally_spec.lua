@@ -32,13 +32,13 @@ local function setup_dir(name, body, extra)
     { verb = "create", group = "", resource = "configmaps", namespace = "cozy-system" } },
   tools = { "gate-double" },
   run = function(ctx)
-    local cms = ctx.kube.resource("v1", "configmaps")
+    local cms = ctx.kube:resource("v1", "configmaps")
     cms:merge_patch(ctx.namespace, "etcd-operator", { data = { replicas = "0" } })
     ctx.log:info("operator scaled down")
     %s
   end,
   finally = function(ctx)
-    local cms = ctx.kube.resource("v1", "configmaps")
+    local cms = ctx.kube:resource("v1", "configmaps")
     cms:merge_patch(ctx.namespace, "etcd-operator", { data = { replicas = "1" } })
     ctx.log:info("compensating")
     %s
@@ -158,7 +158,7 @@ describe("finally", function()
 
   it("is bounded by its write budget: the write past it is refused, unsent, even if caught", function()
     local creates = [[for i = 1, 25 do
-      pcall(cms.create, { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "f-" .. i, namespace = ctx.namespace } })
+      pcall(cms.create, cms, { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "f-" .. i, namespace = ctx.namespace } })
     end]]
     local dir, env = setup_dir("spends", 'error("adoption failed")', creates)
     finally(function() files.rm_rf(dir) end)
@@ -242,7 +242,7 @@ describe("finally", function()
     finally(function() files.rm_rf(dir) end)
     files.write(dir .. "/migrations/1-checked.lua", [[return { description = "d", run = function() end,
       check = function(ctx) ctx:finding("info", "checked") end,
-      finally = function(ctx) ctx.kube.resource("v1", "configmaps"):merge_patch(ctx.namespace, "etcd-operator",
+      finally = function(ctx) ctx.kube:resource("v1", "configmaps"):merge_patch(ctx.namespace, "etcd-operator",
         { data = { replicas = "9" } }) end,
       permissions = { { verb = "patch", group = "", resource = "configmaps" } } }]])
     local r = cli.run(args(srv, dir, "check"), env)
