@@ -22,7 +22,8 @@ local json = require "cozy.json"
 local request = require "cozy.kube.request"
 local text = require "cozy.text"
 
-local trace = { REQUESTS = 6, BODIES = 8, WHOLE_BODIES = 9, BODY_BYTES = 1024 }
+-- MAX_DEPTH: a table nested deeper in a body is shown as "<too deep>"
+local trace = { REQUESTS = 6, BODIES = 8, WHOLE_BODIES = 9, BODY_BYTES = 1024, MAX_DEPTH = 64 }
 
 local REDACTED = "<redacted>"
 
@@ -56,7 +57,7 @@ end
 function redacted(v, secret, depth)
   if type(v) ~= "table" then return v end
   depth = depth or 0
-  if depth > 64 then return "<too deep>" end
+  if depth > trace.MAX_DEPTH then return "<too deep>" end
   local c = setmetatable({}, getmetatable(v))
   for k, x in pairs(v) do c[k] = redacted(x, secret and k == "items", depth + 1) end
   if secret and c.kind == "Status" then
