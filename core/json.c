@@ -636,9 +636,10 @@ static int json_object(lua_State *L) {
   return mark(L, COZY_JSON_OBJECT_MT);
 }
 
-static const luaL_Reg json_funcs[] = {
-    {"decode", json_decode},  {"encode", cozy_json_encode}, {"array", json_array}, {"object", json_object},
-    {"copy", cozy_json_copy}, {"diff", cozy_json_diff},     {NULL, NULL}};
+static const luaL_Reg json_funcs[] = {{"decode", json_decode},    {"encode", cozy_json_encode},
+                                      {"array", json_array},      {"object", json_object},
+                                      {"copy", cozy_json_copy},   {"diff", cozy_json_diff},
+                                      {"holds", cozy_json_holds}, {NULL, NULL}};
 
 static void new_marker(lua_State *L, const char *name) {
   lua_createtable(L, 0, 1);

@@ -137,6 +137,7 @@ static inline const CozyJsonProj *cozy_json_key_projection(const CozyJsonProj *p
 int cozy_json_encode(lua_State *L);
 int cozy_json_copy(lua_State *L); /* json_value.c */
 int cozy_json_diff(lua_State *L);
+int cozy_json_holds(lua_State *L);
 
 /* Pushes decode_buffer(pointer, length, projection), json.decode of bytes
 ** in C memory that end in a '\0' (the transport's answers), opening

@@ -34,6 +34,13 @@
 **    array elements by their 0-based index.
 ** Values in the ops are copies: the ops can be kept while b changes.
 **
+** json.holds(v, key, value, max_depth): whether some table in v (v
+** included) has t[key] raw-equal to value, or v holds a table deeper than
+** max_depth (v itself at depth 0): there the caller cannot know. The
+** rehearsal asks it whether an object holds a Secret anywhere (what
+** cozy.kube.trace redacts), to copy it only when it does: the plan's diff
+** of every VM it changed went through that copy (bench/README.md).
+**
 ** Limits: nesting deeper than json.max_depth raises (that is also how a
 ** cycle ends), counted from the root for diff, the values of its ops
 ** included: "cozy.json: cannot copy|diff a table nested deeper than ...".
@@ -113,6 +120,40 @@ int cozy_json_copy(lua_State *L) {
   luaL_checkany(L, 1);
   lua_settop(L, 1);
   copy_value(L, 1, 1, "copy");
+  return 1;
+}
+
+/* Whether the table at idx (absolute), at `depth`, or a table in it has
+** [key] raw-equal to value (stack slots 2 and 3) or lies deeper than
+** max_depth. */
+static int holds_value(lua_State *L, int idx, int depth, int max_depth) {
+  int found = 0;
+  if (depth > max_depth) return 1;
+  luaL_checkstack(L, 4, "cozy.json: nesting");
+  lua_pushvalue(L, 2);
+  lua_rawget(L, idx);
+  found = lua_rawequal(L, -1, 3);
+  lua_pop(L, 1);
+  lua_pushnil(L);
+  while (!found && lua_next(L, idx)) {
+    if (lua_type(L, -1) == LUA_TTABLE) found = holds_value(L, lua_gettop(L), depth + 1, max_depth);
+    lua_pop(L, 1);
+  }
+  if (found) lua_pop(L, 1); /* the key lua_next left */
+  return found;
+}
+
+/* json.holds(v, key, value, max_depth) */
+int cozy_json_holds(lua_State *L) {
+  lua_Integer max_depth;
+  luaL_checkany(L, 1);
+  luaL_checkany(L, 2);
+  luaL_checkany(L, 3);
+  max_depth = luaL_checkinteger(L, 4);
+  if (max_depth > COZY_JSON_MAX_DEPTH) max_depth = COZY_JSON_MAX_DEPTH;
+  if (max_depth < -1) max_depth = -1;
+  lua_settop(L, 4);
+  lua_pushboolean(L, lua_type(L, 1) == LUA_TTABLE && holds_value(L, 1, 0, (int)max_depth));
   return 1;
 }
 

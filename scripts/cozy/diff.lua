@@ -68,8 +68,12 @@ local function myers(a, b, max_d)
   return nil
 end
 
--- The edit script of a into b: equal head and tail, Myers in between.
-function diff.ops(a, b)
+-- The edit script of a into b in three parts: a's first `head` lines,
+-- equal to b's; the ops of the rest but the last `tail` lines (equal too),
+-- by Myers; those. Only the middle is made of op tables: an object's two
+-- sides share most of their lines, and a table per line of them was most
+-- of a plan's diff.
+local function script(a, b)
   local n, m = #a, #b
   local head = 0
   while head < n and head < m and a[head + 1] == b[head + 1] do head = head + 1 end
@@ -82,9 +86,8 @@ function diff.ops(a, b)
     for _, l in ipairs(ma) do middle[#middle + 1] = { op = "-", line = l } end
     for _, l in ipairs(mb) do middle[#middle + 1] = { op = "+", line = l } end
   end
-  local out = {}
-  for i = 1, head do out[#out + 1] = { op = " ", line = a[i] } end
   -- in each run of changes, what goes before what comes
+  local out = {}
   local i = 1
   while i <= #middle do
     if middle[i].op == " " then
@@ -101,7 +104,16 @@ function diff.ops(a, b)
       i = j
     end
   end
-  for x = n - tail + 1, n do out[#out + 1] = { op = " ", line = a[x] } end
+  return head, out, tail
+end
+
+-- The edit script of a into b: equal head and tail, Myers in between.
+function diff.ops(a, b)
+  local head, middle, tail = script(a, b)
+  local out = {}
+  for i = 1, head do out[#out + 1] = { op = " ", line = a[i] } end
+  table.move(middle, 1, #middle, #out + 1, out)
+  for x = #a - tail + 1, #a do out[#out + 1] = { op = " ", line = a[x] } end
   return out
 end
 
@@ -117,17 +129,30 @@ end
 -- `from` and `to`: an array of lines, empty when they are equal.
 function diff.unified(a, b, from, to, context)
   context = context or diff.CONTEXT
-  local ops = diff.ops(a, b)
-  -- each op's line numbers in a and b
-  local ai, bi = 1, 1
+  local head, middle, tail = script(a, b)
+  local n, m, nm = #a, #b, #middle
+  -- the middle's ops' line numbers in a and b, and where each change is in
+  -- the whole script (head, middle, tail)
+  local ai, bi = head + 1, head + 1
   local changes = {}
-  for i, o in ipairs(ops) do
+  for i, o in ipairs(middle) do
     o.a, o.b = ai, bi
     if o.op ~= "+" then ai = ai + 1 end
     if o.op ~= "-" then bi = bi + 1 end
-    if o.op ~= " " then changes[#changes + 1] = i end
+    if o.op ~= " " then changes[#changes + 1] = head + i end
   end
   if #changes == 0 then return {} end
+  -- the script's i-th op: op, line, its line numbers in a and b
+  local function op_at(i)
+    if i <= head then return " ", a[i], i, i end
+    if i <= head + nm then
+      local o = middle[i - head]
+      return o.op, o.line, o.a, o.b
+    end
+    local j = i - head - nm
+    return " ", a[n - tail + j], n - tail + j, m - tail + j
+  end
+  local total = head + nm + tail
   local out = { "--- " .. from, "+++ " .. to }
   local c = 1
   while c <= #changes do
@@ -138,16 +163,19 @@ function diff.unified(a, b, from, to, context)
       c = c + 1
       last_change = changes[c]
     end
-    local last = math.min(#ops, last_change + context)
+    local last = math.min(total, last_change + context)
     local a_start, a_count, b_start, b_count = nil, 0, nil, 0
     local body = {}
     for i = first, last do
-      local o = ops[i]
-      if o.op ~= "+" then a_start, a_count = a_start or o.a, a_count + 1 end
-      if o.op ~= "-" then b_start, b_count = b_start or o.b, b_count + 1 end
-      body[#body + 1] = o.op .. o.line
+      local op, line, oa, ob = op_at(i)
+      if op ~= "+" then a_start, a_count = a_start or oa, a_count + 1 end
+      if op ~= "-" then b_start, b_count = b_start or ob, b_count + 1 end
+      body[#body + 1] = op .. line
     end
-    a_start, b_start = a_start or ops[first].a, b_start or ops[first].b
+    if a_start == nil or b_start == nil then
+      local _, _, fa, fb = op_at(first)
+      a_start, b_start = a_start or fa, b_start or fb
+    end
     out[#out + 1] = ("@@ -%s +%s @@"):format(range(a_start, a_count), range(b_start, b_count))
     table.move(body, 1, #body, #out + 1, out)
     c = c + 1

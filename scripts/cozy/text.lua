@@ -104,14 +104,35 @@ function text.line(s)
   return s
 end
 
--- Lines laid out by the engine (a report: status, check) as one text:
--- each line through text.line, each ended by a newline. What a value from
--- outside holds can never start a line of its own.
-function text.lines(list)
+-- text.lines, a line at a time.
+local function lines_each(list)
   local out = {}
   for i, l in ipairs(list) do out[i] = text.line(l) end
   out[#out + 1] = ""
   return table.concat(out, "\n")
+end
+
+-- Lines laid out by the engine (a report: status, check) as one text:
+-- each line through text.line, each ended by a newline. What a value from
+-- outside holds can never start a line of its own.
+function text.lines(list)
+  local n = 0
+  for _, l in ipairs(list) do
+    -- (text.line takes any value: shown by tostring)
+    if type(l) ~= "string" then return lines_each(list) end
+    n = n + 1
+  end
+  if n == 0 then return "" end
+  -- most reports (a plan's diff of every object) have nothing to change:
+  -- one look at them joined, as nothing text.line acts on can span a line
+  -- break, and the only breaks are those joining them
+  local all = table.concat(list, "\n", 1, n)
+  if utf8.len(all) and not all:find("[\0-\9\11-\31\127]") and not all:find("\194[\128-\159]")
+      and not all:find("://", 1, true) and not all:find("earer", 1, true) and not all:find("uthorization", 1, true)
+      and select(2, all:gsub("\n", "")) == n - 1 then
+    return all .. "\n"
+  end
+  return lines_each(list)
 end
 
 -- A copy of v that JSON can encode and a terminal can show: every string
@@ -135,6 +156,13 @@ end
 -- printable first, so a string from outside cut inside a UTF-8 sequence is
 -- shown with U+FFFD rather than failing the command.
 function text.json(v)
+  -- v encodes, so its strings are valid UTF-8, and holds nothing
+  -- text.redact acts on (each of its triggers is bytes JSON never escapes):
+  -- the copy would be v again
+  local ok, s = pcall(json.encode, v)
+  if ok and not s:find("://", 1, true) and not s:find("earer", 1, true) and not s:find("uthorization", 1, true) then
+    return s
+  end
   return json.encode(text.printable(v))
 end
 

@@ -570,10 +570,29 @@ local function get(t, k)
   return v
 end
 
+-- The memo of the yaml.lines call in progress, or nil: table -> { out,
+-- first, last (its lines in out), indent, lead, depth }.
+local memo
+
 -- Emits v (a mapping or a sequence) at `indent`; the first line's
 -- indentation is replaced by `lead` when given ("- " of the item holding v).
 function emit(out, v, indent, lead, depth)
   if depth > json.max_depth then error("cozy.yaml: a table nested deeper than " .. json.max_depth .. " levels", 0) end
+  local m = memo
+  if m ~= nil then
+    -- the same table emitted before at this indentation and lead: the same
+    -- lines (no deeper than then, so never past max_depth where it was not)
+    local r = m[v]
+    if r ~= nil and r.indent == indent and r.lead == lead and depth <= r.depth then
+      local from, n = r.out, #out
+      for i = r.first, r.last do
+        n = n + 1
+        out[n] = from[i]
+      end
+      return
+    end
+  end
+  local first = #out + 1
   local pad = (" "):rep(indent)
   local first_pad = lead or pad
   local k = kind_of(v)
@@ -612,6 +631,7 @@ function emit(out, v, indent, lead, depth)
       end
     end
   end
+  if m ~= nil then m[v] = { out = out, first = first, last = #out, indent = indent, lead = lead, depth = depth } end
 end
 
 -- v's document as the emitter writes it: an array of lines.
@@ -636,8 +656,22 @@ end
 -- v's YAML as lines (no newlines at their ends): the emitter's own, without
 -- joining and splitting them again (an entry holding a line break, which
 -- the emitter does not write, would be split as encode's text would be).
-function yaml.lines(v)
-  local out = document(v)
+-- seen (optional, a table the caller keeps between calls): the lines of
+-- every mapping and sequence emitted are remembered in it, and a table met
+-- again at the same place is not emitted twice: the plan's two sides of an
+-- object share every subtree its writes left alone (cozy.kube.changes).
+-- The tables must not change between the calls that share it.
+function yaml.lines(v, seen)
+  local out
+  if seen == nil then
+    out = document(v)
+  else
+    memo = seen
+    local ok, o = pcall(document, v)
+    memo = nil
+    if not ok then error(o, 0) end
+    out = o
+  end
   for i = 1, #out do
     if out[i]:find("\n", 1, true) then
       local lines = {}

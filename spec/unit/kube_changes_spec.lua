@@ -76,4 +76,51 @@ describe("cozy.kube.changes", function()
     assert.is_nil(r.after.metadata.deletionTimestamp)
     assert.same({ "+  finalizers:", "+  - keep" }, { r.diff[7], r.diff[8] })
   end)
+
+  it("makes the before from the after, sharing the tables the writes left alone", function()
+    local ov = overlay.new()
+    local function vm(volumes)
+      return obj("VirtualMachine", "vm", { apiVersion = "kubevirt.io/v1", spec = json.decode('{"running":true,'
+        .. '"template":{"spec":{"domain":{"cpu":{"cores":2}},"volumes":' .. volumes .. '}}}'),
+        status = json.decode('{"conditions":[{"type":"Ready","status":"True"}]}') })
+    end
+    ov:put("kubevirt.io", "virtualmachines", vm('[{"name":"a"},{"name":"b"}]'),
+      { live = true, before = vm('[{"name":"a"}]') })
+    local r = changes.report(ov)[1]
+    assert.same({ "--- live/kubevirt.io.v1.VirtualMachine.a.vm", "+++ planned/kubevirt.io.v1.VirtualMachine.a.vm",
+      "@@ -12,6 +12,7 @@", "           cores: 2", "       volumes:", "       - name: a",
+      "+      - name: b", " status:", "   conditions:", "   - status: \"True\"" }, r.diff)
+    assert.equal(r.before.status, r.after.status)
+    assert.equal(r.before.metadata, r.after.metadata)
+    assert.equal(r.before.spec.template.spec.domain, r.after.spec.template.spec.domain)
+    assert.are_not.equal(r.before.spec.template.spec.volumes, r.after.spec.template.spec.volumes)
+    assert.same({ { name = "a" } }, r.before.spec.template.spec.volumes)
+    for _, side in ipairs { r.before, r.after } do
+      for _, k in ipairs(changes.SERVER_SET) do assert.is_nil(side.metadata[k], k) end
+    end
+  end)
+
+  it("redacts a Secret an object of another kind holds, and shows what nests too deep as before", function()
+    local ov = overlay.new()
+    local function holder(value)
+      return obj("Template", "h", { apiVersion = "example.io/v1", spec = json.object { objects = json.array {
+        json.object { apiVersion = "v1", kind = "Secret", data = json.object { k = value } } } } })
+    end
+    ov:put("example.io", "templates", holder("bmV3"), { live = true, before = holder("b2xk") })
+    local deep = json.object {}
+    local cur = deep
+    for _ = 1, 70 do
+      cur.x = json.object {}
+      cur = cur.x
+    end
+    local deep_after = obj("ConfigMap", "deep", { data = json.object { k = "2" }, spec = deep })
+    ov:put("", "configmaps", deep_after, { live = true, before = obj("ConfigMap", "deep", { spec = deep }) })
+    local rs = by_name(changes.report(ov))
+    assert.same({ k = "<redacted>" }, rs.h.before.spec.objects[1].data)
+    assert.same({ k = "<redacted>" }, rs.h.after.spec.objects[1].data)
+    assert.is_nil(table.concat(rs.h.diff, "\n"):find("bmV3", 1, true))
+    -- a table nested deeper than trace.MAX_DEPTH shows as trace.redacted shows it
+    assert.same(require("cozy.kube.trace").redacted(deep_after).spec, rs.deep.after.spec)
+    assert.is_truthy(json.encode(rs.deep.before):find('"<too deep>"', 1, true))
+  end)
 end)

@@ -76,4 +76,55 @@ describe("cozy.kube.patch", function()
       assert.is_false(patch.contains(got, json.decode('{"metadata":{"name":"x"},"data":{"k":"v","k2":"v2"}}')))
     end)
   end)
+
+  describe("json_patch, shared", function()
+    local doc_text = '{"metadata":{"name":"x","labels":{"a":"1"}},"spec":{"template":{"volumes":[{"name":"a"},'
+      .. '{"name":"b"}],"disks":[{"name":"a"}]},"other":{"k":[1,2]}},"status":{"phase":"Running"}}'
+    local cases = {
+      '[{"op":"add","path":"/spec/template/volumes/-","value":{"name":"c"}}]',
+      '[{"op":"remove","path":"/spec/template/volumes/0"},{"op":"replace","path":"/metadata/labels/a","value":"2"}]',
+      '[{"op":"move","from":"/spec/other","path":"/status/other"},{"op":"copy","from":"/metadata/labels",'
+        .. '"path":"/spec/labels"}]',
+      '[{"op":"test","path":"/status/phase","value":"Running"},{"op":"add","path":"/spec/template/disks/0",'
+        .. '"value":{"name":"z"}}]',
+      '[{"op":"replace","path":"","value":{"kind":"Other"}},{"op":"add","path":"/x","value":1}]',
+      '[{"op":"move","from":"/spec","path":""},{"op":"add","path":"/template/new","value":true}]',
+    }
+
+    it("gives what the copying one gives, and leaves doc as it was", function()
+      for _, ops in ipairs(cases) do
+        local doc = json.decode(doc_text)
+        local want = json.encode(patch.json_patch(json.decode(doc_text), json.decode(ops)))
+        assert.equal(want, json.encode(patch.json_patch(doc, json.decode(ops), true)), ops)
+        assert.equal(json.encode(json.decode(doc_text)), json.encode(doc), ops)
+      end
+    end)
+
+    it("shares every table the ops leave alone, and no table they change", function()
+      local doc = json.decode(doc_text)
+      local got = patch.json_patch(doc, json.decode(cases[1]), true)
+      assert.equal(doc.metadata, got.metadata)
+      assert.equal(doc.status, got.status)
+      assert.equal(doc.spec.other, got.spec.other)
+      assert.equal(doc.spec.template.disks, got.spec.template.disks)
+      assert.equal(doc.spec.template.volumes[1], got.spec.template.volumes[1])
+      assert.are_not.equal(doc, got)
+      assert.are_not.equal(doc.spec, got.spec)
+      assert.are_not.equal(doc.spec.template, got.spec.template)
+      assert.are_not.equal(doc.spec.template.volumes, got.spec.template.volumes)
+      assert.equal(json.array_mt, getmetatable(got.spec.template.volumes))
+    end)
+
+    it("fails as the copying one fails, doc untouched", function()
+      for _, ops in ipairs { '[{"op":"add","path":"/spec/nope/x","value":1}]',
+        '[{"op":"remove","path":"/spec/template/volumes/01"}]', '[{"op":"frobnicate","path":"/x"}]',
+        '[{"op":"test","path":"/status/phase","value":"Stopped"}]' } do
+        local _, want = pcall(patch.json_patch, json.decode(doc_text), json.decode(ops))
+        local doc = json.decode(doc_text)
+        local _, got = pcall(patch.json_patch, doc, json.decode(ops), true)
+        assert.same(want, got, ops)
+        assert.equal(json.encode(json.decode(doc_text)), json.encode(doc), ops)
+      end
+    end)
+  end)
 end)

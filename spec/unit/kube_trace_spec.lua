@@ -128,4 +128,42 @@ describe("cozy.kube.trace", function()
       end
     end
   end)
+
+  describe("redacted", function()
+    local other_mt = { __name = "proxy" }
+
+    it("copies a body with nothing to redact: equal, not the same tables, only cozy.json's marks kept", function()
+      local ops = json.decode('[{"op":"add","path":"/spec/volumes/-","value":{"name":"v","secret":'
+        .. '{"secretName":"Secret"}}},{"op":"test","path":"/metadata/resourceVersion","value":"7"}]')
+      ops[1].value.extra = setmetatable({ a = 1 }, other_mt)
+      local c = trace.redacted(ops, false)
+      assert.same(ops, c)
+      assert.are_not.equal(ops, c)
+      assert.are_not.equal(ops[1].value, c[1].value)
+      assert.equal(json.array_mt, getmetatable(c))
+      assert.equal(json.object_mt, getmetatable(c[1].value))
+      assert.is_nil(getmetatable(c[1].value.extra))
+      assert.equal(json.encode(ops), json.encode(c))
+    end)
+
+    it("still redacts a Secret nested anywhere, and cuts what nests past MAX_DEPTH, whatever the marks", function()
+      local body = json.decode('{"kind":"List","items":[{"kind":"ConfigMap","data":{"a":"1"}},'
+        .. '{"kind":"Secret","data":{"k":"djE="}}]}')
+      body.items[2].extra = setmetatable({ b = 2 }, other_mt)
+      local c = trace.redacted(body, false)
+      assert.same({ k = "<redacted>" }, c.items[2].data)
+      assert.same({ a = "1" }, c.items[1].data)
+      assert.is_nil(getmetatable(c.items[2].extra))
+      assert.equal("djE=", body.items[2].data.k)
+      local deep = {}
+      local cur = deep
+      for _ = 1, trace.MAX_DEPTH + 1 do
+        cur.x = {}
+        cur = cur.x
+      end
+      local cut = trace.redacted(deep, false)
+      for _ = 1, trace.MAX_DEPTH do cut = cut.x end
+      assert.equal("<too deep>", cut.x)
+    end)
+  end)
 end)

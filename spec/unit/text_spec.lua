@@ -93,4 +93,47 @@ describe("cozy.text", function()
     assert.equal('{"caf\u{FFFD}":["x\u{FFFD}\u{FFFD}"],"e":{}}',
       text.json({ ["caf\195"] = json.array { "x\226\130" }, e = json.object {} }))
   end)
+
+  -- text.lines and text.json look at the whole text once before they make
+  -- a copy: the same output as line by line and string by string, which
+  -- these cases check against text.line and text.printable themselves
+  describe("a whole report at once", function()
+    local json = require "cozy.json"
+    local function each(list)
+      local out = {}
+      for i, l in ipairs(list) do out[i] = text.line(l) .. "\n" end
+      return table.concat(out)
+    end
+    local pieces = { "plain", "  - name: a", "", " ", "://", "http://u:p@h/x", "Bearer abc.def", "bearer  x",
+      "Authorization: Basic x", "\t", "\n", "\r", "\27[31m", "\0", "\127", "\194\155", "\194\160", "caf\233",
+      "\195", "\226\130", "\u{FFFD}", "é", "earer", "uthorization", "@", "/", "x" }
+
+    it("lines() gives text.line's lines, for lines with and without what text.line changes", function()
+      local seed = 7
+      local function rand(n)
+        seed = (seed * 1103515245 + 12345) % 2147483648
+        return seed % n + 1
+      end
+      for _ = 1, 3000 do
+        local list = {}
+        for i = 1, rand(5) - 1 do
+          local parts = {}
+          for j = 1, rand(4) do parts[j] = pieces[rand(#pieces)] end
+          list[i] = table.concat(parts)
+        end
+        assert.equal(each(list), text.lines(list), json.encode(text.printable(list)))
+      end
+      assert.equal("1\ntrue\n", text.lines({ 1, true }))
+      assert.equal("a\n", text.lines({ "a", nil, "c" }))
+    end)
+
+    it("json() gives what encoding text.printable's copy gives", function()
+      for _, a in ipairs(pieces) do
+        for _, b in ipairs(pieces) do
+          local v = { [a .. "k"] = json.array { b, a .. b }, n = 1, z = json.null, o = json.object {} }
+          assert.equal(json.encode(text.printable(v)), text.json(v), a .. " / " .. b)
+        end
+      end
+    end)
+  end)
 end)

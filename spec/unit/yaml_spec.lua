@@ -107,4 +107,55 @@ describe("cozy.yaml", function()
     assert.equal("[]\n", yaml.encode(json.array {}))
     assert.equal("{}\n", yaml.encode(json.object {}))
   end)
+
+  describe("lines with a memo", function()
+    local function side(volumes)
+      return json.decode('{"apiVersion":"v1","kind":"VirtualMachine","metadata":{"name":"vm","labels":{"a":"1"}},'
+        .. '"spec":{"template":{"spec":{"volumes":' .. volumes .. ',"domain":{"cpu":{"cores":2}}}}},'
+        .. '"status":{"conditions":[{"type":"Ready","status":"True"},{"type":"Paused","status":"False"}]}}')
+    end
+
+    it("gives each document's own lines, for tables shared between them and not", function()
+      local after = side('[{"name":"a","pvc":{"claimName":"a"}},{"name":"b","pvc":{"claimName":"b"}}]')
+      local before = side('[{"name":"a","pvc":{"claimName":"a"}}]')
+      -- the before shares the after's untouched tables, as a plan's before does
+      before.status, before.metadata = after.status, after.metadata
+      before.spec.template.spec.volumes[1] = after.spec.template.spec.volumes[1]
+      before.spec.template.spec.domain = after.spec.template.spec.domain
+      local seen = {}
+      assert.same(yaml.lines(after), yaml.lines(after, seen))
+      assert.same(yaml.lines(before), yaml.lines(before, seen))
+      -- a table met at another indentation or lead is emitted again
+      local moved = { wrapped = { after.status }, status = after.status, list = { after.metadata } }
+      assert.same(yaml.lines(moved), yaml.lines(moved, seen))
+    end)
+
+    it("emits a table it has seen at the same place once: its lines are taken from the first", function()
+      local shared = json.decode('{"x":{"z":[1,2]}}')
+      local seen = {}
+      local first = yaml.lines({ a = shared }, seen)
+      shared.x.z[3] = 3 -- against the rule (the tables must not change): shows the lines are reused
+      assert.same(first, yaml.lines({ a = shared }, seen))
+      assert.same({ "a:", "  x:", "    z:", "    - 1", "    - 2", "    - 3" }, yaml.lines { a = shared })
+    end)
+
+    it("reports an error as without one, and forgets the memo after it", function()
+      local deep = {}
+      local cur = deep
+      for _ = 1, json.max_depth + 3 do
+        cur.x = {}
+        cur = cur.x
+      end
+      local _, want = pcall(yaml.lines, deep)
+      local _, got = pcall(yaml.lines, deep, {})
+      assert.matches("nested deeper than", want)
+      assert.equal(want, got)
+      local seen = {}
+      local t = { a = { b = 1 } }
+      yaml.lines(t, seen)
+      t.a.b = 2
+      -- no memo given: nothing remembered from the last call is used
+      assert.same({ "a:", "  b: 2" }, yaml.lines(t))
+    end)
+  end)
 end)

@@ -12,6 +12,7 @@
 -- annotations). A value of a Secret that the rehearsal changed is shown
 -- as "<redacted: changed>", so the diff says that it changed, not to what.
 local diff = require "cozy.diff"
+local json = require "cozy.json"
 local overlay = require "cozy.kube.overlay"
 local trace = require "cozy.kube.trace"
 local yaml = require "cozy.yaml"
@@ -24,9 +25,13 @@ changes.SERVER_SET = overlay.SERVER_SET
 
 changes.CHANGED = "<redacted: changed>"
 
+-- obj as shown. obj is the caller's own (a fresh decode), changed in place
+-- where nothing in it is redacted: trace.redacted's copy, of every object
+-- the plan changed, was a tenth of a plan's Lua (bench/README.md).
 local function shown(obj, secret)
   if type(obj) ~= "table" then return nil end
-  local c = trace.redacted(obj, secret)
+  local c = obj
+  if secret or json.holds(obj, "kind", "Secret", trace.MAX_DEPTH) then c = trace.redacted(obj, secret) end
   if type(c.metadata) == "table" then
     for _, k in ipairs(changes.SERVER_SET) do c.metadata[k] = nil end
   end
@@ -56,9 +61,17 @@ end
 -- One object's report (the event `object` of a plan).
 local function report(ov, e, action)
   local secret = e.group == "" and e.plural == "secrets"
-  local before_raw = action ~= "created" and ov:before(e) or nil
   local after_raw = action ~= "deleted" and ov:object(e) or nil
-  local before, after = shown(before_raw, secret), shown(after_raw, secret)
+  -- (before shown changes it)
+  local terminating = after_raw ~= nil and type(after_raw.metadata) == "table"
+    and after_raw.metadata.deletionTimestamp ~= nil or nil
+  local after = shown(after_raw, secret)
+  local before_raw
+  if action ~= "created" then
+    -- an after shown as it is: the before shares its tables, and their YAML
+    if after ~= nil and after == after_raw then before_raw = ov:before_over(e, after) else before_raw = ov:before(e) end
+  end
+  local before = shown(before_raw, secret)
   local any = after_raw or before_raw or {}
   if secret or any.kind == "Secret" then
     if after ~= nil then mark_changed(before_raw, after_raw, after) end
@@ -67,17 +80,16 @@ local function report(ov, e, action)
   local kind = any.kind or e.plural
   local r = { type = "object", action = action, apiVersion = api_version, kind = kind, resource = e.plural,
     group = e.group ~= "" and e.group or nil, namespace = e.ns, name = e.name, before = before, after = after,
-    inexact = e.inexact,
-    terminating = after_raw ~= nil and type(after_raw.metadata) == "table"
-      and after_raw.metadata.deletionTimestamp ~= nil or nil }
+    inexact = e.inexact, terminating = terminating }
   if action ~= "created" and before_raw == nil then
     -- a live object the rehearsal could not read first: no diff to show
     r.before_unknown = e.before_unknown or "the live object was not read before the rehearsal's first write"
     return r
   end
   local name = label(api_version, kind, e.ns, e.name)
-  r.diff = diff.unified(before and yaml.lines(before) or {}, after and yaml.lines(after) or {}, "live/" .. name,
-    "planned/" .. name)
+  local seen = {}
+  r.diff = diff.unified(before and yaml.lines(before, seen) or {}, after and yaml.lines(after, seen) or {},
+    "live/" .. name, "planned/" .. name)
   return r
 end
 

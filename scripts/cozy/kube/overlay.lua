@@ -125,6 +125,17 @@ function Overlay:before(e)
   return nil
 end
 
+-- The same before, made from after: the entry's object (Overlay:object)
+-- with SERVER_SET removed, which the caller owns. It shares with after
+-- every table the before's patch leaves alone (cozy.yaml.lines then emits
+-- them once for the plan's diff), so neither may change while both are in
+-- use.
+function Overlay.before_over(_, e, after)
+  if e.before_text ~= nil then return json.decode(e.before_text) end
+  if e.before_ops ~= nil then return patch.json_patch(after, json.decode(e.before_ops), true) end
+  return nil
+end
+
 -- Keeps before (nil, or an object) in e against its object now (after, a
 -- table, or nil): the patch from after to it when that gives it back
 -- exactly, else its JSON.

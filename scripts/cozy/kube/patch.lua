@@ -117,14 +117,57 @@ local function add(doc, path, value)
   return doc
 end
 
+-- A shallow copy of t (its metatable kept), marked in owned.
+local function own(t, owned)
+  local c = {}
+  for k, v in next, t do c[k] = v end
+  owned[c] = true
+  return setmetatable(c, getmetatable(t))
+end
+
+-- Replaces each container on the way to path's parent that doc does not
+-- own yet by a shallow copy of its own, walking as locate walks (so the
+-- same bad token raises the same error first).
+local function own_path(doc, path, owned)
+  local tokens = patch.pointer(path)
+  local cur = doc
+  for i = 1, #tokens - 1 do
+    if type(cur) ~= "table" then return end
+    local key = index(cur, tokens[i], path)
+    local child = cur[key]
+    if type(child) ~= "table" then return end
+    if not owned[child] then
+      child = own(child, owned)
+      cur[key] = child
+    end
+    cur = child
+  end
+end
+
 -- Applies RFC 6902 ops to a copy of doc; raises { patch_error = message }
 -- (a failed test has test_failed = true), as the server answers 422.
-function patch.json_patch(doc, ops)
-  doc = deepcopy(doc)
+-- shared: the copy is made only of the containers the ops change (and
+-- those on their paths); every other table of the result is doc's own, so
+-- doc must not change while the result is in use (the plan's diff emits
+-- the subtrees both sides share once: cozy.yaml.lines's memo).
+function patch.json_patch(doc, ops, shared)
+  local owned
+  if shared and type(doc) == "table" then
+    owned = {}
+    doc = own(doc, owned)
+  else
+    doc = deepcopy(doc)
+  end
   for n, op in ipairs(ops) do
     local ok, err = pcall(function()
       local kind, path = op.op, op.path
       if type(path) ~= "string" then error("op has no path", 0) end
+      if owned and (kind == "add" or kind == "remove" or kind == "replace" or kind == "move" or kind == "copy") then
+        -- (an earlier op may have put another value at the root: a move to "")
+        if type(doc) == "table" and not owned[doc] then doc = own(doc, owned) end
+        if kind == "move" and type(op.from) == "string" then own_path(doc, op.from, owned) end
+        own_path(doc, path, owned)
+      end
       if kind == "add" then
         doc = add(doc, path, deepcopy(op.value))
       elseif kind == "remove" then

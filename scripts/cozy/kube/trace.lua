@@ -22,13 +22,15 @@ local json = require "cozy.json"
 local request = require "cozy.kube.request"
 local text = require "cozy.text"
 
-local trace = { REQUESTS = 6, BODIES = 8, WHOLE_BODIES = 9, BODY_BYTES = 1024 }
+-- MAX_DEPTH: a table nested deeper in a body is shown as "<too deep>"
+local trace = { REQUESTS = 6, BODIES = 8, WHOLE_BODIES = 9, BODY_BYTES = 1024, MAX_DEPTH = 64 }
 
 local REDACTED = "<redacted>"
 
 local function redact_values(t)
   if type(t) ~= "table" then return REDACTED end
-  local c = setmetatable({}, getmetatable(t))
+  local mt = getmetatable(t)
+  local c = setmetatable({}, (mt == json.array_mt or mt == json.object_mt) and mt or nil)
   for k in pairs(t) do c[k] = REDACTED end
   return c
 end
@@ -53,11 +55,17 @@ end
 
 -- A copy of v (the caller's body is never changed) with Secret data redacted.
 -- `secret`: v is the body of a secrets path (an object, a list, or a patch).
+-- The copy is data: its tables carry cozy.json's array and object marks
+-- and no other metatable (the encoder reads none).
 function redacted(v, secret, depth)
   if type(v) ~= "table" then return v end
   depth = depth or 0
-  if depth > 64 then return "<too deep>" end
-  local c = setmetatable({}, getmetatable(v))
+  if depth > trace.MAX_DEPTH then return "<too deep>" end
+  -- nothing in v to redact or to cut (every body of a write a plan shows,
+  -- but a Secret's): the copy in C, not table by table here
+  if not secret and not json.holds(v, "kind", "Secret", trace.MAX_DEPTH - depth) then return json.copy(v) end
+  local mt = getmetatable(v)
+  local c = setmetatable({}, (mt == json.array_mt or mt == json.object_mt) and mt or nil)
   for k, x in pairs(v) do c[k] = redacted(x, secret and k == "items", depth + 1) end
   if secret and c.kind == "Status" then
     -- an answer refusing a write to a Secret quotes the object it was
