@@ -14,6 +14,7 @@ local kerrors = require "cozy.kube.errors"
 local obj = require "cozy.obj"
 local patch = require "cozy.kube.patch"
 local recipe = require "cozy.recipe"
+local validate = require "cozy.validate"
 
 local rule = {}
 
@@ -27,8 +28,6 @@ local FIELDS = {
   label = "string",
   noun = "string", gone = "string",
 }
-local WRITES = { stop = true, fail = true, leave = true, warn = true }
-local READS = { stop = true, warn = true, leave = true }
 local RULE_FIELDS = { description = true, select = true, walk = true, timeout = true }
 
 local function refuse(fmt, ...) error("cozy.rule: " .. fmt:format(...), 3) end
@@ -56,24 +55,27 @@ local function permissions_of(key, decl, out)
 end
 
 local function check_selection(key, decl)
-  if type(decl) ~= "table" then refuse("select.%s must be a table { \"resource\", ... }", key) end
-  if type(decl[1]) ~= "string" then
-    refuse("select.%s: its first item must be a resource name", key)
+  local function checked(name, value, expected, more)
+    local why = validate.why(name, value, expected, more)
+    if why then refuse("%s", why) end
   end
+  checked("select." .. key, decl, "table", { says = "a table { \"resource\", ... }" })
+  checked("select." .. key .. "[1]", decl[1], "string", { says = "a resource name" })
   for k, v in pairs(decl) do
     if type(k) == "number" then
-      if type(v) ~= "string" then refuse("select.%s[%d] must be a resource name", key, k) end
+      checked(("select.%s[%d]"):format(key, k), v, "string", { says = "a resource name" })
     elseif FIELDS[k] == nil then
       refuse("select.%s: unknown field %q", key, tostring(k))
-    elseif not ("|" .. FIELDS[k] .. "|"):find("|" .. type(v) .. "|", 1, true) then
-      refuse("select.%s.%s must be a %s", key, k, FIELDS[k])
+    else
+      local types = {}
+      for t in FIELDS[k]:gmatch("[^|]+") do types[#types + 1] = t end
+      checked(("select.%s.%s"):format(key, k), v, types)
     end
   end
-  if decl.writes and not WRITES[decl.writes] then
-    refuse("select.%s.writes must be \"stop\", \"fail\", \"leave\" or \"warn\"", key)
-  end
-  if decl.reads and not READS[decl.reads] then refuse("select.%s.reads must be \"stop\","
-    .. " \"warn\" or \"leave\"", key) end
+  checked(("select.%s.writes"):format(key), decl.writes,
+    { one_of = { "stop", "fail", "leave", "warn" } }, true)
+  checked(("select.%s.reads"):format(key), decl.reads,
+    { one_of = { "stop", "warn", "leave" } }, true)
   if decl.name and not decl.namespace then
     refuse("select.%s: a named object needs its namespace", key)
   end
