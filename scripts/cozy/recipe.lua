@@ -63,7 +63,7 @@ end
 ---@param name string "deployments.apps", "configmaps"
 ---@return string plural, string group
 function recipe.resource_name(name)
-  if type(name) ~= "string" then refuse(2, "the resource must be a string, got %s", type(name)) end
+  validate.arg(2, "cozy.recipe", "the resource", name, "string", { show = "got" })
   return parse(name)
 end
 

@@ -212,7 +212,7 @@ local function selection(ctx, key, decl, state)
   -- Returns the counts of this pass, or nil when the API is not served, the
   -- selection is check_only outside check, or a read failed under reads = "warn".
   function s.each(fn, opts)
-    if type(fn) ~= "function" then error("each(fn, opts): fn must be a function", 2) end
+    validate.arg(2, "each(fn, opts)", "fn", fn, "function")
     opts = opts or {}
     if decl.check_only and ctx.mode ~= "check" then return nil end
     local pass, any, landed = { changed = 0, unchanged = 0, absent = 0, failed = 0 }, false, {}
@@ -344,8 +344,11 @@ function rule.define(spec)
     if not RULE_FIELDS[k] then refuse("unknown field %q (a rule has description, select, walk,"
       .. " timeout)", tostring(k)) end
   end
-  if type(spec.select) ~= "table" then refuse("select must be a table of named selections") end
-  if type(spec.walk) ~= "function" then refuse("walk must be a function(ctx, s)") end
+  for _, field in ipairs { { "select", "table", "a table of named selections" },
+    { "walk", "function", "a function(ctx, s)" } } do
+    local why = validate.why(field[1], spec[field[1]], field[2], { says = field[3] })
+    if why then refuse("%s", why) end
+  end
   local permissions, keys = {}, {}
   for key in pairs(spec.select) do keys[#keys + 1] = key end
   table.sort(keys)
