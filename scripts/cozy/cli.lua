@@ -28,13 +28,16 @@ cli.V_DEBUG, cli.V_REQUESTS, cli.V_BODIES, cli.V_WHOLE_BODIES = 4, 6, 8, 9
 -- The commands, in --help's order: synopsis (after the command's name) and what it does.
 local command_list = {
   { "run", "[--target N] [--[server-]dry-run] [--plan FILE]", "apply pending migrations" },
-  { "plan", "[--target N] [--save FILE] [-o text|json]", "rehearse run over the live cluster, nothing written" },
+  { "plan", "[--target N] [--save FILE] [-o text|json]",
+    "rehearse run over the live cluster, nothing written" },
   { "status", "[-o text|json]", "version, target, pending, lock, last failure, history" },
   { "check", "[--migration N] [-o text|json]", "read-only preflight and each pending check()" },
   { "list", "[-o text|json]", "migrations known to this build" },
   { "new", "[--number NN] [NN-]NAME", "scaffold migrations/NN-NAME.lua and its spec" },
-  { "rbac", "[--all] [--target N] [--preflight] [-o yaml|json]", "the least-privilege RBAC of the pending range" },
-  { "stamp", "N --reason TEXT [--force] [--dry-run]", "set the version to N by hand (baseline, manual repair),\n"
+  { "rbac", "[--all] [--target N] [--preflight] [-o yaml|json]",
+    "the least-privilege RBAC of the pending range" },
+  { "stamp", "N --reason TEXT [--force] [--dry-run]",
+    "set the version to N by hand (baseline, manual repair),\n"
     .. "under the lock, recorded in the history with who and why" },
   { "lua", "[SCRIPT [ARGS...]] | lua -e CODE", "Lua 5.4 interpreter with the engine's modules" },
   { "help", "[COMMAND]", "this help, or COMMAND's" },
@@ -47,8 +50,10 @@ local option_list = {
   { "--kubeconfig", nil, "PATH", "kubeconfig file (else $KUBECONFIG, ~/.kube/config, in-cluster)" },
   { "--context", nil, "NAME", "kubeconfig context (else current-context)" },
   { "--namespace", "-n", "NS", "namespace of the version ConfigMap and the lock\n"
-    .. "(else $NAMESPACE, the context's namespace (in-cluster the service account's), cozy-system)" },
-  { "--migrations", nil, "DIR", "add DIR's migrations (legacy scripts NN, NN-name) to the built-in ones\n"
+    .. "(else $NAMESPACE, the context's namespace (in-cluster the service "
+    .. "account's), cozy-system)" },
+  { "--migrations", nil, "DIR",
+    "add DIR's migrations (legacy scripts NN, NN-name) to the built-in ones\n"
     .. "(else $COZY_MIGRATE_MIGRATIONS, else /migrations when it exists)" },
   { "--no-builtin", nil, nil, "leave the built-in migrations out (DIR's set alone)" },
   { "--log-format", nil, "text|json", "log line format (default text)" },
@@ -70,7 +75,8 @@ local option_list = {
   { "--plan", nil, "FILE", "run only as FILE planned: refuse if what it read changed, stop\n"
     .. "before a write it does not hold" },
   { "--concurrency", nil, "N", "changes of a batch in flight at once (1-64, default 8)" },
-  { "--step-timeout", nil, "DURATION", "time limit of each step's run or check, legacy scripts too\n"
+  { "--step-timeout", nil, "DURATION",
+    "time limit of each step's run or check, legacy scripts too\n"
     .. "(default: the migration's `timeout`, else 30m)" },
   { "--strict-stamp", nil, nil, "fail the run when a step leaves the version unstamped (a legacy\n"
     .. "script exiting 0 without stamping, ctx.leave_version); default: WARN,\n"
@@ -82,7 +88,8 @@ local option_list = {
   { "--preflight", nil, nil, "the check Job's read-only variant" },
   { "--reason", nil, "TEXT", "why the version is set by hand (kept in the history record)" },
   { "--force", nil, nil, "let stamp move the version down" },
-  { "--number", nil, "NN", "the new migration's number (as NN-NAME gives it; default: the next free)" },
+  { "--number", nil, "NN",
+    "the new migration's number (as NN-NAME gives it; default: the next free)" },
 }
 local option_help, shorthands = {}, {}
 for _, o in ipairs(option_list) do
@@ -93,7 +100,8 @@ end
 -- option name -> kind: "flag", "verbosity", or a value parser. Numbers are plain
 -- decimal (no hex, no exponent, no sign): what an operator types.
 local function decimal(v)
-  if type(v) ~= "string" or not (v:match("^%d+$") or v:match("^%d+%.%d+$") or v:match("^%.%d+$")) then
+  if type(v) ~= "string"
+    or not (v:match("^%d+$") or v:match("^%d+%.%d+$") or v:match("^%.%d+$")) then
     return nil
   end
   return tonumber(v)
@@ -103,7 +111,8 @@ local function integer_value(name)
   return function(v)
     local n = v:match("^%d+$") and math.tointeger(tonumber(v))
     if not n then
-      errors.raise("usage", ("%s expects a non-negative integer, in plain decimal, got %q"):format(name, v))
+      errors.raise("usage", ("%s expects a non-negative integer, in plain decimal, got %q")
+        :format(name, v))
     end
     return n
   end
@@ -114,7 +123,8 @@ local function positive_value(name)
   return function(v)
     local n = decimal(v)
     if n == nil or n <= 0 or n == math.huge then
-      errors.raise("usage", ("%s expects a positive number, in plain decimal, got %q"):format(name, v))
+      errors.raise("usage", ("%s expects a positive number, in plain decimal, got %q")
+        :format(name, v))
     end
     return n
   end
@@ -160,7 +170,8 @@ local function one_of(name, ...)
     for _, a in ipairs(allowed) do
       if a == v then return v end
     end
-    errors.raise("usage", ("%s must be one of %s, got %q"):format(name, table.concat(allowed, "|"), v))
+    errors.raise("usage", ("%s must be one of %s, got %q")
+      :format(name, table.concat(allowed, "|"), v))
   end
 end
 
@@ -178,7 +189,8 @@ local options = {
   ["--concurrency"] = function(v)
     local n = v:match("^%d+$") and math.tointeger(tonumber(v))
     if not n or n < 1 or n > 64 then
-      errors.raise("usage", ("--concurrency expects an integer from 1 to 64, in plain decimal, got %q"):format(v))
+      errors.raise("usage",
+        ("--concurrency expects an integer from 1 to 64, in plain decimal, got %q"):format(v))
     end
     return n
   end,
@@ -213,8 +225,8 @@ local command_values = {
 local command_options = {
   run = { "--target", "--dry-run", "--server-dry-run", "--plan", "--step-timeout", "--strict-stamp",
     "--concurrency" },
-  plan = { "--target", "--server-dry-run", "--save", "--step-timeout", "--strict-stamp", "--concurrency",
-    "--output" },
+  plan = { "--target", "--server-dry-run", "--save", "--step-timeout", "--strict-stamp",
+    "--concurrency", "--output" },
   status = { "--output", "--target" },
   check = { "--migration", "--output", "--target", "--step-timeout", "--service-account" },
   list = { "--output" },
@@ -228,8 +240,9 @@ cli.command_options = command_options
 for _, list in pairs(command_options) do
   for _, name in ipairs(list) do list[name] = true end
 end
-local common_list = { "--kubeconfig", "--context", "--namespace", "--migrations", "--no-builtin", "--log-format",
-  "--request-timeout", "--lock-timeout", "--qps", "--burst", "--v", "--help", "--version" }
+local common_list = { "--kubeconfig", "--context", "--namespace", "--migrations", "--no-builtin",
+  "--log-format", "--request-timeout", "--lock-timeout", "--qps", "--burst", "--v", "--help",
+  "--version" }
 cli.common_options = common_list
 local common = {}
 for _, name in ipairs(common_list) do common[name] = true end
@@ -280,7 +293,8 @@ end
 
 cli.usage = "Usage: cozy-migrate [OPTIONS] COMMAND [OPTIONS]\n\nCommands:\n" .. command_lines()
   .. "\nCommon options (before or after the command):\n" .. option_lines(common_list)
-  .. "\nCommand options [the commands that take them]:\n" .. option_lines(command_specific, true) .. [==[
+  .. "\nCommand options [the commands that take them]:\n" .. option_lines(command_specific, true)
+  .. [==[
 
 Durations: 5s, 1m30s, 500ms, 1.5h (as kubectl's), or plain seconds.
 Values: --opt VALUE or --opt=VALUE; -n NS, -nNS or -n=NS. `--` ends the options.
@@ -291,13 +305,20 @@ Environment:
   TARGET_VERSION              default for --target (else the highest migration + 1)
   CURRENT_VERSION             only cross-checked against the ConfigMap; a mismatch is logged
   KUBECONFIG                  kubeconfig files, as kubectl reads them
-  POD_NAME                    the runner's identity: lock, history, Events (else host-pid); its pod gets the Events too
-  POD_NAMESPACE               that pod's namespace, for its Events (else --namespace's)
-  COZY_MIGRATE_TERMINATION_LOG  a run's or check's last line goes there if it exists (default /dev/termination-log)
+]==] -- three lines of the help run past 100 columns: strings, to keep the text as it is
+  .. "  POD_NAME                    the runner's identity: lock, history, Events (else host-pid);"
+  .. " its pod gets the Events too\n"
+  .. "  POD_NAMESPACE               that pod's namespace, for its Events (else --namespace's)\n"
+  .. "  COZY_MIGRATE_TERMINATION_LOG  a run's or check's last line goes there if it exists"
+  .. " (default /dev/termination-log)\n"
+  .. [==[
   COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
   COZY_MIGRATE_PAGE_LIMIT     objects per list page (default 500)
   COZY_MIGRATE_MIGRATIONS     default for --migrations (empty: no directory, not even /migrations)
-  KUBERNETES_SERVICE_HOST/PORT  in-cluster API server (with the service account's token, ca.crt, namespace)
+]==]
+  .. "  KUBERNETES_SERVICE_HOST/PORT  in-cluster API server (with the service account's token,"
+  .. " ca.crt, namespace)\n"
+  .. [==[
   COZY_MIGRATE_SERVICEACCOUNT_DIR  the service account's directory (tests; else the pod's)
   HTTPS_PROXY, HTTP_PROXY, NO_PROXY  proxy for the API server, as kubectl uses them
 
@@ -371,7 +392,9 @@ local function help_asked(argv, command)
   for i = 1, #argv do
     if argv[i] == "--" then return false end
     if split(argv[i]) == "--help" then
-      if command ~= nil and not commands[command] then errors.raise("usage", ("unknown command %q"):format(command)) end
+      if command ~= nil and not commands[command] then
+        errors.raise("usage", ("unknown command %q"):format(command))
+      end
       return true
     end
   end
@@ -391,7 +414,8 @@ local function check_command(argv, command)
     errors.raise("usage", ("unknown command %q"):format(command))
   end
   if command == "lua" then
-    errors.raise("usage", "'lua' takes no options before it: cozy-migrate lua [SCRIPT [ARGS...]] | lua -e CODE")
+    errors.raise("usage",
+      "'lua' takes no options before it: cozy-migrate lua [SCRIPT [ARGS...]] | lua -e CODE")
   end
 end
 
@@ -409,7 +433,8 @@ local function read_verbosity(name, inline, argv, i, opts)
   end
   local n = level:match("^%d+$") and math.tointeger(tonumber(level))
   if not n then
-    errors.raise("usage", ("-v expects a level, a non-negative integer (as kubectl's -v=6), got %q"):format(level))
+    errors.raise("usage", ("-v expects a level, a non-negative integer (as kubectl's -v=6), got %q")
+      :format(level))
   end
   opts.v = n
   return i
@@ -446,7 +471,9 @@ end
 -- NAME, `stamp` its N, every other command none.
 local function check_arguments(command, opts, args)
   if command == "help" then
-    if #args > 1 then errors.raise("usage", ("unexpected argument %q for 'help'"):format(args[2])) end
+    if #args > 1 then
+      errors.raise("usage", ("unexpected argument %q for 'help'"):format(args[2]))
+    end
     if args[1] ~= nil and not commands[args[1]] then
       errors.raise("usage", ("unknown command %q"):format(args[1]))
     end
@@ -503,7 +530,8 @@ function cli.main(argv)
   if not ok then
     local err = command
     if errors.is(err, "usage") then
-      io.stderr:write("cozy-migrate: ", text.line(err.message), "\n", "Try 'cozy-migrate --help'.\n")
+      io.stderr:write("cozy-migrate: ", text.line(err.message), "\n",
+        "Try 'cozy-migrate --help'.\n")
       return cli.EXIT_USAGE
     end
     error(err, 0)

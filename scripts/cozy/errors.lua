@@ -49,7 +49,8 @@ errors.exit_status = {
 local function safe_text(v)
   local t = type(v)
   if t == "string" then return v end
-  if (t == "table" or t == "userdata") and debug.getmetatable(v) ~= nil and debug.getmetatable(v) ~= Error then
+  if (t == "table" or t == "userdata") and debug.getmetatable(v) ~= nil
+    and debug.getmetatable(v) ~= Error then
     return ("(a %s value that cannot be shown)"):format(t)
   end
   local ok, s = pcall(tostring, v)
@@ -67,7 +68,9 @@ local function describe_attempts(attempts)
   for i, a in ipairs(attempts) do
     local what = a.code ~= 0 and tostring(a.code) or (a.reason or "transport error")
     if a.code == 0 and a.message then what = what .. " (" .. safe_text(a.message) .. ")" end
-    if a.credential_error then what = what .. ", credential not renewed: " .. safe_text(a.credential_error) end
+    if a.credential_error then
+      what = what .. ", credential not renewed: " .. safe_text(a.credential_error)
+    end
     if a.after_s then what = what .. (", retried after %.2fs"):format(a.after_s) end
     parts[i] = ("#%d %s"):format(i, what)
   end
@@ -80,7 +83,8 @@ function Error.__tostring(e)
   if kind == "api" then
     local head = e.method and ("%s %s: "):format(e.method, e.path or "?") or ""
     local code = e.code and e.code ~= 0 and (" (%d)"):format(e.code) or ""
-    return ("%s%s%s: %s%s"):format(head, e.reason or "Error", code, message, describe_attempts(e.attempts))
+    return ("%s%s%s: %s%s"):format(head, e.reason or "Error", code, message,
+      describe_attempts(e.attempts))
   elseif kind == "config" then
     return "configuration error: " .. message
   end
@@ -134,7 +138,9 @@ end
 function errors.text(e)
   if type(e) == "string" then return e end
   if errors.is(e) then return safe_text(e) end
-  if type(e) == "table" and type(rawget(e, "message")) == "string" then return rawget(e, "message") end
+  if type(e) == "table" and type(rawget(e, "message")) == "string" then
+    return rawget(e, "message")
+  end
   return safe_text(e)
 end
 

@@ -149,7 +149,8 @@ end
 function Progress:pace(now)
   local elapsed = now - self.started
   local rate = elapsed > 0 and self.done_count / elapsed or nil
-  local eta = rate and rate > 0 and self.total and math.max(0, self.total - self.done_count) / rate or nil
+  local eta = rate and rate > 0 and self.total and math.max(0, self.total - self.done_count) / rate
+    or nil
   return rate, eta
 end
 
@@ -157,9 +158,10 @@ end
 function Progress:draw(now)
   local rate, eta = self:pace(now)
   local root = self.logger.root
-  emit(root, table.concat { "\r\27[K", bar(self.done_count, self.total, 30), text.line(self.label), " ",
-    tostring(self.done_count), self.total and ("/" .. self.total) or "",
-    rate and (" %.1f/s"):format(rate) or "", eta and (" ETA " .. seconds_text(math.ceil(eta))) or "" })
+  emit(root, table.concat { "\r\27[K", bar(self.done_count, self.total, 30),
+    text.line(self.label), " ", tostring(self.done_count), self.total and ("/" .. self.total) or "",
+    rate and (" %.1f/s"):format(rate) or "",
+    eta and (" ETA " .. seconds_text(math.ceil(eta))) or "" })
   root.bar_active = true
   self.last_draw = now
 end

@@ -28,7 +28,8 @@ local MAX_PROGRAM = 10000 -- instructions a regex may compile to ({m,n} expands)
 -- `compiled`, which raises it again as the caller's error.
 local Bad = {}
 local function bad(kind, pattern, why)
-  error(setmetatable({ text = ("cozy.match: invalid %s %q: %s"):format(kind, pattern, why) }, Bad), 0)
+  error(setmetatable({ text = ("cozy.match: invalid %s %q: %s"):format(kind, pattern, why) },
+    Bad), 0)
 end
 
 -- A set of bytes as a 256-entry table: set[b] is true for a member.
@@ -80,7 +81,9 @@ local function compile_glob(pattern)
         local lo = d:byte()
         if pattern:sub(j + 1, j + 1) == "-" and j + 2 <= n and pattern:sub(j + 2, j + 2) ~= "]" then
           local hi = pattern:byte(j + 2)
-          if hi < lo then bad("glob", pattern, ("the range %s-%s is reversed"):format(d, string.char(hi))) end
+          if hi < lo then
+            bad("glob", pattern, ("the range %s-%s is reversed"):format(d, string.char(hi)))
+          end
           ranges[#ranges + 1], j = { lo, hi }, j + 3
         else
           ranges[#ranges + 1], j = { lo, lo }, j + 1
@@ -152,7 +155,9 @@ local function parse_regex(re)
       if pos > n then fail("a '[' is not closed by ']'") end
       local c = peek()
       if c == "]" and pos > start then pos = pos + 1; break end
-      if c == "[" and re:find("^[:=.]", pos + 1) then fail("POSIX classes ([:alpha:]) are not supported: use \\w, \\d or a range") end
+      if c == "[" and re:find("^[:=.]", pos + 1) then
+        fail("POSIX classes ([:alpha:]) are not supported: use \\w, \\d or a range")
+      end
       local lo
       if c == "\\" then
         pos = pos + 1
@@ -172,7 +177,9 @@ local function parse_regex(re)
       if peek() == "-" and pos + 1 <= n and re:sub(pos + 1, pos + 1) ~= "]" then
         local hi = re:byte(pos + 1)
         if hi == 92 then fail("a range cannot end in an escape") end
-        if hi < lo then fail(("the range %s-%s is reversed"):format(string.char(lo), string.char(hi))) end
+        if hi < lo then
+          fail(("the range %s-%s is reversed"):format(string.char(lo), string.char(hi)))
+        end
         ranges[#ranges + 1], pos = { lo, hi }, pos + 2
       else
         ranges[#ranges + 1] = { lo, lo }

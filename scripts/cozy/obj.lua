@@ -19,7 +19,8 @@ local validate = require "cozy.validate"
 ---@field labels? table<string, string>
 ---@field annotations? table<string, string>
 
----@alias cozy.Path string|(string|integer)[] a dotted path ("spec.template.spec") or an array of steps
+--- a dotted path ("spec.template.spec") or an array of steps
+---@alias cozy.Path string|(string|integer)[]
 
 ---@class cozy.obj
 local obj = {}
@@ -39,7 +40,9 @@ local function steps(path)
   if s == nil then
     s = {}
     path = tostring(path) -- a non-string path is read as its text, and not cached under itself
-    for part in path:gmatch("[^.]+") do s[#s + 1] = part:match("^%d+$") and tonumber(part) or part end
+    for part in path:gmatch("[^.]+") do
+      s[#s + 1] = part:match("^%d+$") and tonumber(part) or part
+    end
     if cached >= 512 then steps_of, cached = {}, 0 end
     steps_of[path], cached = s, cached + 1
   end
@@ -103,7 +106,9 @@ end
 function obj.controller_of(o, kind, group)
   for _, ref in ipairs(obj.list(o, "metadata.ownerReferences")) do
     if type(ref) == "table" and ref.controller == true and (kind == nil or ref.kind == kind)
-        and (group == nil or (type(ref.apiVersion) == "string" and ref.apiVersion:find(group .. "/", 1, true) == 1)) then
+        and (group == nil
+          or (type(ref.apiVersion) == "string"
+            and ref.apiVersion:find(group .. "/", 1, true) == 1)) then
       return ref
     end
   end
@@ -184,7 +189,8 @@ end
 -- so that a bad key is an error of the migration that set it, before
 -- anything is sent, and not a 422 in the middle of a batch.
 local NAME_MAX, PREFIX_MAX = 63, 253
-local NAME_CHARS = "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+local NAME_CHARS = "alphanumeric characters, '-', '_' or '.', and must start and end with an "
+  .. "alphanumeric character"
 
 -- Is s a run of [A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9] (or one alphanumeric)?
 local function name_part_ok(s)
@@ -196,7 +202,9 @@ end
 local function subdomain_ok(s)
   if #s == 0 or #s > PREFIX_MAX then return false end
   for label in (s .. "."):gmatch("([^.]*)%.") do
-    if not label:find("^[a-z0-9]$") and not label:find("^[a-z0-9][a-z0-9%-]*[a-z0-9]$") then return false end
+    if not label:find("^[a-z0-9]$") and not label:find("^[a-z0-9][a-z0-9%-]*[a-z0-9]$") then
+      return false
+    end
   end
   return true
 end
@@ -211,17 +219,23 @@ function obj.key_error(key)
   if prefix == nil then
     name = key
   elseif name:find("/", 1, true) then
-    return ("%q: a qualified name must consist of a name and an optional prefix separated by one '/'"):format(key)
+    return ("%q: a qualified name must consist of a name and an optional prefix "
+      .. "separated by one '/'"):format(key)
   elseif prefix == "" then
     return ("%q: prefix part must be non-empty"):format(key)
   elseif #prefix > PREFIX_MAX then
     return ("%q: prefix part must be no more than %d characters"):format(key, PREFIX_MAX)
   elseif not subdomain_ok(prefix) then
-    return ("%q: prefix part must be a lowercase RFC 1123 subdomain (e.g. 'example.com')"):format(key)
+    return ("%q: prefix part must be a lowercase RFC 1123 subdomain (e.g. 'example.com')")
+      :format(key)
   end
   if name == "" then return ("%q: name part must be non-empty"):format(key) end
-  if #name > NAME_MAX then return ("%q: name part must be no more than %d characters"):format(key, NAME_MAX) end
-  if not name_part_ok(name) then return ("%q: name part must consist of %s"):format(key, NAME_CHARS) end
+  if #name > NAME_MAX then
+    return ("%q: name part must be no more than %d characters"):format(key, NAME_MAX)
+  end
+  if not name_part_ok(name) then
+    return ("%q: name part must consist of %s"):format(key, NAME_CHARS)
+  end
   return nil
 end
 
@@ -232,8 +246,12 @@ function obj.label_value_error(v)
   local not_string = validate.why("a label value", v, "string", { show = "not" })
   if not_string then return not_string end
   if v == "" then return nil end
-  if #v > NAME_MAX then return ("%q: a label value must be no more than %d characters"):format(v, NAME_MAX) end
-  if not name_part_ok(v) then return ("%q: a label value must be empty or consist of %s"):format(v, NAME_CHARS) end
+  if #v > NAME_MAX then
+    return ("%q: a label value must be no more than %d characters"):format(v, NAME_MAX)
+  end
+  if not name_part_ok(v) then
+    return ("%q: a label value must be empty or consist of %s"):format(v, NAME_CHARS)
+  end
   return nil
 end
 
@@ -275,7 +293,8 @@ function obj.label(o, key) return value_of(o, "labels", key) end
 ---@return string|nil
 function obj.annotation(o, key) return value_of(o, "annotations", key) end
 
---- Sets label `key` of o (a copy being edited); raises on a key or value the API server would refuse.
+--- Sets label `key` of o (a copy being edited); raises on a key or value the API server
+--- would refuse.
 ---@param o cozy.Object
 ---@param key string
 ---@param value string
@@ -392,7 +411,9 @@ end
 ---@return string names "a,b,c"
 function obj.names(items)
   local names = {}
-  for i, item in ipairs(items) do names[i] = tostring(type(item) == "table" and item.name or item) end
+  for i, item in ipairs(items) do
+    names[i] = tostring(type(item) == "table" and item.name or item)
+  end
   return table.concat(names, ",")
 end
 

@@ -54,18 +54,20 @@ end
 function rbac.engine_rules(preflight)
   if preflight then
     return {
-      { apiGroups = { "" }, resources = { "configmaps" }, resourceNames = { rbac.CONFIGMAP }, verbs = { "get" } },
-      { apiGroups = { "coordination.k8s.io" }, resources = { "leases" }, resourceNames = { rbac.LEASE },
+      { apiGroups = { "" }, resources = { "configmaps" }, resourceNames = { rbac.CONFIGMAP },
         verbs = { "get" } },
+      { apiGroups = { "coordination.k8s.io" }, resources = { "leases" },
+        resourceNames = { rbac.LEASE }, verbs = { "get" } },
     }
   end
   return {
     { apiGroups = { "" }, resources = { "configmaps" }, verbs = { "create" } },
-    { apiGroups = { "" }, resources = { "configmaps" }, resourceNames = { rbac.CONFIGMAP }, verbs = { "get", "patch" } },
+    { apiGroups = { "" }, resources = { "configmaps" }, resourceNames = { rbac.CONFIGMAP },
+      verbs = { "get", "patch" } },
     { apiGroups = { "coordination.k8s.io" }, resources = { "leases" }, verbs = { "create" } },
     -- taking over, renewing and releasing the Lease are all JSON patches
-    { apiGroups = { "coordination.k8s.io" }, resources = { "leases" }, resourceNames = { rbac.LEASE },
-      verbs = { "get", "patch" } },
+    { apiGroups = { "coordination.k8s.io" }, resources = { "leases" },
+      resourceNames = { rbac.LEASE }, verbs = { "get", "patch" } },
     -- the run's Events, on the ConfigMap and the Job's pod (both in this
     -- namespace): created, never read, updated or deleted
     { apiGroups = { "events.k8s.io" }, resources = { "events" }, verbs = { "create" } },
@@ -79,15 +81,16 @@ end
 function rbac.engine_cluster_rules(preflight)
   local rules = {
     { nonResourceURLs = rbac.DISCOVERY_URLS, verbs = { "get" } },
-    { apiGroups = { "authorization.k8s.io" }, resources = { "selfsubjectaccessreviews" }, verbs = { "create" } },
+    { apiGroups = { "authorization.k8s.io" }, resources = { "selfsubjectaccessreviews" },
+      verbs = { "create" } },
   }
   if not preflight then
-    rules[#rules + 1] = { apiGroups = { "authentication.k8s.io" }, resources = { "selfsubjectreviews" },
-      verbs = { "create" } }
+    rules[#rules + 1] = { apiGroups = { "authentication.k8s.io" },
+      resources = { "selfsubjectreviews" }, verbs = { "create" } }
   end
   if preflight then
-    rules[#rules + 1] = { apiGroups = { "authorization.k8s.io" }, resources = { "subjectaccessreviews" },
-      verbs = { "create" } }
+    rules[#rules + 1] = { apiGroups = { "authorization.k8s.io" },
+      resources = { "subjectaccessreviews" }, verbs = { "create" } }
   end
   return rules
 end
@@ -142,7 +145,8 @@ end
 
 local function meta(name, namespace, extra)
   local m = { name = name, namespace = namespace,
-    labels = { ["app.kubernetes.io/name"] = "cozy-migrate", ["app.kubernetes.io/component"] = extra } }
+    labels = { ["app.kubernetes.io/name"] = "cozy-migrate",
+      ["app.kubernetes.io/component"] = extra } }
   return m
 end
 
@@ -165,14 +169,18 @@ function rbac.objects(migrations, opts)
   end
   local objects = {
     { apiVersion = "v1", kind = "ServiceAccount", metadata = meta(name, ns, component) },
-    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "ClusterRole", metadata = meta(name, nil, component),
+    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "ClusterRole",
+      metadata = meta(name, nil, component),
       rules = append(rbac.engine_cluster_rules(preflight), declared[""] or {}) },
-    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "ClusterRoleBinding", metadata = meta(name, nil, component),
+    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "ClusterRoleBinding",
+      metadata = meta(name, nil, component),
       roleRef = { apiGroup = "rbac.authorization.k8s.io", kind = "ClusterRole", name = name },
       subjects = subject(name, ns) },
-    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "Role", metadata = meta(name, ns, component),
+    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "Role",
+      metadata = meta(name, ns, component),
       rules = append(rbac.engine_rules(preflight), declared[ns] or {}) },
-    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "RoleBinding", metadata = meta(name, ns, component),
+    { apiVersion = "rbac.authorization.k8s.io/v1", kind = "RoleBinding",
+      metadata = meta(name, ns, component),
       roleRef = { apiGroup = "rbac.authorization.k8s.io", kind = "Role", name = name },
       subjects = subject(name, ns) },
   }
@@ -198,7 +206,8 @@ function rbac.cluster_admin_binding(ns)
   m.annotations = { ["cozystack.io/why"] =
     "the pending migrations include legacy scripts, which declare no permissions" }
   return { apiVersion = "rbac.authorization.k8s.io/v1", kind = "ClusterRoleBinding", metadata = m,
-    roleRef = { apiGroup = "rbac.authorization.k8s.io", kind = "ClusterRole", name = "cluster-admin" },
+    roleRef = { apiGroup = "rbac.authorization.k8s.io", kind = "ClusterRole",
+      name = "cluster-admin" },
     subjects = subject(rbac.NAME, ns) }
 end
 

@@ -11,7 +11,8 @@ local validate = require "cozy.validate"
 ---@field namespace? string
 ---@field check_only? boolean
 
----@class cozy.MigrationTable what a migration file returns (docs/engine-api.md, "The migration table")
+--- what a migration file returns (docs/engine-api.md, "The migration table")
+---@class cozy.MigrationTable
 ---@field description string
 ---@field permissions? cozy.Permission[]
 ---@field timeout? number seconds
@@ -46,13 +47,19 @@ local function parse(name)
   local plural, group = name:match("^([a-z0-9-]+)%.([a-z0-9.-]+)$")
   if plural == nil then plural, group = name:match("^([a-z0-9-]+)$"), "" end
   if plural == nil then
-    refuse(3, "resource %q: name it as plural (core) or plural.group, in lowercase (\"deployments.apps\")", name)
+    refuse(3,
+      "resource %q: name it as plural (core) or plural.group, in lowercase (\"deployments.apps\")",
+      name)
   end
   if group:match("^v%d[a-z0-9]*%.") then
-    refuse(3, "resource %q: no version (\"deployments.v1.apps\"): name it plural.group, served at the server's version", name)
+    refuse(3,
+      "resource %q: no version (\"deployments.v1.apps\"): name it plural.group, served at the "
+      .. "server's version", name)
   end
   if group == "" and not CORE[plural] then
-    refuse(3, "resource %q: not a core plural; a short name or kind needs discovery to know its permission: "
+    refuse(3,
+      "resource %q: not a core plural; a short name or kind needs discovery to know "
+      .. "its permission: "
       .. "name it plural or plural.group (\"persistentvolumeclaims\", \"deployments.apps\")", name)
   end
   return plural, group
@@ -78,19 +85,29 @@ end
 ---@return cozy.Permission[]
 function recipe.permissions(resources, verbs, opts)
   if type(resources) ~= "table" then resources = { resources } end
-  validate.arg(2, "cozy.recipe: permissions(resource, verbs)", "verbs", verbs, is_list, { says = "a list of verbs" })
+  validate.arg(2, "cozy.recipe: permissions(resource, verbs)", "verbs", verbs, is_list,
+    { says = "a list of verbs" })
   validate.arg(2, "cozy.recipe: permissions(resource, verbs, opts)", "opts", opts, "table", true)
   opts = opts or {}
   local out = {}
   for _, resource in ipairs(resources) do
     local plural, group = parse(resource)
     for i, verb in ipairs(verbs) do
-      validate.arg(2, "cozy.recipe: permissions", ("verb %d"):format(i), verb, is_word, { says = "a lowercase word" })
-      out[#out + 1] = { verb = verb, group = group, resource = plural, namespace = opts.namespace, check_only = opts.check_only }
+      validate.arg(2, "cozy.recipe: permissions", ("verb %d"):format(i), verb, is_word,
+        { says = "a lowercase word" })
+      out[#out + 1] = { verb = verb, group = group, resource = plural, namespace = opts.namespace,
+        check_only = opts.check_only }
     end
   end
   return out
 end
+
+---@class cozy.DeleteSpec what recipe.delete deletes, and the migration's own fields
+---@field [1] string
+---@field name string
+---@field namespace? string
+---@field description string
+---@field timeout? number
 
 --- A migration that deletes one object if it is there, as
 --- `kubectl delete <resource> <name> [--namespace ns] --ignore-not-found`:
@@ -100,7 +117,7 @@ end
 --- when there is something to delete; an API the server does not serve (a CRD
 --- not installed) and an absent object are nothing to do, logged; an object
 --- deleted between the read and the delete is done.
----@param spec { [1]: string, name: string, namespace?: string, description: string, timeout?: number } the resource (plural or plural.group) and the object
+---@param spec cozy.DeleteSpec the resource (plural or plural.group) and the object
 ---@return cozy.MigrationTable migration
 function recipe.delete(spec)
   validate.arg(2, "cozy.recipe: delete{...}", "its argument", spec, "table", { show = "got" })
@@ -119,14 +136,17 @@ function recipe.delete(spec)
     permissions = recipe.permissions(spec[1], { "get", "delete" }, { namespace = ns }),
     walk = function(ctx)
       local res, about = ctx.kube:lookup(spec[1])
-      if res == nil then return ctx.log:info(("%s: %s: nothing to delete"):format(spec[1], about)) end
+      if res == nil then
+        return ctx.log:info(("%s: %s: nothing to delete"):format(spec[1], about))
+      end
       -- what lookup resolved must be what the permissions name
       if about.plural ~= plural or about.group ~= group then
         error(("cozy.recipe: %q is %s.%s on this server, not the plural.group its permissions name")
           :format(spec[1], about.plural, about.group), 0)
       end
       if about.namespaced ~= (ns ~= nil) then
-        error(("cozy.recipe: %s is %s: %s"):format(spec[1], about.namespaced and "namespaced" or "cluster-scoped",
+        error(("cozy.recipe: %s is %s: %s"):format(spec[1],
+          about.namespaced and "namespaced" or "cluster-scoped",
           about.namespaced and "give its namespace" or "give no namespace"), 0)
       end
       local args = ns and { ns, name } or { name }

@@ -113,8 +113,9 @@ end
 
 -- Plain-data connect options (the lease worker connects with the same).
 function runner.connect_options(opts)
-  return { kubeconfig = opts.kubeconfig, context = opts.context, request_timeout = opts.request_timeout or 30,
-    qps = opts.qps, burst = opts.burst, concurrency = opts.concurrency, page_limit = runner.page_limit() }
+  return { kubeconfig = opts.kubeconfig, context = opts.context,
+    request_timeout = opts.request_timeout or 30, qps = opts.qps, burst = opts.burst,
+    concurrency = opts.concurrency, page_limit = runner.page_limit() }
 end
 
 function runner.connect(opts, log, extra)
@@ -143,10 +144,12 @@ end
 function runner.run_migration(m, opts)
   local log = opts.log or log_module.new{ format = "text", verbosity = 0 }
   local mode = opts.mode or "run"
-  local client = opts.client or require("cozy.kube").connect{ kubeconfig = opts.kubeconfig, log = log,
-    dry_run = mode == "plan" and "client" or nil, record = opts.record }
+  local client = opts.client
+    or require("cozy.kube").connect{ kubeconfig = opts.kubeconfig, log = log,
+      dry_run = mode == "plan" and "client" or nil, record = opts.record }
   local ok, err, result = step.execute(m, { client = client, log = log, mode = mode,
-    namespace = opts.namespace or "cozy-system", guard = opts.guard, tools = { kubeconfig = opts.kubeconfig } })
+    namespace = opts.namespace or "cozy-system", guard = opts.guard,
+    tools = { kubeconfig = opts.kubeconfig } })
   if not opts.client then client:close() end
   if not ok then error(err, 0) end
   return result
@@ -169,7 +172,8 @@ runner.take_lock = take_lock
 -- stamp's.
 function runner.recorder(opts, log, namespace, identity, off)
   return events.recorder { off = off, namespace = namespace, configmap = stamp.CONFIGMAP,
-    identity = identity, log = log, pod = os.getenv("POD_NAME"), pod_namespace = os.getenv("POD_NAMESPACE"),
+    identity = identity, log = log, pod = os.getenv("POD_NAME"),
+    pod_namespace = os.getenv("POD_NAMESPACE"),
     connect = function()
       return runner.connect(opts, log, { request_timeout = events.REQUEST_TIMEOUT,
         retry = "events" })
@@ -185,7 +189,8 @@ local function release_lock(holder, client, opts, namespace, identity, log)
   proc.reset_signal()
   local quick_ok, quick = pcall(runner.connect, opts, log,
     { request_timeout = 5, retry = "release" })
-  lease.release(quick_ok and quick or client, { namespace = namespace, identity = identity, log = log })
+  lease.release(quick_ok and quick or client,
+    { namespace = namespace, identity = identity, log = log })
 end
 runner.release_lock = release_lock
 
@@ -195,7 +200,8 @@ runner.release_lock = release_lock
 local function interrupted_check(name)
   local signo = proc.signalled()
   if signo then
-    errors.raise("interrupted", ("%s stopped by signal %d before the next write"):format(name, signo))
+    errors.raise("interrupted", ("%s stopped by signal %d before the next write")
+      :format(name, signo))
   end
 end
 
@@ -225,7 +231,8 @@ local function step_failure(m, err, outcome, at, resume)
   fields.step_cause, fields.outcome = err, outcome
   local done = work_done(outcome)
   fields.message = ("migration %s failed: %s;%s version stays at %d: a rerun resumes at %s")
-    :format(m.name, errors.text(err), done and (" done before it failed: " .. done .. ";") or "", at, resume)
+    :format(m.name, errors.text(err), done and (" done before it failed: " .. done .. ";") or "",
+      at, resume)
   return errors.new(kind, fields)
 end
 
@@ -246,8 +253,8 @@ Run.__index = Run
 
 function Run.new(opts, mode, observe, log)
   local self = setmetatable({ opts = opts, log = log, observe = observe or function() end,
-    started = sys.monotime(), writes = 0, step = nil, steps_run = 0, failures = 0, unstamped_steps = {},
-    attempt = nil }, Run)
+    started = sys.monotime(), writes = 0, step = nil, steps_run = 0, failures = 0,
+    unstamped_steps = {}, attempt = nil }, Run)
   -- a server dry run persists nothing either: it plans, with the server judging the writes
   self.planning = mode == "plan" or opts.server_dry_run == true
   self.dry_run = opts.server_dry_run and "server" or (self.planning and "rehearse" or nil)
@@ -265,7 +272,8 @@ end
 -- from then on the engine's writes, the stamp, and the steps' need it,
 -- checked before every attempt, retries included) and the resources.
 function Run:connect()
-  self.client = runner.connect(self.opts, self.log, { dry_run = self.dry_run, stand_in = self.namespace,
+  self.client = runner.connect(self.opts, self.log,
+    { dry_run = self.dry_run, stand_in = self.namespace,
     record = self.dry_run and function(w)
     self.writes = self.writes + 1
     w.type, w.step = "write", self.step
@@ -282,11 +290,12 @@ function Run:summary(result)
   local s = self.client.stats
   -- the pod's termination message when it succeeds (runner.execute)
   self.line = ("%s: version %s, target %d, %d step(s), %d write(s), %.2fs"):format(result,
-    tostring(self.at or (self.decision and self.decision.current) or self.target), self.target, self.steps_run,
-    s.writes, sys.monotime() - self.started)
+    tostring(self.at or (self.decision and self.decision.current) or self.target), self.target,
+    self.steps_run, s.writes, sys.monotime() - self.started)
   self.log:info("summary", {
-    result = result, steps = self.steps_run, writes = s.writes, requests = s.requests, retries = s.retries,
-    conflicts = s.conflicts, duration_s = ("%.2f"):format(sys.monotime() - self.started), dry_run = self.dry_run,
+    result = result, steps = self.steps_run, writes = s.writes, requests = s.requests,
+    retries = s.retries, conflicts = s.conflicts,
+    duration_s = ("%.2f"):format(sys.monotime() - self.started), dry_run = self.dry_run,
     unstamped = #self.unstamped_steps > 0 and #self.unstamped_steps or nil,
   })
 end
@@ -311,7 +320,8 @@ function Run:decide()
   if decision.action == "bootstrap" then
     log:info("no version ConfigMap: fresh install, stamping the target and running nothing",
       { configmap = stamp.CONFIGMAP, namespace = namespace, version = target })
-    self:emit { type = "bootstrap", version = target, namespace = namespace, configmap = stamp.CONFIGMAP }
+    self:emit { type = "bootstrap", version = target, namespace = namespace,
+      configmap = stamp.CONFIGMAP }
     local _, created = stamp.bootstrap(self.cms, namespace, target)
     if not created then log:info("another runner created the ConfigMap first") end
     self:summary("bootstrapped")
@@ -357,11 +367,12 @@ end
 -- A plan goes on after a failure: later steps see the cluster as it is, not
 -- as this step would have left it, so a failure may be an artefact.
 function Run:lua_step(m, step_log)
-  local ok, err, result = step.execute(m, { client = self.client, log = self.log, namespace = self.namespace,
-    mode = self.planning and "plan" or "run", timeout = self.opts.step_timeout,
+  local ok, err, result = step.execute(m,
+    { client = self.client, log = self.log, namespace = self.namespace,
+      mode = self.planning and "plan" or "run", timeout = self.opts.step_timeout,
     gate = self.client.gate, guard = function() interrupted_check(m.name) end,
-    tools = { kubeconfig = self.opts.kubeconfig, context = self.opts.context, lock = self.lock.holder,
-      rehearse = self.dry_run == "rehearse" and self.client or nil } })
+    tools = { kubeconfig = self.opts.kubeconfig, context = self.opts.context,
+      lock = self.lock.holder, rehearse = self.dry_run == "rehearse" and self.client or nil } })
   if result.not_rehearsed and self.planning then
     -- a declared tool run without dry-run marking (or not isolated): not
     -- run, so neither this step nor what follows is rehearsed
@@ -403,7 +414,8 @@ function Run:legacy_unrehearsed(m, err, cm, step_log)
   end
   self.failures = self.failures + 1
   step_log:warn("step could not be planned: " .. errors.text(err), errors.fields(err))
-  self:emit { type = "failure", number = m.number, name = m.name, error = errors.text(err), rehearsal = true }
+  self:emit { type = "failure", number = m.number, name = m.name, error = errors.text(err),
+    rehearsal = true }
   self.stopped = ("step %s would fail"):format(m.name)
   return cm
 end
@@ -415,12 +427,14 @@ end
 -- and the run goes on to the next step. The version stays at self.at.
 function Run:unstamped(m, cm, rec, reason, step_log)
   if self.opts.strict_stamp then
-    errors.raise("failed", ("migration %s left the version unstamped (%s) and --strict-stamp is set; version stays at %d")
+    errors.raise("failed",
+      ("migration %s left the version unstamped (%s) and --strict-stamp is set; "
+        .. "version stays at %d")
       :format(m.name, reason, self.at), { migration = m.name })
   end
   self.unstamped_steps[#self.unstamped_steps + 1] = m.number
-  step_log:warn("step did not stamp: the version stays, the run goes on to the next step", { version = self.at,
-    reason = reason })
+  step_log:warn("step did not stamp: the version stays, the run goes on to the next step",
+    { version = self.at, reason = reason })
   return stamp.record(self.cms, cm, self.at, stamp.unstamped(rec, self.at, reason))
 end
 
@@ -438,7 +452,8 @@ function Run:each_step(m, cm)
   if self.stopped then
     -- after a legacy script or a failing step: what the run would do is not known
     self.rehearsed.not_rehearsed = self.rehearsed.not_rehearsed + 1
-    self:emit { type = "not_rehearsed", number = m.number, name = m.name, kind = m.kind, why = self.stopped }
+    self:emit { type = "not_rehearsed", number = m.number, name = m.name, kind = m.kind,
+      why = self.stopped }
     return cm
   end
   local marks = self.client.rehearsal and #self.client.rehearsal.marks
@@ -447,11 +462,14 @@ function Run:each_step(m, cm)
   local step_log = self.log:with{ migration = m.name }
   local t0, m0 = sys.time(), sys.monotime()
   step_log:info("step started", { from = from, to = to, kind = m.kind })
-  self.events:emit("StepStarted", "Migrate", ("migration %s started: version %d to %d (%s), runner %s")
+  self.events:emit("StepStarted", "Migrate",
+    ("migration %s started: version %d to %d (%s), runner %s")
     :format(m.name, from, to, m.kind, self.identity))
   self:emit { type = "step", number = m.number, name = m.name, kind = m.kind, from = from, to = to,
     description = m.description }
-  local function record(outcome) return stamp.history_record(m, from, to, t0, self.identity, outcome) end
+  local function record(outcome)
+    return stamp.history_record(m, from, to, t0, self.identity, outcome)
+  end
   local stamped, outcome = true, nil
   -- the attempt, for its failure record should it fail before its stamp
   self.attempt = { m = m, from = from, at = self.at, started = t0 }
@@ -478,11 +496,16 @@ function Run:each_step(m, cm)
     -- in a run bound to a plan: the same, forwarded, each write held to the plan's
     local rehearse = self.dry_run == "rehearse" and self.client or nil
     local forward = bound and not self.planning and self.client or nil
-    if rehearse then self:emit { type = "legacy", number = m.number, name = m.name, file = m.file, rehearsal = true } end
-    local ok, after, legacy_stamped, writes = pcall(legacy.step, m, self.cms, { namespace = self.namespace,
-      from = from, target = self.target, at = self.at, strict = self.opts.strict_stamp,
+    if rehearse then
+      self:emit { type = "legacy", number = m.number, name = m.name, file = m.file,
+        rehearsal = true }
+    end
+    local ok, after, legacy_stamped, writes = pcall(legacy.step, m, self.cms,
+      { namespace = self.namespace, from = from, target = self.target, at = self.at,
+        strict = self.opts.strict_stamp,
       kubeconfig = self.opts.kubeconfig, context = self.opts.context, log = step_log,
-      timeout = self.opts.step_timeout, lock = self.lock.holder, rehearse = rehearse, forward = forward })
+      timeout = self.opts.step_timeout, lock = self.lock.holder, rehearse = rehearse,
+      forward = forward })
     if not ok and rehearse then return self:legacy_unrehearsed(m, after, cm, step_log) end
     if not ok then error(self:step_failure(m, after), 0) end
     stamped = legacy_stamped
@@ -494,7 +517,8 @@ function Run:each_step(m, cm)
     if stamped then
       cm = stamp.record(self.cms, after, to, rec)
     else
-      cm = self:unstamped(m, after, rec, ("%s exited 0 without stamping %d"):format(m.file, to), step_log)
+      cm = self:unstamped(m, after, rec, ("%s exited 0 without stamping %d")
+        :format(m.file, to), step_log)
     end
   end
   if stamped then self.at = to end
@@ -512,10 +536,12 @@ function Run:each_step(m, cm)
   self.steps_run = self.steps_run + 1
   local seconds = ("%.2f"):format(sys.monotime() - m0)
   step_log:info(self.planning and (stamped and "step planned" or "step planned, version left")
-    or (stamped and "step done, stamped" or "step done, not stamped"), { version = self.at, seconds = seconds })
+    or (stamped and "step done, stamped" or "step done, not stamped"),
+    { version = self.at, seconds = seconds })
   self.events:regard(cm)
-  self.events:emit("StepSucceeded", "Migrate", ("migration %s done in %ss: %s%s"):format(m.name, seconds,
-    stamped and ("version stamped " .. to) or ("version left at " .. self.at .. ", not stamped"),
+  self.events:emit("StepSucceeded", "Migrate", ("migration %s done in %ss: %s%s")
+    :format(m.name, seconds,
+      stamped and ("version stamped " .. to) or ("version left at " .. self.at .. ", not stamped"),
     runner.outcome_text(outcome)))
   return cm
 end
@@ -540,8 +566,8 @@ function Run:migrate()
   if not self:take_lock() then return end
   if not self.planning then self:verify_plan() end
   local decision = self.decision
-  self:emit { type = "plan", current = decision.current, target = self.target, steps = #decision.steps,
-    server_dry_run = self.opts.server_dry_run or false }
+  self:emit { type = "plan", current = decision.current, target = self.target,
+    steps = #decision.steps, server_dry_run = self.opts.server_dry_run or false }
   self.log:info("migrating", { from = decision.current, to = self.target, steps = #decision.steps,
     runner = self.identity, dry_run = self.dry_run })
   local cm = decision.cm
@@ -561,9 +587,10 @@ function Run:left_behind()
   for _, n in ipairs(self.unstamped_steps) do
     if n >= self.at then retried[#retried + 1] = n else passed[#passed + 1] = n end
   end
-  self.log:warn(("%d step(s) did not stamp: version is %d, target %d"):format(#self.unstamped_steps, self.at,
-    self.target), { retried_next_upgrade = #retried > 0 and table.concat(retried, ",") or nil,
-    stamped_past = #passed > 0 and table.concat(passed, ",") or nil })
+  self.log:warn(("%d step(s) did not stamp: version is %d, target %d")
+    :format(#self.unstamped_steps, self.at, self.target),
+    { retried_next_upgrade = #retried > 0 and table.concat(retried, ",") or nil,
+      stamped_past = #passed > 0 and table.concat(passed, ",") or nil })
 end
 
 -- Phase release: the lock given up, unless it was lost (a release would
@@ -602,15 +629,17 @@ function Run:summarise(ok, err)
     self:summary("failed")
     error(err, 0)
   end
-  local summary = { type = "summary", steps = self.steps_run, writes = self.writes, failures = self.failures }
+  local summary = { type = "summary", steps = self.steps_run, writes = self.writes,
+    failures = self.failures }
   local r = self.client and self.client.rehearsal
   if r then
     self:emit_objects(r)
     local c = r.overlay:changes()
-    summary.rehearsal = { steps_exact = self.rehearsed.exact, steps_inexact = self.rehearsed.inexact,
-      steps_not_rehearsed = self.rehearsed.not_rehearsed, writes_admitted = r.stats.admitted,
-      writes_refused = r.stats.refused, writes_not_validated = r.stats.not_validated,
-      created = #c.created, changed = #c.changed, deleted = #c.deleted }
+    summary.rehearsal = { steps_exact = self.rehearsed.exact,
+      steps_inexact = self.rehearsed.inexact, steps_not_rehearsed = self.rehearsed.not_rehearsed,
+      writes_admitted = r.stats.admitted, writes_refused = r.stats.refused,
+      writes_not_validated = r.stats.not_validated, created = #c.created, changed = #c.changed,
+      deleted = #c.deleted }
   end
   self:emit(summary)
   self:save_plan()
@@ -634,11 +663,14 @@ function Run:record_failure(err)
   if self.planning or a == nil or self.lock.holder == nil then return end
   -- the step's own error, also under the signal's wrapping (stopped_by_signal)
   local failure = err
-  if errors.is(failure) and failure.step_cause == nil and errors.is(failure.cause) then failure = failure.cause end
+  if errors.is(failure) and failure.step_cause == nil and errors.is(failure.cause) then
+    failure = failure.cause
+  end
   local cause = errors.is(failure) and failure.step_cause or err
   local outcome = errors.is(failure) and failure.outcome or nil
   if errors.is(err, "lost") then
-    self.log:warn("the failed attempt is not recorded in the history: the lock was lost", { migration = a.m.name })
+    self.log:warn("the failed attempt is not recorded in the history: the lock was lost",
+      { migration = a.m.name })
     return
   end
   proc.reset_signal()
@@ -656,7 +688,8 @@ function Run:record_failure(err)
   end)
   if quick then quick:close() end
   if ok then
-    self.log:info("failed attempt recorded in the history", { migration = a.m.name, configmap = stamp.CONFIGMAP })
+    self.log:info("failed attempt recorded in the history",
+      { migration = a.m.name, configmap = stamp.CONFIGMAP })
   else
     self.log:warn("the failed attempt could not be recorded in the history: " .. errors.text(werr),
       { migration = a.m.name })
@@ -696,7 +729,9 @@ function Run:load_plan()
     errors.raise("usage", "--save records a rehearsal: not with --server-dry-run")
   end
   if opts.plan == nil then return end
-  if self.planning then errors.raise("usage", "--plan binds a run: not with --dry-run or --server-dry-run") end
+  if self.planning then
+    errors.raise("usage", "--plan binds a run: not with --dry-run or --server-dry-run")
+  end
   self.bound_plan = planfile.load(opts.plan, { namespace = self.namespace, target = self.target,
     set = self.set })
   self.not_rehearsed = nil
@@ -732,14 +767,17 @@ function Run:verify_plan()
   local rv = d.cm and d.cm.metadata and d.cm.metadata.resourceVersion or nil
   local planned_rv = type(p.stamp) == "table" and p.stamp.resourceVersion or nil
   if rv ~= planned_rv or (d.current ~= nil and d.current ~= p.current) then
-    errors.raise("failed", ("the plan does not bind this cluster: the version ConfigMap %s/%s changed since it was "
-      .. "planned (version %s, resourceVersion %s; planned version %s, resourceVersion %s); nothing was written: "
+    errors.raise("failed",
+      ("the plan does not bind this cluster: the version ConfigMap %s/%s changed since it was "
+      .. "planned (version %s, resourceVersion %s; planned version %s, resourceVersion %s); "
+      .. "nothing was written: "
       .. "plan again"):format(self.namespace, stamp.CONFIGMAP, tostring(d.current), tostring(rv),
       tostring(p.current), tostring(planned_rv)))
   end
   local changed = binding.changed(self.client, p.reads, p.lists)
   if changed then
-    errors.raise("failed", ("the plan does not bind this cluster: %s; nothing was written: plan again")
+    errors.raise("failed",
+      ("the plan does not bind this cluster: %s; nothing was written: plan again")
       :format(changed))
   end
 end
@@ -769,8 +807,9 @@ function Run:save_plan()
   local nr = json.array {}
   for _, s in ipairs(self.not_rehearsed) do nr[#nr + 1] = json.object(s) end
   local rv = d and d.cm and d.cm.metadata and d.cm.metadata.resourceVersion
-  planfile.save(self.opts.save, { namespace = self.namespace, current = d and d.current or json.null,
-    target = self.target, stamp = rv and json.object { resourceVersion = rv } or json.null,
+  planfile.save(self.opts.save,
+    { namespace = self.namespace, current = d and d.current or json.null, target = self.target,
+      stamp = rv and json.object { resourceVersion = rv } or json.null,
     migrations = planfile.migrations(d and d.steps or {}), steps = steps_out, not_rehearsed = nr,
     reads = json.array(reads), lists = json.array(lists) })
   self.log:info("plan saved", { file = self.opts.save, steps = #steps_out })

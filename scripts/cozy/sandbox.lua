@@ -94,7 +94,9 @@ local function guarded_rawlen(t)
   return rawlen(t)
 end
 local function guarded_rawset(t, k, v)
-  if proxies[t] then error("cozy sandbox: rawset of an engine object is not available to migrations", 2) end
+  if proxies[t] then
+    error("cozy sandbox: rawset of an engine object is not available to migrations", 2)
+  end
   return rawset(t, k, v)
 end
 
@@ -179,7 +181,8 @@ function sandbox.env()
   local env = {}
   for _, name in ipairs(base_names) do env[name] = _G[name] end
   env.pcall, env.xpcall = watched_pcall, watched_xpcall
-  env.next, env.rawget, env.rawlen, env.rawset = guarded_next, guarded_rawget, guarded_rawlen, guarded_rawset
+  env.next, env.rawget, env.rawlen, env.rawset = guarded_next, guarded_rawget, guarded_rawlen,
+    guarded_rawset
 
   -- string.dump is left out: it is the way to produce binary chunks
   env.string = copy(string)
@@ -210,11 +213,14 @@ function sandbox.env()
     if current ~= nil and not own[current] and not markers[current] then
       error("cozy sandbox: cannot change the metatable of an engine object", 2)
     end
-    if mt ~= nil and type(mt) ~= "table" then error("bad argument #2 to 'setmetatable' (nil or table expected)", 2) end
+    if mt ~= nil and type(mt) ~= "table" then
+      error("bad argument #2 to 'setmetatable' (nil or table expected)", 2)
+    end
     if marker_of[mt] then
       mt = marker_of[mt]
     elseif mt ~= nil then
-      if markers[mt] == nil and debug.getmetatable(mt) ~= nil and not own[debug.getmetatable(mt)] then
+      if markers[mt] == nil and debug.getmetatable(mt) ~= nil
+        and not own[debug.getmetatable(mt)] then
         error("cozy sandbox: cannot use an engine object as a metatable", 2)
       end
       -- a finalizer runs with hooks off, out of reach of a stop or deadline
@@ -292,14 +298,19 @@ function sandbox.load(source, chunkname, timeout, compiled)
   if chunk == nil then return nil, err end
   timeout = timeout or sandbox.LOAD_TIMEOUT
   local stopped
-  local ok, result = sandbox.watched({ deadline = sys.monotime() + timeout, on_stop = function(reason, detail, where)
+  local ok, result = sandbox.watched({ deadline = sys.monotime() + timeout,
+    on_stop = function(reason, detail, where)
     stopped = reason
-    if reason == "signal" then error(("interrupted by signal %d while loading (at %s)"):format(detail, where), 0) end
-    error(("its top level did not return within %ss (at %s): it must only build the migration table")
+    if reason == "signal" then
+      error(("interrupted by signal %d while loading (at %s)"):format(detail, where), 0)
+    end
+    error(("its top level did not return within %ss (at %s): it must only build the "
+      .. "migration table")
       :format(tostring(timeout), where), 0)
   end }, chunk)
   if not ok then
-    local text = type(result) == "string" and result or ("(error object is a %s value)"):format(type(result))
+    local text = type(result) == "string" and result or ("(error object is a %s value)")
+      :format(type(result))
     return nil, text, stopped
   end
   return result

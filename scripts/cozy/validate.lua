@@ -14,9 +14,10 @@
 -- argument errors are), never at the engine's: `level` counts as error()'s
 -- does from the function that calls the validator (2, its caller, is the
 -- usual), and frames of the engine's own above it are passed over (a
--- migration's call through ctx's wrappers names the migration's line). In a step, such a message is what the step executor turns into the
--- engine's one error shape (cozy.errors, kind "migration", naming the
--- migration), as any error("...") a migration raises.
+-- migration's call through ctx's wrappers names the migration's line). In a
+-- step, such a message is what the step executor turns into the engine's one
+-- error shape (cozy.errors, kind "migration", naming the migration), as any
+-- error("...") a migration raises.
 --
 -- Reporting never runs the value's code: only type() is asked of it, and a
 -- string value is quoted, cut at 60 bytes.

@@ -34,9 +34,11 @@ local function access_review(client, p, namespace, subject)
     resource = p.resource, subresource = p.subresource, name = p.name } }
   if subject then
     spec.user = ("system:serviceaccount:%s:%s"):format(subject.namespace, subject.name)
-    spec.groups = { "system:serviceaccounts", "system:serviceaccounts:" .. subject.namespace, "system:authenticated" }
+    spec.groups = { "system:serviceaccounts", "system:serviceaccounts:" .. subject.namespace,
+      "system:authenticated" }
   end
-  local res = reviews:create{ apiVersion = "authorization.k8s.io/v1", kind = kind, metadata = {}, spec = spec }
+  local res = reviews:create{ apiVersion = "authorization.k8s.io/v1", kind = kind, metadata = {},
+    spec = spec }
   return res.status and res.status.allowed == true, res.status and res.status.reason
 end
 
@@ -51,11 +53,13 @@ local function checked_migrations(c, set, cm, target)
   if opts.migration then
     local m = set.by_number[opts.migration]
     if not m then
-      errors.raise("usage", ("no migration %d (have: %s)"):format(opts.migration, discovery.numbers(set)))
+      errors.raise("usage",
+        ("no migration %d (have: %s)"):format(opts.migration, discovery.numbers(set)))
     end
     return { m }
   elseif cm == nil then
-    c.finding("engine", "info", ("no %s ConfigMap: a fresh install, run would stamp %d and run nothing")
+    c.finding("engine", "info",
+      ("no %s ConfigMap: a fresh install, run would stamp %d and run nothing")
       :format(stamp.CONFIGMAP, target))
     return {}
   end
@@ -85,18 +89,20 @@ local function review_permissions(c, checked)
   for _, w in ipairs(wanted) do
     local aok, allowed, reason = pcall(access_review, c.client, w.p, w.ns,
       opts.service_account and { namespace = namespace, name = opts.service_account } or nil)
-    local entry = { migration = w.source, verb = w.p.verb, group = w.p.group or "", resource = w.p.resource,
-      namespace = w.ns, allowed = aok and allowed or false }
+    local entry = { migration = w.source, verb = w.p.verb, group = w.p.group or "",
+      resource = w.p.resource, namespace = w.ns, allowed = aok and allowed or false }
     c.report.permissions[#c.report.permissions + 1] = entry
     if not aok then
       c.finding(w.source, "warn", ("could not ask whether %s is allowed: %s"):format(perm_text(w.p),
         errors.text(allowed)))
     elseif not allowed and w.p.best_effort then
       c.finding(w.source, "warn", ("not allowed: %s in namespace %s%s: the run goes on without it")
-        :format(perm_text(w.p), tostring(w.ns), reason and reason ~= "" and (" (" .. reason .. ")") or ""))
+        :format(perm_text(w.p), tostring(w.ns),
+          reason and reason ~= "" and (" (" .. reason .. ")") or ""))
     elseif not allowed then
       c.finding(w.source, "block", ("not allowed: %s%s%s"):format(perm_text(w.p),
-        w.ns and (" in namespace " .. w.ns) or " in all namespaces", reason and reason ~= "" and (" (" .. reason .. ")") or ""))
+        w.ns and (" in namespace " .. w.ns) or " in all namespaces",
+        reason and reason ~= "" and (" (" .. reason .. ")") or ""))
     end
   end
 end
@@ -131,9 +137,12 @@ local function run_checks(c, checked)
       c.finding(m.name, "info", "check() not run: its parameters are refused")
     else
       -- its declared tools, as discovery found them on PATH
-      if m.tools then c.finding(m.name, "info", "tools: " .. table.concat(tools.describe(m), ", ")) end
-      local cok, err, result = step.execute(m, { client = c.client, log = c.log, namespace = c.namespace,
-        mode = "check", timeout = c.opts.step_timeout,
+      if m.tools then
+        c.finding(m.name, "info", "tools: " .. table.concat(tools.describe(m), ", "))
+      end
+      local cok, err, result = step.execute(m,
+        { client = c.client, log = c.log, namespace = c.namespace, mode = "check",
+          timeout = c.opts.step_timeout,
         tools = { kubeconfig = c.opts.kubeconfig, context = c.opts.context } })
       for _, f in ipairs(result.findings) do c.finding(m.name, f.severity, f.message, f.fields) end
       if not result.defined then
@@ -150,11 +159,12 @@ function M.collect(opts, log)
   local namespace = runner.namespace(opts)
   local target = runner.target(opts, set)
   local client = runner.connect(opts, log)
-  local report = { namespace = namespace, target = target, findings = {}, permissions = {}, inputs = {} }
+  local report = { namespace = namespace, target = target, findings = {}, permissions = {},
+    inputs = {} }
   local c = { opts = opts, log = log, client = client, namespace = namespace, report = report }
   function c.finding(source, severity, message, fields)
-    report.findings[#report.findings + 1] = { migration = source, severity = severity, message = message,
-      fields = fields }
+    report.findings[#report.findings + 1] = { migration = source, severity = severity,
+      message = message, fields = fields }
   end
 
   -- reachable? asked with few retries: a preflight should answer quickly
@@ -187,13 +197,17 @@ local function text(r)
   local function add(fmt, ...) out[#out + 1] = fmt:format(...) end
   add("namespace: %s  version: %s  target: %d  api: %s", r.namespace,
     r.current == json.null and "none" or tostring(r.current), r.target,
-    r.reachable and ("reachable" .. (r.server_version and (" (" .. r.server_version .. ")") or "")) or "UNREACHABLE")
+    r.reachable and ("reachable" .. (r.server_version and (" (" .. r.server_version .. ")") or ""))
+      or "UNREACHABLE")
   for _, p in ipairs(r.permissions) do
     add("  %-7s %s %s%s%s", p.allowed and "allowed" or "DENIED", p.verb, p.resource,
-      p.group ~= "" and ("." .. p.group) or "", p.namespace and (" in " .. p.namespace) or " (all namespaces)")
+      p.group ~= "" and ("." .. p.group) or "",
+      p.namespace and (" in " .. p.namespace) or " (all namespaces)")
   end
   for _, i in ipairs(r.inputs or {}) do
-    for _, p in ipairs(i.parameters) do add("  %s: parameter %s", i.migration, parameters.text(p)) end
+    for _, p in ipairs(i.parameters) do
+      add("  %s: parameter %s", i.migration, parameters.text(p))
+    end
     for _, f in ipairs(i.files) do
       add("  %s: file %s: %s%s (read-only)", i.migration, f.name, f.declared,
         f.path and f.path ~= f.declared and (" = " .. f.path) or "")
@@ -203,7 +217,10 @@ local function text(r)
     local fields = ""
     if f.fields then
       local parts = {}
-      for k, v in pairs(f.fields) do parts[#parts + 1] = tostring(k) .. "=" .. (type(v) == "table" and cozy_text.json(v) or tostring(v)) end
+      for k, v in pairs(f.fields) do
+        parts[#parts + 1] = tostring(k) .. "="
+          .. (type(v) == "table" and cozy_text.json(v) or tostring(v))
+      end
       table.sort(parts)
       fields = "  " .. table.concat(parts, " ")
     end
@@ -224,8 +241,8 @@ end
 -- blocked, with the first blocking finding, and the counts.
 function M.line(r)
   local first = first_block(r.findings)
-  return ("check %s; %s"):format(first and ("blocked: " .. first.migration .. ": " .. first.message) or "passed",
-    counted(r.findings))
+  return ("check %s; %s"):format(first and ("blocked: " .. first.migration .. ": " .. first.message)
+    or "passed", counted(r.findings))
 end
 
 function M.run(opts)

@@ -28,7 +28,8 @@ function M.run(opts)
       local out = {}
       if #set.migrations == 0 then out[1] = ("no migrations (%s)"):format(set.origin) end
       for _, m in ipairs(set.migrations) do
-        out[#out + 1] = ("%-4d %-32s %-6s %s  %s"):format(m.number, m.name, m.kind, m.sha256, m.description)
+        out[#out + 1] = ("%-4d %-32s %-6s %s  %s"):format(m.number, m.name, m.kind, m.sha256,
+          m.description)
         for _, p in ipairs(m.kind == "lua" and parameters.describe(m) or {}) do
           out[#out + 1] = "     parameter " .. parameters.text(p)
         end

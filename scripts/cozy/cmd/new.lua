@@ -56,7 +56,8 @@ local MIGRATION = "{{FILE}}"
 local FIXTURE = {
   { apiVersion = "v1", kind = "Namespace", metadata = { name = "cozy-system" } },
   { apiVersion = "v1", kind = "ConfigMap",
-    metadata = { name = "example", namespace = "cozy-system", labels = { ["app.kubernetes.io/name"] = "example" } },
+    metadata = { name = "example", namespace = "cozy-system",
+      labels = { ["app.kubernetes.io/name"] = "example" } },
     data = { key = "value" } },
 }
 
@@ -65,7 +66,8 @@ local function changed_objects(before, after)
   local function index(objects)
     local out = {}
     for _, o in ipairs(objects) do
-      out[o.kind .. " " .. (o.metadata.namespace or "") .. "/" .. o.metadata.name] = o.metadata.resourceVersion
+      out[o.kind .. " " .. (o.metadata.namespace or "") .. "/" .. o.metadata.name] =
+        o.metadata.resourceVersion
     end
     return out
   end
@@ -87,9 +89,9 @@ describe("migration {{NUMBER}}-{{NAME}}", function()
     local before = h:objects()
     h:migrate(MIGRATION)
     local changed = changed_objects(before, h:objects())
-    assert(#changed > 0, "migration {{NUMBER}}-{{NAME}} changed no object of its fixture: write its first real "
-      .. "change in " .. MIGRATION .. " (change(obj)), keep an object it applies to in FIXTURE, then assert "
-      .. "here how each changed object must look afterwards")
+    assert(#changed > 0, "migration {{NUMBER}}-{{NAME}} changed no object of its fixture: "
+      .. "write its first real change in " .. MIGRATION .. " (change(obj)), keep an object it "
+      .. "applies to in FIXTURE, then assert here how each changed object must look afterwards")
     -- TODO: assert.same(...) on h:object(kind, namespace, name) for each object it changes,
     -- and that the objects it must leave alone are unchanged
   end)
@@ -107,8 +109,8 @@ describe("migration {{NUMBER}}-{{NAME}}", function()
   it("check reports what run would change, and writes nothing", function()
     local res = h:migrate(MIGRATION, { mode = "check" })
     assert.no_writes()
-    assert(#res.findings > 0, "check reported nothing about a fixture that run changes: check lists the "
-      .. "writes walk would make; a risk is a ctx:finding")
+    assert(#res.findings > 0, "check reported nothing about a fixture that run changes: "
+      .. "check lists the writes walk would make; a risk is a ctx:finding")
   end)
 
   it("plan writes nothing", function()
@@ -161,7 +163,9 @@ local function number_for(given, dir, opts)
   if number == nil or number > 1000000 then
     return nil, ("migration number %s is out of range (0..1000000)"):format(given)
   end
-  if taken[number] then return nil, ("migration number %d is taken (%s)"):format(number, taken[number]) end
+  if taken[number] then
+    return nil, ("migration number %d is taken (%s)"):format(number, taken[number])
+  end
   return number
 end
 
@@ -169,7 +173,8 @@ function M.run(opts, args)
   return runner.protect(opts, function(log)
     local name = args[1]
     if name == nil or args[2] ~= nil then
-      io.stderr:write("usage: cozy-migrate new [--number NN] [NN-]NAME (lowercase words joined by '-'; NN: its number)\n")
+      io.stderr:write("usage: cozy-migrate new [--number NN] [NN-]NAME (lowercase words joined by "
+        .. "'-'; NN: its number)\n")
       return 2
     end
     -- `new 49-tenant-labels` (or `new --number 49 tenant-labels`) ports the
@@ -178,19 +183,22 @@ function M.run(opts, args)
     if given then name = name:sub(#given + 2) end
     if opts.number ~= nil then
       if given and math.tointeger(tonumber(given)) ~= opts.number then
-        io.stderr:write(("cozy-migrate: --number %d and %s-%s name two numbers\n"):format(opts.number, given, name))
+        io.stderr:write(("cozy-migrate: --number %d and %s-%s name two numbers\n")
+          :format(opts.number, given, name))
         return 2
       end
       given = tostring(opts.number)
     end
     if not name:match("^[a-z0-9][a-z0-9-]*$") or name:match("%-%-") or name:match("%-$") then
-      io.stderr:write(("cozy-migrate: invalid migration name %q: use lowercase letters, digits and single '-'\n")
+      io.stderr:write(("cozy-migrate: invalid migration name %q: use lowercase letters, digits "
+        .. "and single '-'\n")
         :format(name))
       return 2
     end
     local dir = (opts.migrations or "migrations"):gsub("/+$", "")
     if sys.stat(dir) ~= "directory" then
-      io.stderr:write(("cozy-migrate: %s is not a directory (run from the source tree or give --migrations)\n")
+      io.stderr:write(("cozy-migrate: %s is not a directory (run from the source tree or give "
+        .. "--migrations)\n")
         :format(dir))
       return 2
     end
@@ -206,7 +214,8 @@ function M.run(opts, args)
     local spec = spec_dir .. "/" .. base .. "_spec.lua"
     -- the spec runs from the tree's root (the directory above the migrations)
     local from_root = root == "." and file or file:sub(#root + 2)
-    local values = { NUMBER = tostring(number), NEXT = tostring(number + 1), NAME = name, FILE = from_root }
+    local values = { NUMBER = tostring(number), NEXT = tostring(number + 1), NAME = name,
+      FILE = from_root }
     -- both or neither: check both before writing either
     for _, path in ipairs { file, spec } do
       if exists(path) then
@@ -219,7 +228,9 @@ function M.run(opts, args)
       io.stderr:write("cozy-migrate: ", err, "\n")
       return 1
     end
-    if sys.stat(spec_dir) ~= "directory" then os.execute("mkdir -p '" .. spec_dir:gsub("'", "'\\''") .. "'") end
+    if sys.stat(spec_dir) ~= "directory" then
+      os.execute("mkdir -p '" .. spec_dir:gsub("'", "'\\''") .. "'")
+    end
     ok, err = write_new(spec, fill(spec_template, values))
     if not ok then
       os.remove(file)

@@ -29,10 +29,13 @@ end
 
 local text = {
   bootstrap = function(e)
-    return ("plan: no %s/%s: would create it at version %d"):format(e.namespace, e.configmap, e.version)
+    return ("plan: no %s/%s: would create it at version %d")
+      :format(e.namespace, e.configmap, e.version)
   end,
   plan = function(e)
-    if e.steps == 0 then return ("plan: version %d, target %d: nothing to do"):format(e.current, e.target) end
+    if e.steps == 0 then
+      return ("plan: version %d, target %d: nothing to do"):format(e.current, e.target)
+    end
     return ("plan: version %d -> %d, %d step(s)%s"):format(e.current, e.target, e.steps,
       e.server_dry_run and ", writes sent with dryRun=All"
         or ", rehearsed over the live cluster (writes sent with dryRun=All), nothing written")
@@ -51,20 +54,24 @@ local text = {
     elseif e.verdict == "not validated" then
       out[#out + 1] = "    not validated by the server: " .. tostring(e.message)
     elseif e.verdict then
-      out[#out + 1] = "    admitted by the server" .. (e.validated_as and (" (validated as " .. e.validated_as .. ")") or "")
+      out[#out + 1] = "    admitted by the server"
+        .. (e.validated_as and (" (validated as " .. e.validated_as .. ")") or "")
     end
     if e.inexact then out[#out + 1] = "    inexact: " .. e.inexact end
     return out
   end,
   legacy = function(e)
     if e.rehearsal then
-      return ("  legacy script %s: rehearsed in a network namespace of its own, its requests served from the "
+      return ("  legacy script %s: rehearsed in a network namespace of its own, its requests "
+        .. "served from the "
         .. "rehearsal"):format(e.file)
     end
     return ("  legacy script %s would run here; its writes cannot be shown"):format(e.file)
   end,
   failure = function(e)
-    if e.rehearsal then return ("  step %d (%s) would fail: %s"):format(e.number, e.name, e.error) end
+    if e.rehearsal then
+      return ("  step %d (%s) would fail: %s"):format(e.number, e.name, e.error)
+    end
     return ("  step %d would fail against the current cluster: %s"):format(e.number, e.error)
   end,
   rehearsed = function(e)
@@ -89,17 +96,20 @@ local text = {
       e.failures > 0 and (", %d step(s) would fail"):format(e.failures) or "")
     local r = e.rehearsal
     if r == nil then return line end
-    return { line, ("rehearsal: steps %d exact, %d inexact, %d not rehearsed; writes %d admitted, %d refused, "
-      .. "%d not validated; objects %d created, %d changed, %d deleted"):format(r.steps_exact, r.steps_inexact,
-      r.steps_not_rehearsed, r.writes_admitted, r.writes_refused, r.writes_not_validated, r.created, r.changed,
-      r.deleted), table.unpack(M.why_lines(e.why)) }
+    return { line,
+      ("rehearsal: steps %d exact, %d inexact, %d not rehearsed; writes %d admitted, %d refused, "
+        .. "%d not validated; objects %d created, %d changed, %d deleted")
+        :format(r.steps_exact, r.steps_inexact, r.steps_not_rehearsed, r.writes_admitted,
+          r.writes_refused, r.writes_not_validated, r.created, r.changed, r.deleted),
+      table.unpack(M.why_lines(e.why)) }
   end,
 }
 
 -- "Kind namespace/name" (or "Kind name") of the object an event names.
 function M.object_name(e)
   local kind = e.kind or e.resource or "?"
-  return kind .. " " .. ((e.namespace and e.namespace ~= "") and (e.namespace .. "/" .. (e.name or "?"))
+  return kind .. " "
+    .. ((e.namespace and e.namespace ~= "") and (e.namespace .. "/" .. (e.name or "?"))
     or (e.name or "?"))
 end
 
@@ -110,8 +120,10 @@ function M.write_target(e)
   if a.unroutable or a.non_resource or a.resource == nil then return nil end
   local md = type(e.body) == "table" and type(e.body.metadata) == "table" and e.body.metadata or {}
   local name = a.name or (type(md.name) == "string" and md.name) or nil
-  local ns = a.resource ~= "namespaces" and (a.namespace or (type(md.namespace) == "string" and md.namespace)) or nil
-  local kind = e.kind or (type(e.body) == "table" and type(e.body.kind) == "string" and e.body.kind) or nil
+  local ns = a.resource ~= "namespaces"
+    and (a.namespace or (type(md.namespace) == "string" and md.namespace)) or nil
+  local kind = e.kind or (type(e.body) == "table" and type(e.body.kind) == "string" and e.body.kind)
+    or nil
   if kind == nil or kind == "Status" or kind == "DeleteOptions" then
     kind = a.resource .. ((a.group ~= nil and a.group ~= "") and ("." .. a.group) or "")
   end
@@ -142,7 +154,9 @@ end
 function M.why_lines(why)
   local out = {}
   for _, s in ipairs(why and why.inexact or {}) do
-    for _, w in ipairs(s.why or {}) do out[#out + 1] = ("  inexact: step %d (%s): %s"):format(s.number, s.name, w) end
+    for _, w in ipairs(s.why or {}) do
+      out[#out + 1] = ("  inexact: step %d (%s): %s"):format(s.number, s.name, w)
+    end
   end
   for _, s in ipairs(why and why.not_rehearsed or {}) do
     out[#out + 1] = ("  not rehearsed: step %d (%s): %s"):format(s.number, s.name, s.why)
@@ -183,7 +197,9 @@ local function document()
     end,
     legacy = function(e) step_of(e.number, e.name, "legacy").legacy = e end,
     failure = function(e) step_of(e.number, e.name).failure = e end,
-    rehearsed = function(e) step_of(e.number, e.name).rehearsed = { exact = e.exact, why = e.why } end,
+    rehearsed = function(e)
+      step_of(e.number, e.name).rehearsed = { exact = e.exact, why = e.why }
+    end,
     not_rehearsed = function(e) step_of(e.number, e.name, e.kind).not_rehearsed = e.why end,
     object = function(e) doc.objects[#doc.objects + 1] = e end,
     summary = function(e) doc.summary = e end,

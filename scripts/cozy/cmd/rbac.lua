@@ -25,7 +25,9 @@ local function range(opts, set, log)
     return {}, "fresh install"
   end
   local current = stamp.version_of(cm)
-  if current >= target then return {}, ("version %d, target %d: nothing pending"):format(current, target) end
+  if current >= target then
+    return {}, ("version %d, target %d: nothing pending"):format(current, target)
+  end
   return discovery.pending(set, current, target), ("%d..%d"):format(current, target - 1)
 end
 
@@ -33,7 +35,8 @@ function M.run(opts)
   return runner.protect(opts, function(log)
     local set = runner.discover(opts)
     local migrations, what = range(opts, set, log)
-    local objects, legacy = rbac.objects(migrations, { namespace = runner.namespace(opts), preflight = opts.preflight })
+    local objects, legacy = rbac.objects(migrations,
+      { namespace = runner.namespace(opts), preflight = opts.preflight })
     if legacy and not opts.preflight then
       local names = {}
       for _, m in ipairs(legacy) do names[#names + 1] = m.file end
@@ -49,9 +52,11 @@ function M.run(opts)
         if o.rules then o.rules = as_array(o.rules) end
         if o.subjects then o.subjects = as_array(o.subjects) end
       end
-      io.stdout:write(json.encode({ apiVersion = "v1", kind = "List", items = as_array(objects) }), "\n")
+      io.stdout:write(json.encode({ apiVersion = "v1", kind = "List", items = as_array(objects) }),
+        "\n")
     else
-      io.stdout:write("# cozy-migrate rbac: ", what, opts.preflight and " (preflight)" or "", "\n", rbac.yaml(objects))
+      io.stdout:write("# cozy-migrate rbac: ", what, opts.preflight and " (preflight)" or "", "\n",
+        rbac.yaml(objects))
     end
     return 0
   end)

@@ -34,8 +34,8 @@ function M.collect(opts, log)
   local target = runner.target(opts, set)
   local client = runner.connect(opts, log)
   local cm = stamp.read(client:resource("v1", "configmaps", { kind = "ConfigMap" }), namespace)
-  local st = { namespace = namespace, target = target, origin = set.origin, pending = {}, history = {},
-    warnings = {}, last_failure = json.null }
+  local st = { namespace = namespace, target = target, origin = set.origin, pending = {},
+    history = {}, warnings = {}, last_failure = json.null }
   if cm == nil then
     st.current = json.null
     st.state = "not installed (the first run stamps the target)"
@@ -49,37 +49,45 @@ function M.collect(opts, log)
       local shipped = type(rec.number) == "number" and set.by_number[math.tointeger(rec.number)]
       if shipped and rec.sha256 and shipped.sha256 ~= rec.sha256 then
         entry.sha256_mismatch = shipped.sha256
-        st.warnings[#st.warnings + 1] = ("migration %s: the shipped file's sha256 %s differs from the one that ran (%s)")
+        st.warnings[#st.warnings + 1] = ("migration %s: the shipped file's sha256 %s differs from "
+          .. "the one that ran (%s)")
           :format(tostring(rec.name), shipped.sha256, tostring(rec.sha256))
       end
       st.history[#st.history + 1] = entry
       st.last_failure = M.after(st.last_failure, entry)
     end
     -- a version moved past it by other means (a legacy script, a stamp by hand) resolved it too
-    if st.last_failure ~= json.null and tonumber(st.last_failure.number) and st.current > st.last_failure.number then
+    if st.last_failure ~= json.null and tonumber(st.last_failure.number)
+      and st.current > st.last_failure.number then
       st.last_failure = json.null
     end
     for _, e in ipairs(discovery.span(set, st.current, target)) do
       local m = e.migration
       if m then
-        st.pending[#st.pending + 1] = { number = m.number, name = m.name, kind = m.kind, description = m.description }
+        st.pending[#st.pending + 1] = { number = m.number, name = m.name, kind = m.kind,
+          description = m.description }
       else
         -- one entry per run of missing versions, however wide
-        st.pending[#st.pending + 1] = { number = e.gap, through = e.through ~= e.gap and e.through or nil, missing = true }
+        st.pending[#st.pending + 1] = { number = e.gap,
+          through = e.through ~= e.gap and e.through or nil, missing = true }
         st.warnings[#st.warnings + 1] = e.through == e.gap
           and ("no migration for version %d: run would refuse (gap)"):format(e.gap)
-          or ("no migrations for versions %d to %d: run would refuse (gap)"):format(e.gap, e.through)
+          or ("no migrations for versions %d to %d: run would refuse (gap)")
+            :format(e.gap, e.through)
       end
     end
     if st.current > target then
-      st.warnings[#st.warnings + 1] = ("version %d is ahead of the target %d"):format(st.current, target)
+      st.warnings[#st.warnings + 1] = ("version %d is ahead of the target %d")
+        :format(st.current, target)
     end
     st.state = #st.pending == 0 and "up to date" or (math.max(0, target - st.current) .. " pending")
   end
-  local l = client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" }):find(namespace, lease.NAME)
+  local l = client:resource("coordination.k8s.io/v1", "leases", { kind = "Lease" }):find(namespace,
+    lease.NAME)
   if cm == nil and l ~= nil then
     st.state = "stamp missing (run refuses: a Lease shows that migrations have run here)"
-    st.warnings[#st.warnings + 1] = ("the version ConfigMap %s/%s is missing but the Lease %s exists: "
+    st.warnings[#st.warnings + 1] = ("the version ConfigMap %s/%s is missing but the "
+      .. "Lease %s exists: "
       .. "recreate the ConfigMap at the cluster's real version; run will not bootstrap over it")
       :format(namespace, stamp.CONFIGMAP, lease.NAME)
   end
@@ -101,7 +109,9 @@ local function outcome_lines(add, h)
   local o = type(h.outcome) == "table" and h.outcome or nil
   if o and type(o.counts) == "table" and next(o.counts) ~= nil then
     local parts = {}
-    for k, v in pairs(o.counts) do parts[#parts + 1] = ("%s=%s"):format(tostring(k), tostring(v)) end
+    for k, v in pairs(o.counts) do
+      parts[#parts + 1] = ("%s=%s"):format(tostring(k), tostring(v))
+    end
     table.sort(parts)
     add("        outcome: %s", table.concat(parts, " "))
   end
@@ -129,11 +139,12 @@ local function text(st)
   local f = st.last_failure
   if f ~= json.null then
     local e = type(f.error) == "table" and f.error or {}
-    add("last failure: %s (%s -> %s) at %s, by %s, attempt %s", tostring(f.name), tostring(f.from), tostring(f.to),
-      tostring(f.finished), tostring(f.runner), tostring(f.attempts or 1))
+    add("last failure: %s (%s -> %s) at %s, by %s, attempt %s", tostring(f.name), tostring(f.from),
+      tostring(f.to), tostring(f.finished), tostring(f.runner), tostring(f.attempts or 1))
     add("        error (%s): %s", tostring(e.kind), tostring(e.message))
     outcome_lines(add, f)
-    add("        a rerun resumes at %s (cozy-migrate run; docs/operations.md, \"When a step fails\")", tostring(f.name))
+    add("        a rerun resumes at %s (cozy-migrate run; docs/operations.md, \"When "
+      .. "a step fails\")", tostring(f.name))
   end
   if #st.pending > 0 then
     add("pending:")
@@ -147,17 +158,20 @@ local function text(st)
     add("history:")
     for _, h in ipairs(st.history) do
       if h.kind == "manual" then
-        add("  %s -> %s  manual stamp by %s (%s): %s  at %s%s", h.from == nil and "none" or tostring(h.from),
-          tostring(h.to), tostring(h.user), tostring(h.runner), tostring(h.reason), tostring(h.finished),
+        add("  %s -> %s  manual stamp by %s (%s): %s  at %s%s",
+          h.from == nil and "none" or tostring(h.from), tostring(h.to), tostring(h.user),
+          tostring(h.runner), tostring(h.reason), tostring(h.finished),
           h.forced and "  (moved down, --force)" or "")
         goto next
       end
-      add("  %s -> %s  %-32s %s .. %s  by %s (engine %s)%s%s", tostring(h.from), tostring(h.to), tostring(h.name),
-        tostring(h.started), tostring(h.finished), tostring(h.runner), tostring(h.engine),
+      add("  %s -> %s  %-32s %s .. %s  by %s (engine %s)%s%s", tostring(h.from), tostring(h.to),
+        tostring(h.name), tostring(h.started), tostring(h.finished), tostring(h.runner),
+        tostring(h.engine),
         stamp.is_failure(h) and ("  FAILED (attempts: %s)"):format(tostring(h.attempts or 1)) or "",
         h.sha256_mismatch and "  WARNING: sha256 differs from the shipped file" or "")
       if h.result == "unstamped" then
-        add("        not stamped: the version stayed at %s (%s)", tostring(h.version), tostring(h.reason))
+        add("        not stamped: the version stayed at %s (%s)", tostring(h.version),
+          tostring(h.reason))
       end
       -- a legacy script of a run bound to a plan: its writes, each held to the plan's
       if h.writes ~= nil then add("        script writes: %s (run --plan)", tostring(h.writes)) end

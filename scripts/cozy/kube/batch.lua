@@ -28,7 +28,8 @@ local function each_args(items, edit, opts)
     { "edit", edit, "function" },
     { "opts.absent", opts.absent, { one_of = { "skip", "fail" } }, true },
     { "opts.on_error", opts.on_error, { one_of = { "stop", "continue" } }, true },
-    { "opts.project", opts.project, "table", { optional = true, says = "an array of dotted paths" } },
+    { "opts.project", opts.project, "table",
+      { optional = true, says = "an array of dotted paths" } },
   })
   return pull, opts.project and projection.new(opts.project)
 end
@@ -76,11 +77,12 @@ function batch.update_each(self, items, edit, opts)
     local item, value = pull()
     if item == nil then return nil end
     if not self:_names_itself(item) then
-      error(("update_each: an item is not an object whose metadata names it (got %s)"):format(type(item)), 0)
+      error(("update_each: an item is not an object whose metadata names it (got %s)")
+        :format(type(item)), 0)
     end
     counts.total = counts.total + 1
-    return update.new { resource = self, ns = item.metadata.namespace, name = item.metadata.name, obj = item,
-      lean = lean, item = item, value = value,
+    return update.new { resource = self, ns = item.metadata.namespace, name = item.metadata.name,
+      obj = item, lean = lean, item = item, value = value,
       compute = update.editing(function(copy) return edit(copy, item, value) end) }
   end
   local go_on = opts.on_error == "continue"

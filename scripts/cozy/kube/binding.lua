@@ -50,7 +50,8 @@ Binding.__index = Binding
 -- `plan`, the loaded plan's steps). stamp_path: the version ConfigMap's path.
 function binding.new(mode, stamp_path, plan)
   return setmetatable({ mode = mode, stamp_path = stamp_path, plan = plan, steps = {}, order = {},
-    reads = {}, read_order = {}, lists = {}, list_order = {}, rvs = {}, step = nil, stopped = nil }, Binding)
+    reads = {}, read_order = {}, lists = {}, list_order = {}, rvs = {}, step = nil, stopped = nil },
+    Binding)
 end
 
 function Binding:begin_step(number)
@@ -77,7 +78,9 @@ local function stamp_version(ctype, body)
   if ctype ~= JSON_PATCH then return type(body.data) == "table" and body.data.version or nil end
   for _, op in ipairs(body) do
     if type(op) == "table" and op.path == "/data/version" then return op.value end
-    if type(op) == "table" and op.path == "/data" and type(op.value) == "table" then return op.value.version end
+    if type(op) == "table" and op.path == "/data" and type(op.value) == "table" then
+      return op.value.version
+    end
   end
   return nil
 end
@@ -92,15 +95,20 @@ function Binding:key(method, path, qs, ctype, body)
   local shown = qs ~= "" and (path .. "?" .. qs) or path
   local script = self.script or nil
   if path == self.stamp_path and self.step ~= nil then
-    return { method = method, path = shown, stamp = true, version = stamp_version(ctype, body), script = script }
+    return { method = method, path = shown, stamp = true, version = stamp_version(ctype, body),
+      script = script }
   end
   local b = body
   if type(b) == "table" then
     b = patch.deepcopy(b)
-    if type(b.metadata) == "table" then b.metadata.resourceVersion = symbol(self, b.metadata.resourceVersion) end
+    if type(b.metadata) == "table" then
+      b.metadata.resourceVersion = symbol(self, b.metadata.resourceVersion)
+    end
     if ctype == JSON_PATCH then
       for _, op in ipairs(b) do
-        if type(op) == "table" and op.path == "/metadata/resourceVersion" then op.value = symbol(self, op.value) end
+        if type(op) == "table" and op.path == "/metadata/resourceVersion" then
+          op.value = symbol(self, op.value)
+        end
       end
     end
   end
@@ -114,10 +122,12 @@ end
 
 local function same(a, b)
   if a.stamp or b.stamp then
-    return a.stamp == b.stamp and a.method == b.method and a.path == b.path and a.version == b.version
+    return a.stamp == b.stamp and a.method == b.method and a.path == b.path
+      and a.version == b.version
       and (a.script or false) == (b.script or false)
   end
-  return a.method == b.method and a.path == b.path and a.content_type == b.content_type and a.digest == b.digest
+  return a.method == b.method and a.path == b.path and a.content_type == b.content_type
+    and a.digest == b.digest
 end
 
 local function describe(w)
@@ -127,7 +137,8 @@ local function describe(w)
       w.version and (" (version " .. tostring(w.version) .. ")") or "")
   end
   return ("%s%s %s%s (body sha256 %s)"):format(w.script and "the script's " or "", w.method, w.path,
-    w.content_type and ("  (" .. w.content_type .. ")") or "", w.digest and w.digest:sub(1, 12) or "-")
+    w.content_type and ("  (" .. w.content_type .. ")") or "",
+    w.digest and w.digest:sub(1, 12) or "-")
 end
 binding.describe = describe
 
@@ -143,7 +154,8 @@ end
 function Binding:write(method, path, qs, ctype, body)
   if self.step == nil then return nil end
   if self.stopped then
-    errors.raise("failed", "the run differs from the plan (" .. self.stopped .. "): nothing more is sent")
+    errors.raise("failed",
+      "the run differs from the plan (" .. self.stopped .. "): nothing more is sent")
   end
   local k = self:key(method, path, qs, ctype, body)
   local step = self.step
@@ -164,7 +176,8 @@ function Binding:write(method, path, qs, ctype, body)
     if not cur.matched[i] then
       first = first or w
       if k.stamp and not w.stamp then
-        differs(self, ("step %d wrote fewer than planned: the stamp comes before the planned write %s")
+        differs(self,
+          ("step %d wrote fewer than planned: the stamp comes before the planned write %s")
           :format(step, describe(w)))
       end
       if same(w, k) then
@@ -192,8 +205,8 @@ function Binding:check_complete(number)
   if self.mode ~= "check" or self.current == nil then return end
   for i, w in ipairs(self.current.planned) do
     if not self.current.matched[i] and (not w.stamp or w.script) then
-      differs(self, ("step %d wrote fewer than planned: the planned write %s was not made"):format(number,
-        describe(w)))
+      differs(self, ("step %d wrote fewer than planned: the planned write %s was not made")
+        :format(number, describe(w)))
     end
   end
 end
@@ -231,8 +244,8 @@ function Binding:read(path, qs, ok, body)
   local key = path .. "\0" .. (q.labelSelector or "") .. "\0" .. (q.fieldSelector or "")
   local l = self.lists[key]
   if l == nil then
-    l = { path = path, label_selector = q.labelSelector, field_selector = q.fieldSelector, items = {},
-      complete = false }
+    l = { path = path, label_selector = q.labelSelector, field_selector = q.fieldSelector,
+      items = {}, complete = false }
     self.lists[key] = l
     self.list_order[#self.list_order + 1] = key
   end
@@ -269,13 +282,15 @@ local function relist(client, l)
     local query = { { "labelSelector", l.labelSelector }, { "fieldSelector", l.fieldSelector },
       { "limit", "500" }, { "continue", cont } }
     local page = client:call("GET", l.path, { query = query })
-    for _, o in ipairs(type(page) == "table" and type(page.items) == "table" and page.items or {}) do
+    for _, o in ipairs(type(page) == "table" and type(page.items) == "table" and page.items
+      or {}) do
       local md = type(o) == "table" and o.metadata
       if type(md) == "table" and type(md.name) == "string" then
         items[(md.namespace and (md.namespace .. "/") or "") .. md.name] = md.resourceVersion or ""
       end
     end
-    cont = type(page) == "table" and type(page.metadata) == "table" and page.metadata["continue"] or nil
+    cont = type(page) == "table" and type(page.metadata) == "table" and page.metadata["continue"]
+      or nil
     if cont == "" then cont = nil end
   until cont == nil
   return items
@@ -294,21 +309,24 @@ function binding.changed(client, reads, lists)
     local ok, obj = pcall(client.call, client, "GET", r.path)
     if r.absent then
       if ok then
-        return ("%s was absent when the plan read it and exists now (resourceVersion %s)"):format(r.path,
-          tostring(type(obj) == "table" and obj.metadata and obj.metadata.resourceVersion))
+        return ("%s was absent when the plan read it and exists now (resourceVersion %s)")
+          :format(r.path,
+            tostring(type(obj) == "table" and obj.metadata and obj.metadata.resourceVersion))
       end
       if not (type(obj) == "table" and obj.code == 404) then error(obj, 0) end
     else
       if not ok then
         if type(obj) == "table" and obj.code == 404 then
-          return ("%s (resourceVersion %s when planned) is gone"):format(r.path, tostring(r.resourceVersion))
+          return ("%s (resourceVersion %s when planned) is gone")
+            :format(r.path, tostring(r.resourceVersion))
         end
         error(obj, 0)
       end
-      local rv = type(obj) == "table" and type(obj.metadata) == "table" and obj.metadata.resourceVersion
+      local rv = type(obj) == "table" and type(obj.metadata) == "table"
+        and obj.metadata.resourceVersion
       if rv ~= r.resourceVersion then
-        return ("%s changed since the plan read it: resourceVersion %s, planned %s"):format(r.path, tostring(rv),
-          tostring(r.resourceVersion))
+        return ("%s changed since the plan read it: resourceVersion %s, planned %s")
+          :format(r.path, tostring(rv), tostring(r.resourceVersion))
       end
     end
   end
@@ -316,10 +334,12 @@ function binding.changed(client, reads, lists)
     local now = relist(client, l)
     local what = l.path .. selectors(l)
     for key, rv in pairs(l.items) do
-      if now[key] == nil then return ("%s: %s is gone since the plan listed it"):format(what, key) end
+      if now[key] == nil then
+        return ("%s: %s is gone since the plan listed it"):format(what, key)
+      end
       if now[key] ~= rv then
-        return ("%s: %s changed since the plan listed it: resourceVersion %s, planned %s"):format(what, key,
-          now[key], rv)
+        return ("%s: %s changed since the plan listed it: resourceVersion %s, planned %s")
+          :format(what, key, now[key], rv)
       end
     end
     if l.complete then

@@ -39,7 +39,8 @@ function budget.new(retry, batch, level)
     local scope = keys[k]
     if scope == nil or (scope == "batch" and not batch) then
       error(("retry: %s is not a retry budget's (%s); the backoff and Retry-After are the engine's")
-        :format(tostring(k), batch and "attempts, time, batch_retries, batch_time" or "attempts, time"), level)
+        :format(tostring(k),
+          batch and "attempts, time, batch_retries, batch_time" or "attempts, time"), level)
     end
   end
   validate.args(level, nil, {
@@ -48,7 +49,8 @@ function budget.new(retry, batch, level)
     { "retry.batch_retries", retry.batch_retries, function(v) return count(v, 0) end,
       { optional = true, says = "an integer of at least 0" } },
     { "retry.time", retry.time, seconds, { optional = true, says = "a number of seconds" } },
-    { "retry.batch_time", retry.batch_time, seconds, { optional = true, says = "a number of seconds" } },
+    { "retry.batch_time", retry.batch_time, seconds,
+      { optional = true, says = "a number of seconds" } },
   })
   return setmetatable({
     attempts = retry.attempts, time = retry.time, pool = retry.batch_retries,

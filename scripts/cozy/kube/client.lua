@@ -47,7 +47,9 @@ local function warn(self, message, fields)
     self.log:warn(message, fields)
   else
     local parts = { "cozy-migrate: warning: ", text.line(message) }
-    for k, v in pairs(fields or {}) do parts[#parts + 1] = (" %s=%s"):format(text.line(k), text.line(tostring(v))) end
+    for k, v in pairs(fields or {}) do
+      parts[#parts + 1] = (" %s=%s"):format(text.line(k), text.line(tostring(v)))
+    end
     parts[#parts + 1] = "\n"
     io.stderr:write(table.concat(parts)) -- one write: other threads log too
   end
@@ -72,7 +74,8 @@ function client.connect(opts)
     max_response_bytes = opts.max_response_bytes, exec_timeout = opts.exec_timeout,
   }
   if t == nil then
-    error(errors.config { file = cerr.file, field = cerr.field ~= "" and cerr.field or nil, message = cerr.message })
+    error(errors.config { file = cerr.file, field = cerr.field ~= "" and cerr.field or nil,
+      message = cerr.message })
   end
   local info = t:info()
   local options = {}
@@ -90,7 +93,8 @@ function client.connect(opts)
     page_limit = opts.page_limit or client.defaults.page_limit,
     concurrency = math.tointeger(opts.concurrency) or client.defaults.concurrency,
     update_policy = policy,
-    stats = { requests = 0, writes = 0, retries = 0, conflicts = 0, list_restarts = 0, recorded = 0 },
+    stats = { requests = 0, writes = 0, retries = 0, conflicts = 0, list_restarts = 0,
+      recorded = 0 },
     _t = t,
     _warned = {},
     _discovery = {},
@@ -99,7 +103,9 @@ function client.connect(opts)
     rehearsal = dry == "rehearse" and rehearsal.new { stand_in = opts.stand_in } or nil,
   }, Client)
   if info.insecure then
-    warn(self, "insecure-skip-tls-verify is set in the kubeconfig: the certificates of the API server and of "
+    warn(self,
+      "insecure-skip-tls-verify is set in the kubeconfig: the certificates of the "
+      .. "API server and of "
       .. "an https proxy are NOT verified",
       { cluster = info.cluster, kubeconfig = info.source })
   end
@@ -189,7 +195,8 @@ function Client:record_write(event)
 end
 
 local function record_write(self, method, path, query, ctype, body)
-  self:record_write { method = method, path = path, query = query_table(query), content_type = ctype, body = body }
+  self:record_write { method = method, path = path, query = query_table(query),
+    content_type = ctype, body = body }
 end
 
 -- The request Client:call sends, prepared: the choke point's decision made
@@ -211,7 +218,9 @@ function Client:prepare(method, path, spec)
   -- to a plan refuses here, unsent, a write the plan does not hold
   -- (cozy.kube.binding)
   local bound
-  if write and self.binding then bound = self.binding:write(method, path, encode_query(query), ctype, body) end
+  if write and self.binding then
+    bound = self.binding:write(method, path, encode_query(query), ctype, body)
+  end
   if write and self.dry_run == "client" then
     -- kept back: computed locally (a simulation that fails raises, as the
     -- real write would), then recorded exactly once
@@ -264,7 +273,8 @@ function Client:prepare(method, path, spec)
       -- a successful answer comes back decoded by the transport, straight
       -- from its buffer; only these parts of it with a projection (a
       -- rehearsed write's whole, for the overlay)
-      decode = not spec.first_line and ((rehearsed == nil or rehearsed.op == "list") and spec.projection or true) or nil,
+      decode = not spec.first_line
+        and ((rehearsed == nil or rehearsed.op == "list") and spec.projection or true) or nil,
       -- a watch (cozy.kube.wait): its stream's first event, as text
       first_line = spec.first_line,
       query = qs,
@@ -306,14 +316,16 @@ local function judge(self, req, status, body, attempts, warnings, decode_error)
     for warning in warnings:gmatch("[^\n]+") do
       if not self._warned[warning] then
         self._warned[warning] = true
-        warn(self, "API server warning", { warning = warning, method = req.method, path = req.path })
+        warn(self, "API server warning",
+          { warning = warning, method = req.method, path = req.path })
       end
     end
   end
   if status >= 200 and status < 300 then
     if decode_error ~= nil then
-      error(errors.new { method = req.method, path = req.shown, code = status, reason = "InvalidResponse",
-        message = "the server's answer is not JSON: " .. decode_error, attempts = attempts })
+      error(errors.new { method = req.method, path = req.shown, code = status,
+        reason = "InvalidResponse", message = "the server's answer is not JSON: " .. decode_error,
+        attempts = attempts })
     end
     return body, status, attempts
   end
@@ -340,7 +352,9 @@ local function bound_finish(self, req, status, body, attempts, warnings, decode_
 end
 
 function Client:finish(req, status, body, attempts, warnings, decode_error)
-  if self.binding then return bound_finish(self, req, status, body, attempts, warnings, decode_error) end
+  if self.binding then
+    return bound_finish(self, req, status, body, attempts, warnings, decode_error)
+  end
   if req.rehearse then
     -- a rehearsal's request: what the server answered enters the overlay
     -- (a 403 refused dry run is applied locally), a list page is merged
@@ -375,11 +389,13 @@ function Client:served(api_version, plural)
   local cache = self._discovery
   local resources = cache[api_version]
   if resources == nil then
-    local path = api_version:find("/", 1, true) and ("/apis/" .. api_version) or ("/api/" .. api_version)
+    local path = api_version:find("/", 1, true) and ("/apis/" .. api_version)
+      or ("/api/" .. api_version)
     local ok, list = pcall(self.call, self, "GET", path)
     if ok then
       resources = {}
-      for _, r in ipairs(type(list) == "table" and type(list.resources) == "table" and list.resources or {}) do
+      for _, r in ipairs(type(list) == "table" and type(list.resources) == "table"
+        and list.resources or {}) do
         if type(r) == "table" and type(r.name) == "string" then resources[r.name] = true end
       end
     elseif errors.is_error(list) and list.code == 404 then
@@ -399,7 +415,8 @@ end
 function Client:lookup(name)
   local found, why = names.resolve(self, self._names, name)
   if not found then return nil, why end
-  return self:resource(found.api_version, found.plural, { namespaced = found.namespaced, kind = found.kind }), found
+  return self:resource(found.api_version, found.plural,
+    { namespaced = found.namespaced, kind = found.kind }), found
 end
 
 -- The resources API group `group` serves, as `kubectl api-resources

@@ -61,7 +61,8 @@ function errors.from_response(method, path, code, status, raw, attempts)
   -- a refused Secret write is answered with a message that quotes the
   -- object it was sent, data included (the real kube-apiserver's 422)
   if request.is_secrets(path or "") and code ~= 404 then
-    e.message = ("the server's message is not shown: on a secrets path it may quote the Secret's data (HTTP %d)")
+    e.message = ("the server's message is not shown: on a secrets path it may quote the "
+      .. "Secret's data (HTTP %d)")
       :format(code)
   end
   -- attempts from C carry a status only: name each, and the last one fully

@@ -25,15 +25,15 @@ gate.Gate = Gate
 
 function gate.new(o)
   o = o or {}
-  return setmetatable({ who = o.who, permissions = o.permissions, read_only = o.read_only, guard = o.guard,
-    lock = o.lock }, Gate)
+  return setmetatable({ who = o.who, permissions = o.permissions, read_only = o.read_only,
+    guard = o.guard, lock = o.lock }, Gate)
 end
 
 -- A gate for a migration's view: its own rules (who, permissions,
 -- read_only, guard) over this gate's lock.
 function Gate:narrow(o)
-  return gate.new { who = o.who, permissions = o.permissions, read_only = o.read_only, guard = o.guard,
-    lock = self.lock }
+  return gate.new { who = o.who, permissions = o.permissions, read_only = o.read_only,
+    guard = o.guard, lock = self.lock }
 end
 
 local function holder(self)
@@ -52,8 +52,10 @@ function Gate:admit(method, path, query, write, internal)
   if self.permissions and not internal then
     local a = request.attributes(method, path, request.query_table(query))
     if a.unroutable then
-      refuse(self, "denied", ("%s sent %s %s, which cannot be judged as the API server routes it (%s); "
-        .. "nothing was sent"):format(self.who or "a migration", method, path, a.unroutable), method, path)
+      refuse(self, "denied",
+        ("%s sent %s %s, which cannot be judged as the API server routes it (%s); "
+        .. "nothing was sent"):format(self.who or "a migration", method, path, a.unroutable),
+        method, path)
     end
     if not request.allowed(self.permissions, a) then
       refuse(self, "denied", ("%s sent %s %s, which its permissions do not declare; declare %s")

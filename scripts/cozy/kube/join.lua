@@ -70,7 +70,8 @@ function join.new(left, right, opts)
     { "opts.key", opts.key, "function" },
     { "opts.left_key", opts.left_key, "function", true },
   })
-  local self = setmetatable({ pull = puller(left, "join: left"), kept = {}, left_key = opts.left_key or obj.key }, Join)
+  local self = setmetatable({ pull = puller(left, "join: left"), kept = {},
+    left_key = opts.left_key or obj.key }, Join)
   local pull_right = puller(right, "join: right")
   for item in pull_right do
     local key = opts.key(item)

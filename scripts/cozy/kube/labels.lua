@@ -39,7 +39,9 @@ end
 -- "/metadata/labels/a~1b" -> { "metadata", "labels", "a/b" }
 local function pointer(path)
   local out = {}
-  for part in tostring(path):gmatch("/([^/]*)") do out[#out + 1] = part:gsub("~1", "/"):gsub("~0", "~") end
+  for part in tostring(path):gmatch("/([^/]*)") do
+    out[#out + 1] = part:gsub("~1", "/"):gsub("~0", "~")
+  end
   return out
 end
 
@@ -71,7 +73,8 @@ function labels.check(method, path, body, content_type)
   end
   if field then
     error(errors.new { method = method, path = path, code = 422, reason = "Invalid",
-      message = ("metadata.%s: invalid %s (not sent: the API server refuses it)"):format(field, why),
+      message = ("metadata.%s: invalid %s (not sent: the API server refuses it)")
+        :format(field, why),
       details = { causes = { { field = "metadata." .. field, reason = "FieldValueInvalid" } } },
       attempts = {} }, 0)
   end

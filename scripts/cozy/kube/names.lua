@@ -47,9 +47,12 @@ local function groups(c, cache)
     if type(g) == "table" and type(g.name) == "string" then
       local versions = {}
       for _, v in ipairs(type(g.versions) == "table" and g.versions or {}) do
-        if type(v) == "table" and type(v.version) == "string" then versions[#versions + 1] = v.version end
+        if type(v) == "table" and type(v.version) == "string" then
+          versions[#versions + 1] = v.version
+        end
       end
-      local preferred = type(g.preferredVersion) == "table" and g.preferredVersion.version or versions[1]
+      local preferred = type(g.preferredVersion) == "table" and g.preferredVersion.version
+        or versions[1]
       if type(preferred) == "string" then
         out[#out + 1] = { name = g.name, preferred = preferred, versions = versions }
       end
@@ -84,7 +87,10 @@ end
 local function answers(r, word)
   local lower = word:lower()
   if r.name:lower() == lower then return true end
-  if type(r.singularName) == "string" and r.singularName ~= "" and r.singularName:lower() == lower then return true end
+  if type(r.singularName) == "string" and r.singularName ~= ""
+    and r.singularName:lower() == lower then
+    return true
+  end
   if type(r.kind) == "string" and r.kind:lower() == lower then return true end
   for _, s in ipairs(type(r.shortNames) == "table" and r.shortNames or {}) do
     if s == word then return true end
@@ -113,8 +119,9 @@ local function find_in(c, cache, word, g, version)
     local list, gv = resources(c, cache, g.name, v)
     for _, r in ipairs(list) do
       if answers(r, word) then
-        return { api_version = gv, plural = r.name, kind = r.kind, namespaced = r.namespaced == true,
-                 group = g.name, version = v, short_names = r.shortNames, verbs = r.verbs }
+        return { api_version = gv, plural = r.name, kind = r.kind,
+          namespaced = r.namespaced == true, group = g.name, version = v,
+          short_names = r.shortNames, verbs = r.verbs }
       end
     end
   end
@@ -123,7 +130,9 @@ end
 
 -- A name kubectl would take for a resource ("pvc", "deployments.apps"), and
 -- one for an API group ("" the core group).
-local function is_resource_name(v) return type(v) == "string" and v ~= "" and not v:find("[%s/]") end
+local function is_resource_name(v)
+  return type(v) == "string" and v ~= "" and not v:find("[%s/]")
+end
 local function is_group_name(v) return type(v) == "string" and not v:find("[%s/]") end
 
 -- Resolves `name` for client c (its discovery answers cached in `cache` for
@@ -155,7 +164,9 @@ function names.resolve(c, cache, name)
     -- group serves it; else "resource.group" (kubectl tries both the same way)
     local version, group = rest:match("^([^.]+)%.(.+)$")
     for _, g in ipairs(all) do
-      if version and is_version(version) and g.name == group then found = find_in(c, cache, word, g, version) end
+      if version and is_version(version) and g.name == group then
+        found = find_in(c, cache, word, g, version)
+      end
       if not found and g.name == rest then found = find_in(c, cache, word, g) end
       if found then break end
     end
@@ -199,8 +210,9 @@ function names.group_resources(c, cache, group)
         for _, r in ipairs(list) do
           if not seen[r.name] then
             seen[r.name] = true
-            out[#out + 1] = { api_version = gv, plural = r.name, kind = r.kind, namespaced = r.namespaced == true,
-                              group = g.name, version = v, short_names = r.shortNames, verbs = r.verbs }
+            out[#out + 1] = { api_version = gv, plural = r.name, kind = r.kind,
+              namespaced = r.namespaced == true, group = g.name, version = v,
+              short_names = r.shortNames, verbs = r.verbs }
           end
         end
       end

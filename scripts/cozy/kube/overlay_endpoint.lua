@@ -47,16 +47,19 @@ local function query_of(qs)
 end
 
 local function status(code, reason, message, stop)
-  return code, JSON, json.encode(json.object { kind = "Status", apiVersion = "v1", metadata = json.object {},
-    status = "Failure", message = message, reason = reason, code = code }), stop
+  return code, JSON,
+    json.encode(json.object { kind = "Status", apiVersion = "v1", metadata = json.object {},
+      status = "Failure", message = message, reason = reason, code = code }), stop
 end
 
 -- The answer for an error the client raised: the server's own Status (or
 -- the one the rehearsal answered as the run's server would), else a 502.
 local function failed(e, forward)
   if errors.is_error(e) and type(e.code) == "number" and e.code >= 400 then
-    return e.code, JSON, json.encode(json.object { kind = "Status", apiVersion = "v1", metadata = json.object {},
-      status = "Failure", message = e.message, reason = e.reason, details = e.details, code = e.code })
+    return e.code, JSON,
+      json.encode(json.object { kind = "Status", apiVersion = "v1", metadata = json.object {},
+        status = "Failure", message = e.message, reason = e.reason, details = e.details,
+        code = e.code })
   end
   if errors.is_error(e) then
     return status(502, "BadGateway", (forward and "the engine could not reach the cluster: "
@@ -107,19 +110,22 @@ transcoded = function(client, method, path, query, raw, ctype)
   local code, obj = client._t:request("POST", path, { query = request.encode_query(q), body = raw,
     content_type = ctype, decode = true })
   if code < 200 or code >= 300 or type(obj) ~= "table" or type(obj.metadata) ~= "table" then
-    if code == 0 then return status(502, "BadGateway", "the rehearsal could not reach the live cluster") end
+    if code == 0 then
+      return status(502, "BadGateway", "the rehearsal could not reach the live cluster")
+    end
     return code, type(obj) == "string" and obj or "{}"
   end
   for _, k in ipairs(SERVER_SET) do obj.metadata[k] = nil end
   return 200, obj
 end
 
-local WATCH_ONLY = { resourceVersion = true, resourceVersionMatch = true, allowWatchBookmarks = true,
-  timeoutSeconds = true, sendInitialEvents = true }
+local WATCH_ONLY = { resourceVersion = true, resourceVersionMatch = true,
+  allowWatchBookmarks = true, timeoutSeconds = true, sendInitialEvents = true }
 
 local function discovery(path)
   return path == "/api" or path == "/apis" or path == "/version" or path:match("^/api/[^/]+/?$")
-    or path:match("^/apis/[^/]+/?$") or path:match("^/apis/[^/]+/[^/]+/?$") or path:match("^/openapi/")
+    or path:match("^/apis/[^/]+/?$") or path:match("^/apis/[^/]+/[^/]+/?$")
+    or path:match("^/openapi/")
     or path == "/openapi" or path == "/livez" or path == "/readyz" or path == "/healthz"
 end
 
@@ -140,7 +146,9 @@ function overlay_endpoint.server(client, log, opts)
     local ok, answer, code = pcall(client.call, client, method, path, spec)
     if binding then binding.script = nil end
     if not ok and forward and binding and binding.stopped then
-      if log then log:warn("the script's write is not sent, and the script is stopped: " .. binding.stopped) end
+      if log then
+        log:warn("the script's write is not sent, and the script is stopped: " .. binding.stopped)
+      end
       return nil, table.pack(refused(binding.stopped))
     end
     if request.is_write(method) then tally.writes = tally.writes + 1 end
@@ -156,10 +164,12 @@ function overlay_endpoint.server(client, log, opts)
     local what = unserved(method, path, req.headers)
     if what then
       local why = forward
-        and ("%s %s: the legacy script's %s is not forwarded in a run bound to a plan: the engine could not hold "
-          .. "what it does to the plan (its rehearsal was answered the same)"):format(method, path, what)
-        or ("%s %s: the legacy script's %s cannot be rehearsed: the overlay serves no %s"):format(method, path,
-          what, what)
+        and ("%s %s: the legacy script's %s is not forwarded in a run bound to a plan: the engine "
+          .. "could not hold "
+          .. "what it does to the plan (its rehearsal was answered the same)")
+            :format(method, path, what)
+        or ("%s %s: the legacy script's %s cannot be rehearsed: the overlay serves no %s")
+          :format(method, path, what, what)
       mark(client, why)
       return status(501, "NotImplemented", why)
     end
@@ -187,7 +197,8 @@ function overlay_endpoint.server(client, log, opts)
     elseif req.body ~= "" then
       local ok, decoded = pcall(json.decode, req.body)
       if not ok then
-        return status(415, "UnsupportedMediaType", "the engine's endpoint takes JSON (or protobuf) request bodies only")
+        return status(415, "UnsupportedMediaType",
+          "the engine's endpoint takes JSON (or protobuf) request bodies only")
       end
       body = decoded
     end
@@ -200,7 +211,8 @@ function overlay_endpoint.server(client, log, opts)
       if not ok then return failed(list, forward) end
       mark(client, ("watch of %s: answered with the rehearsal's state, then ended"):format(path))
       local events = {}
-      for _, item in ipairs(type(list) == "table" and type(list.items) == "table" and list.items or {}) do
+      for _, item in ipairs(type(list) == "table" and type(list.items) == "table" and list.items
+        or {}) do
         if list.kind and type(item) == "table" and item.kind == nil then
           item.kind, item.apiVersion = (list.kind:gsub("List$", "")), list.apiVersion
         end

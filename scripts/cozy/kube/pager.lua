@@ -38,7 +38,9 @@ pager.MAX_EMPTY_PAGES = MAX_EMPTY_PAGES
 
 local function key_of(self, obj)
   local md = obj.metadata or {}
-  if self.resource.namespaced and md.namespace then return md.namespace .. "/" .. (md.name or "") end
+  if self.resource.namespaced and md.namespace then
+    return md.namespace .. "/" .. (md.name or "")
+  end
   return md.name or ""
 end
 
@@ -90,7 +92,8 @@ local function check_page(self, list, request, status, attempts)
   end
   local kind = list.kind
   if kind ~= nil and not (type(kind) == "string" and kind:sub(-4) == "List") then
-    invalid(request, status, attempts, "the answer's kind is %s, not a list kind (...List)", what(kind))
+    invalid(request, status, attempts, "the answer's kind is %s, not a list kind (...List)",
+      what(kind))
   end
   local md = list.metadata
   if md ~= nil and not is_object(md) then
@@ -98,7 +101,8 @@ local function check_page(self, list, request, status, attempts)
   end
   local cont = md and md["continue"]
   if cont ~= nil and type(cont) ~= "string" then
-    invalid(request, status, attempts, "the list's metadata.continue is %s, not a string", what(cont))
+    invalid(request, status, attempts, "the list's metadata.continue is %s, not a string",
+      what(cont))
   end
   local items = list.items
   if items == nil then
@@ -122,7 +126,8 @@ local function check_page(self, list, request, status, attempts)
       invalid(request, status, attempts, "items[%d].metadata is %s, not an object", i - 1, what(m))
     end
     if type(m.name) ~= "string" or m.name == "" then
-      invalid(request, status, attempts, "items[%d].metadata.name is %s, not a name", i - 1, what(m.name))
+      invalid(request, status, attempts, "items[%d].metadata.name is %s, not a name", i - 1,
+        what(m.name))
     end
     if m.namespace ~= nil and type(m.namespace) ~= "string" then
       invalid(request, status, attempts, "items[%d].metadata.namespace is %s, not a string", i - 1,
@@ -172,9 +177,11 @@ function Pager:_restart(e)
   local fields = { path = r:collection_path(self.namespace), restarts = self.restarts,
     yielded = self.count, resume_after = self._last_key }
   if c.log then
-    c.log:warn("list continue token expired (410): restarting the list, skipping objects already yielded", fields)
+    c.log:warn("list continue token expired (410): restarting the list, skipping objects "
+      .. "already yielded", fields)
   else
-    io.stderr:write("cozy-migrate: warning: list continue token expired (410): restarting the list after ",
+    io.stderr:write("cozy-migrate: warning: list continue token expired (410): restarting "
+      .. "the list after ",
       text.line(tostring(self._last_key)), "\n")
   end
   self._continue = nil
@@ -196,7 +203,8 @@ function Pager:_check_progress(list, items, request, status, attempts)
     for i = 1, #items do
       local k = key_of(self, items[i])
       if le_bytes(k, self._page_last) then
-        invalid(request, status, attempts, "page %d does not move forward: items[%d] %q is not after %q, "
+        invalid(request, status, attempts,
+          "page %d does not move forward: items[%d] %q is not after %q, "
           .. "the last object of the previous page", self.pages + 1, i - 1, k, self._page_last)
       end
     end
@@ -205,10 +213,12 @@ function Pager:_check_progress(list, items, request, status, attempts)
   cont = (cont ~= nil and cont ~= "") and cont or nil
   if cont == nil then return nil end
   if cont == sent then
-    invalid(request, status, attempts, "page %d answered the continue token it was asked with (%s): "
+    invalid(request, status, attempts,
+      "page %d answered the continue token it was asked with (%s): "
       .. "the list does not move forward", self.pages + 1, short(cont))
   elseif self._followed[cont] then
-    invalid(request, status, attempts, "page %d answered a continue token already followed in this list "
+    invalid(request, status, attempts,
+      "page %d answered a continue token already followed in this list "
       .. "(%s): the list does not move forward", self.pages + 1, short(cont))
   end
   self._followed[cont] = true
@@ -226,7 +236,8 @@ function Pager:_fetch()
   local query = {
     { "labelSelector", self.label_selector },
     { "fieldSelector", self.field_selector },
-    { "limit", self.limit and self.limit > 0 and tostring(math.tointeger(self.limit) or self.limit) or nil },
+    { "limit",
+      self.limit and self.limit > 0 and tostring(math.tointeger(self.limit) or self.limit) or nil },
     { "continue", self._continue },
   }
   local path = r:collection_path(self.namespace)

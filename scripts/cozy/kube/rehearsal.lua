@@ -74,8 +74,9 @@ local function what(group, plural)
 end
 
 local function status(code, reason, message, details)
-  return json.object { kind = "Status", apiVersion = "v1", metadata = json.object {}, status = "Failure",
-    message = message, reason = reason, details = json.object(details or {}), code = code }
+  return json.object { kind = "Status", apiVersion = "v1", metadata = json.object {},
+    status = "Failure", message = message, reason = reason, details = json.object(details or {}),
+    code = code }
 end
 
 -- The errors the run's server would answer, raised as its answers are.
@@ -84,13 +85,16 @@ local function refuse(method, shown, st)
 end
 
 local function conflict(t, name)
-  return status(409, "Conflict", ("Operation cannot be fulfilled on %s %q: the object has been modified; "
-    .. "please apply your changes to the latest version and try again"):format(what(t.group, t.plural), name),
+  return status(409, "Conflict",
+    ("Operation cannot be fulfilled on %s %q: the object has been modified; "
+    .. "please apply your changes to the latest version and try again")
+      :format(what(t.group, t.plural), name),
     { name = name, group = t.group ~= "" and t.group or nil, kind = t.plural })
 end
 
 local function exists(t, name)
-  return status(409, "AlreadyExists", ("%s %q already exists"):format(what(t.group, t.plural), name),
+  return status(409, "AlreadyExists",
+    ("%s %q already exists"):format(what(t.group, t.plural), name),
     { name = name, group = t.group ~= "" and t.group or nil, kind = t.plural })
 end
 
@@ -102,8 +106,8 @@ local PATCH_FAILED = "the server rejected our request due to an error in our req
 local function target_of(method, path, query)
   local a = request.attributes(method, path, query)
   if a.unroutable or a.non_resource or a.resource == nil then return nil end
-  local t = { group = a.group, version = a.version, plural = a.resource, ns = a.namespace, name = a.name,
-    subresource = a.subresource, verb = a.verb }
+  local t = { group = a.group, version = a.version, plural = a.resource, ns = a.namespace,
+    name = a.name, subresource = a.subresource, verb = a.verb }
   if t.plural == "namespaces" then t.ns = nil end
   return t
 end
@@ -156,7 +160,9 @@ function rehearsal.before_read(client, method, path, spec)
   if state == nil or spec.rehearsal_before ~= nil then return nil end
   if method ~= "PATCH" and method ~= "PUT" and method ~= "DELETE" then return nil end
   local t = target_of(method, path, "")
-  if t == nil or t.name == nil or (t.subresource ~= nil and t.subresource ~= "status") then return nil end
+  if t == nil or t.name == nil or (t.subresource ~= nil and t.subresource ~= "status") then
+    return nil
+  end
   if state.overlay:entry(t.group, t.plural, t.ns, t.name) ~= nil then return nil end
   return client:_internally(function() return client:prepare("GET", live_path(t)) end)
 end
@@ -181,7 +187,8 @@ local function namespace_for(state, t, ns, method, shown)
       { name = ns, kind = "namespaces" }))
   end
   if nse.live then return ns end
-  return state.stand_in, ("%s %s/%s validated in namespace %s: its own namespace exists only in the rehearsal")
+  return state.stand_in,
+    ("%s %s/%s validated in namespace %s: its own namespace exists only in the rehearsal")
     :format(what(t.group, t.plural), ns, t.name or "", state.stand_in)
 end
 
@@ -241,7 +248,9 @@ local function settled(t, base, result, method, shown)
     refuse(method, shown, status(422, "Invalid", PATCH_FAILED, {}))
   end
   local rv = result.metadata.resourceVersion
-  if rv ~= nil and rv ~= base.metadata.resourceVersion then refuse(method, shown, conflict(t, t.name)) end
+  if rv ~= nil and rv ~= base.metadata.resourceVersion then
+    refuse(method, shown, conflict(t, t.name))
+  end
   result.metadata.resourceVersion = base.metadata.resourceVersion
   result.metadata.name, result.metadata.namespace = base.metadata.name, base.metadata.namespace
   if t.subresource == "status" then
@@ -270,8 +279,8 @@ local function apply_here(t, base, method, ctype, body, shown, as_merge_why)
     result = patch.merge_patch(base, body)
     if ctype ~= MERGE_PATCH then
       why = ("%s %s: a %s applied as a merge patch to the rehearsal's version (%s)")
-        :format(what(t.group, t.plural), t.ns and (t.ns .. "/" .. t.name) or t.name, tostring(ctype),
-          as_merge_why or "no three-way merge")
+        :format(what(t.group, t.plural), t.ns and (t.ns .. "/" .. t.name) or t.name,
+          tostring(ctype), as_merge_why or "no three-way merge")
     end
   end
   return settled(t, base, result, method, shown), why
@@ -309,18 +318,24 @@ local function merged_three_way(client, t, e, cur, path, query, body, ctype, sho
   if md and md.resourceVersion ~= nil and md.resourceVersion ~= cur.metadata.resourceVersion then
     refuse("PATCH", shown, conflict(t, t.name))
   end
-  -- the engine's own requests, to the live server as they are (not through the overlay, not recorded)
-  local live = setmetatable({ dry_run = "server", record = false, binding = false }, { __index = client })
+  -- the engine's own requests, to the live server as they are (not through the overlay, not
+  -- recorded)
+  local live = setmetatable({ dry_run = "server", record = false, binding = false },
+    { __index = client })
   local function call(...)
     local args = table.pack(...)
-    return pcall(live._internally, live, function() return (live:call(table.unpack(args, 1, args.n))) end)
+    return pcall(live._internally, live,
+      function() return (live:call(table.unpack(args, 1, args.n))) end)
   end
-  local ok, l = call("GET", object_path({ group = t.group, version = t.version, plural = t.plural }, t.ns, t.name))
+  local ok, l = call("GET",
+    object_path({ group = t.group, version = t.version, plural = t.plural }, t.ns, t.name))
   if not ok then
     if not errors.is_item_error(l) then error(l, 0) end
     return nil, "the live object could not be read: " .. l.message
   end
-  if type(l) ~= "table" or type(l.metadata) ~= "table" then return nil, "the live object read is not an object" end
+  if type(l) ~= "table" or type(l.metadata) ~= "table" then
+    return nil, "the live object read is not an object"
+  end
   local sent = patch.deepcopy(body)
   sent.metadata = type(sent.metadata) == "table" and sent.metadata or json.object {}
   sent.metadata.resourceVersion = l.metadata.resourceVersion
@@ -332,14 +347,17 @@ local function merged_three_way(client, t, e, cur, path, query, body, ctype, sho
     s.judged_on = "the live object"
     error(s, 0)
   end
-  if type(s) ~= "table" or type(s.metadata) ~= "table" then return nil, "the server's answer is not an object" end
-  local merged, conflicts = three_way.merge(l, s, cur, { patch = body, apply = apply, group = t.group,
-    field_manager = query_value(query, "fieldManager") })
+  if type(s) ~= "table" or type(s.metadata) ~= "table" then
+    return nil, "the server's answer is not an object"
+  end
+  local merged, conflicts = three_way.merge(l, s, cur,
+    { patch = body, apply = apply, group = t.group,
+      field_manager = query_value(query, "fieldManager") })
   local why
   if #conflicts > 0 then
     why = ("%s %s: a %s of an object the rehearsal changed: both changed %s (three-way merge)")
-      :format(what(t.group, t.plural), shown_obj, apply and "server-side apply" or "strategic merge patch",
-        table.concat(conflicts, ", "))
+      :format(what(t.group, t.plural), shown_obj,
+        apply and "server-side apply" or "strategic merge patch", table.concat(conflicts, ", "))
   end
   merged.metadata = type(merged.metadata) == "table" and merged.metadata or json.object {}
   merged.metadata.resourceVersion = cur.metadata.resourceVersion
@@ -362,7 +380,8 @@ function rehearsal.prepare(client, method, path, query, body, ctype, spec, write
   if ok then return res end
   -- refused here as the run's server would refuse it: a verdict too
   if errors.is_error(res) then
-    rehearsal.verdict(client, { method = method, path = path, body = body, content_type = ctype }, "refused",
+    rehearsal.verdict(client, { method = method, path = path, body = body, content_type = ctype },
+      "refused",
       res.message .. (" (judged on %s)"):format(res.judged_on or "the rehearsal's version"))
   end
   error(res, 0)
@@ -382,7 +401,8 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
   if not write then
     if t.verb == "watch" then
       if ov._entries and next(ov._entries) ~= nil then
-        mark(state, ("watch of %s: the overlay's changes are not in it"):format(what(t.group, t.plural)))
+        mark(state, ("watch of %s: the overlay's changes are not in it")
+          :format(what(t.group, t.plural)))
       end
       return nil
     end
@@ -393,8 +413,8 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
     end
     if t.subresource ~= nil and t.subresource ~= "status" then
       if ov:entry(t.group, t.plural, t.ns, t.name) then
-        mark(state, ("%s of %s %s: read from the live server"):format(t.subresource, what(t.group, t.plural),
-          t.name))
+        mark(state, ("%s of %s %s: read from the live server")
+          :format(t.subresource, what(t.group, t.plural), t.name))
       end
       return nil
     end
@@ -406,7 +426,8 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
     return { answer = obj }
   end
   local send = { t = t, method = method, path = path, body = body, ctype = ctype, shown = shown,
-    original = { method = method, path = path, body = body, content_type = ctype }, projection = spec.projection }
+    original = { method = method, path = path, body = body, content_type = ctype },
+    projection = spec.projection }
   if method == "POST" and t.name == nil then
     -- a create: its name and namespace from the object
     local md = type(body) == "table" and type(body.metadata) == "table" and body.metadata or {}
@@ -437,7 +458,9 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
     send.op = "untracked"
     return send
   end
-  if e and e.state == "deleted" then refuse(method, shown, overlay.not_found(t.group, t.plural, t.name)) end
+  if e and e.state == "deleted" then
+    refuse(method, shown, overlay.not_found(t.group, t.plural, t.name))
+  end
   if e == nil and (method == "DELETE" or method == "PUT" or method == "PATCH") then
     -- the first write of a live object: what it was, for the plan's diff
     local read = spec.rehearsal_before
@@ -491,9 +514,11 @@ local function verdict(client, send, v, message)
   state.stats[key] = state.stats[key] + 1
   if send.inexact then mark(state, send.inexact) end
   local o = send.original or send
-  client:record_write { method = o.method, path = o.path, query = { dryRun = "All" }, content_type = o.content_type,
-    body = o.body, verdict = v, message = message, inexact = send.inexact, kind = send.kind,
-    validated_as = (send.method ~= o.method or send.path ~= o.path) and (send.method .. " " .. send.path) or nil }
+  client:record_write { method = o.method, path = o.path, query = { dryRun = "All" },
+    content_type = o.content_type, body = o.body, verdict = v, message = message,
+    inexact = send.inexact, kind = send.kind,
+    validated_as = (send.method ~= o.method or send.path ~= o.path)
+      and (send.method .. " " .. send.path) or nil }
 end
 
 rehearsal.verdict = function(...) return verdict(...) end
@@ -530,7 +555,8 @@ local function deleted(client, send, answer)
       and answer.metadata.deletionTimestamp ~= nil then
     local base = e and e.state == "present" and state.overlay:object(e) or patch.deepcopy(answer)
     base.metadata.deletionTimestamp = answer.metadata.deletionTimestamp
-    state.overlay:put(t.group, t.plural, base, { live = live, live_rv = e == nil and answer.metadata.resourceVersion
+    state.overlay:put(t.group, t.plural, base,
+      { live = live, live_rv = e == nil and answer.metadata.resourceVersion
       or nil, before = send.before, before_unknown = send.before_unknown })
     return answer
   end
@@ -553,17 +579,20 @@ function rehearsal.apply_locally(client, send, why)
     if o.method == "POST" or o.method == "PUT" then
       result = patch.deepcopy(o.body)
       if result.metadata and result.metadata.name == nil and result.metadata.generateName then
-        mark(client.rehearsal, "a generated name cannot be known without the server: the object is left out")
+        mark(client.rehearsal,
+          "a generated name cannot be known without the server: the object is left out")
         verdict(client, send, "not validated", why)
         return result
       end
     else
       -- the live object, read as the engine's own request
       local base = client:_internally(function()
-        return (client:call("GET", object_path({ group = t.group, version = t.version, plural = t.plural },
-          t.ns, t.name)))
+        return (client:call("GET",
+          object_path({ group = t.group, version = t.version, plural = t.plural }, t.ns, t.name)))
       end)
-      if send.before == nil and send.before_unknown == nil then send.before = patch.deepcopy(base) end
+      if send.before == nil and send.before_unknown == nil then
+        send.before = patch.deepcopy(base)
+      end
       local r, inexact = apply_here(t, base, o.method, o.content_type, o.body, send.shown)
       result, send.inexact = r, send.inexact or inexact
     end
@@ -575,7 +604,9 @@ end
 -- The kind of an object (for the write event: the object a write names),
 -- not of a Status.
 function object_kind(obj)
-  if type(obj) == "table" and type(obj.kind) == "string" and obj.kind ~= "Status" then return obj.kind end
+  if type(obj) == "table" and type(obj.kind) == "string" and obj.kind ~= "Status" then
+    return obj.kind
+  end
   return nil
 end
 
@@ -585,18 +616,20 @@ function rehearsal.finish(client, send, ok, body, st, attempts)
   local state = client.rehearsal
   if send.op == "list" then
     if not ok then error(body, 0) end
-    local tree = type(send.projection) == "table" and send.projection.items and send.projection.items["*"]
+    local tree = type(send.projection) == "table" and send.projection.items
+      and send.projection.items["*"]
     local t = send.t
-    local _, why = state.overlay:merge_page(body, { group = t.group, plural = t.plural, namespace = t.ns,
-      label_selector = send.label_selector, field_selector = send.field_selector, continue = send.continue,
+    local _, why = state.overlay:merge_page(body,
+      { group = t.group, plural = t.plural, namespace = t.ns, label_selector = send.label_selector,
+        field_selector = send.field_selector, continue = send.continue,
       project = tree and function(o) return projection.prune(o, tree) end or nil })
     if why then mark(state, why) end
     return body, st, attempts
   end
   if not ok then
     if errors.is_error(body) and body.code == 403 then
-      return rehearsal.apply_locally(client, send, "the dry-run write was refused (403): " .. body.message),
-        200, attempts or {}
+      return rehearsal.apply_locally(client, send,
+        "the dry-run write was refused (403): " .. body.message), 200, attempts or {}
     end
     send.kind = object_kind(send.before)
     verdict(client, send, "refused", errors.is_error(body) and body.message or tostring(body))

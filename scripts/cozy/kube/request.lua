@@ -20,7 +20,8 @@ local verbs = { POST = "create", PUT = "update", PATCH = "patch" }
 -- subresources. What is sent there or answered from there may hold a
 -- Secret's data, so the trace and the error messages leave it out.
 function request.is_secrets(path)
-  return path:match("^/api/v1/secrets") ~= nil or path:match("^/api/v1/namespaces/[^/]+/secrets") ~= nil
+  return path:match("^/api/v1/secrets") ~= nil
+    or path:match("^/api/v1/namespaces/[^/]+/secrets") ~= nil
 end
 
 -- The path's segments as the API server routes them: percent-decoded
@@ -34,7 +35,9 @@ local function split(path)
     return nil, "a malformed percent-escape"
   end
   local decoded = path:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)
-  if decoded:find("[%c #?]") then return nil, "a control character, space, '#' or '?' in the path" end
+  if decoded:find("[%c #?]") then
+    return nil, "a control character, space, '#' or '?' in the path"
+  end
   local parts = {}
   local body = decoded:match("^/(.-)/?$")
   if body == nil then return nil, "a path that does not start with '/'" end

@@ -32,7 +32,8 @@ function resource.new(c, api_version, plural, opts)
   validate.args(3, "resource(api_version, plural [, opts])",
     { { "api_version", api_version, "string" }, { "plural", plural, "string" } })
   opts = opts or {}
-  local base = api_version:find("/", 1, true) and ("/apis/" .. api_version) or ("/api/" .. api_version)
+  local base = api_version:find("/", 1, true) and ("/apis/" .. api_version)
+    or ("/api/" .. api_version)
   return setmetatable({
     client = c,
     api_version = api_version,
@@ -88,17 +89,19 @@ local function check_object(self, obj, ns, name, status, attempts)
   elseif obj.kind == "Status" or (type(obj.kind) == "string" and obj.kind:find("List$")) then
     why = ("the answer is a %s, not an object"):format(obj.kind)
   elseif obj.apiVersion ~= nil and obj.apiVersion ~= self.api_version then
-    why = ("the answer has apiVersion %s, not %s"):format(tostring(obj.apiVersion), self.api_version)
+    why = ("the answer has apiVersion %s, not %s")
+      :format(tostring(obj.apiVersion), self.api_version)
   elseif self.kind and obj.kind ~= nil and obj.kind ~= self.kind then
     why = ("the answer is a %s, not a %s"):format(tostring(obj.kind), self.kind)
   elseif type(obj.metadata) ~= "table" or obj.metadata.name ~= name then
-    why = ("the answer names %s, not %s"):format(tostring(type(obj.metadata) == "table" and obj.metadata.name), name)
+    why = ("the answer names %s, not %s"):format(tostring(type(obj.metadata) == "table"
+      and obj.metadata.name), name)
   elseif ns ~= nil and obj.metadata.namespace ~= nil and obj.metadata.namespace ~= ns then
     why = ("the answer is in namespace %s, not %s"):format(tostring(obj.metadata.namespace), ns)
   end
   if why then
-    error(errors.new { method = "GET", path = self:path(ns, name), code = status, reason = "InvalidResponse",
-      message = why, attempts = attempts })
+    error(errors.new { method = "GET", path = self:path(ns, name), code = status,
+      reason = "InvalidResponse", message = why, attempts = attempts })
   end
   return obj
 end
@@ -107,7 +110,8 @@ end
 -- metadata.namespace when the resource is namespaced?
 local function names_itself(self, o)
   local md = type(o) == "table" and o.metadata
-  return type(md) == "table" and type(md.name) == "string" and (not self.namespaced or type(md.namespace) == "string")
+  return type(md) == "table" and type(md.name) == "string"
+    and (not self.namespaced or type(md.namespace) == "string")
 end
 Resource._names_itself = names_itself
 
@@ -124,7 +128,8 @@ local function with_absent(o)
 end
 local function absent_opts(opts, what)
   if opts == nil then return false end
-  validate.arg(3, what, "opts", opts, with_absent, { says = 'a table whose absent is "skip" or "fail"' })
+  validate.arg(3, what, "opts", opts, with_absent,
+    { says = 'a table whose absent is "skip" or "fail"' })
   return opts.absent == "skip"
 end
 
@@ -134,7 +139,8 @@ end
 local function budgeted(self, opts, level)
   local retry = type(opts) == "table" and opts.retry or nil
   if retry == nil then return self end
-  return setmetatable({ client = self.client:with_budget(budget.new(retry, false, level + 1)) }, { __index = self })
+  return setmetatable({ client = self.client:with_budget(budget.new(retry, false, level + 1)) },
+    { __index = self })
 end
 resource.budgeted = budgeted
 
@@ -186,7 +192,8 @@ function Resource:create(obj, opts)
   self = budgeted(self, opts, 2)
   local ns = obj.metadata.namespace
   if self.namespaced and ns == nil then
-    error(("create(obj): %s is namespaced and obj.metadata.namespace is not set"):format(self.plural), 2)
+    error(("create(obj): %s is namespaced and obj.metadata.namespace is not set")
+      :format(self.plural), 2)
   end
   if if_absent then
     -- a client dry run sends no POST to learn that the object exists: it
@@ -221,7 +228,9 @@ function Resource:create(obj, opts)
         { path = path, name = obj.metadata.name, attempts = #res.attempts })
       return current, true
     end
-    res.message = res.message .. " (an earlier attempt may have landed, but the object read back differs from what was sent)"
+    res.message = res.message
+      .. " (an earlier attempt may have landed, but the object read back differs "
+      .. "from what was sent)"
   end
   error(res, 0)
 end
@@ -249,13 +258,14 @@ function Resource:apply(obj, opts)
     { says = ("a string (%s has no kind known to the client)"):format(self.plural) })
   local ns, name = body.metadata.namespace, body.metadata.name
   if self.namespaced and ns == nil then
-    error(("apply(obj, opts): %s is namespaced and obj.metadata.namespace is not set"):format(self.plural), 2)
+    error(("apply(obj, opts): %s is namespaced and obj.metadata.namespace is not set")
+      :format(self.plural), 2)
   end
   self = budgeted(self, opts, 2)
   local query = { { "fieldManager", opts.field_manager } }
   if opts.force then query[2] = { "force", "true" } end
-  return (self.client:call("PATCH", self:path(ns, name), { body = body, content_type = APPLY_PATCH, query = query,
-    retry_safe = true,
+  return (self.client:call("PATCH", self:path(ns, name),
+    { body = body, content_type = APPLY_PATCH, query = query, retry_safe = true,
     -- a client dry run: the applied fields merged into the object as it is
     -- (maps key by key, anything else replaced), without the field managers
     simulate = function() return patch.merge_patch(self:find(ns, name) or {}, body) end }))
@@ -356,8 +366,8 @@ end
 -- object, whether a write landed, and what compute's info was; raises
 -- what ended it otherwise (an absent object's 404 included).
 local function drive(self, ns, name, obj, compute, lean)
-  local ch = update.one(update.new { resource = self, ns = ns, name = name, obj = obj, compute = compute,
-    lean = lean })
+  local ch = update.one(update.new { resource = self, ns = ns, name = name, obj = obj,
+    compute = compute, lean = lean })
   if ch.state == "done" then return ch.result, ch.changed, ch.info end
   error(ch.err, 0)
 end
@@ -370,7 +380,8 @@ function Resource:update(a, ...)
   -- mutate gets its own copy: the object must stay intact as the base of a
   -- client dry run, and mutate must not be able to change it behind us
   return unless_absent(skip, function()
-    local obj_after, changed = drive(self, ns, name, obj, function(current) return mutate(patch.deepcopy(current)) end)
+    local obj_after, changed = drive(self, ns, name, obj,
+      function(current) return mutate(patch.deepcopy(current)) end)
     return obj_after, changed
   end)
 end

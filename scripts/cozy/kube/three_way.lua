@@ -49,10 +49,11 @@ local three_way = {}
 local null = json.null
 local equal, deepcopy, is_array = patch.equal, patch.deepcopy, patch.is_array
 
-local SERVER_SET = { resourceVersion = true, managedFields = true, generation = true, creationTimestamp = true,
-  uid = true, selfLink = true }
+local SERVER_SET = { resourceVersion = true, managedFields = true, generation = true,
+  creationTimestamp = true, uid = true, selfLink = true }
 
-local BY_NAME = { containers = true, initContainers = true, ephemeralContainers = true, volumes = true, env = true }
+local BY_NAME = { containers = true, initContainers = true, ephemeralContainers = true,
+  volumes = true, env = true }
 local BY_NAME_GROUPS = { [""] = true, apps = true, batch = true }
 
 local function absent(v) return v == nil or v == null end
@@ -173,17 +174,20 @@ local function patch_paths(p, path, keys, sets, directives, by_name)
       local field = k:match("^%$[%a]+/(.+)$")
       local at_keys = table.move(keys, 1, #keys, 1, {})
       if field then at_keys[#at_keys + 1] = field end
-      directives[#directives + 1] = { field and (path == "" and field or (path .. "." .. field)) or path, at_keys }
+      directives[#directives + 1] = { field and (path == "" and field or (path .. "." .. field))
+        or path, at_keys }
     elseif is_map(v) then
       keys[#keys + 1] = k
       patch_paths(v, sub, keys, sets, directives, by_name)
       keys[#keys] = nil
     elseif type(v) == "table" then
-      -- a list: a directive anywhere inside it but an element's own `$patch: delete` acts on the target's list
+      -- a list: a directive anywhere inside it but an element's own `$patch: delete` acts on the
+      -- target's list
       local function inside(x, top)
         if type(x) ~= "table" then return false end
         for kk, vv in pairs(x) do
-          if type(kk) == "string" and kk:sub(1, 1) == "$" and not (top and kk == "$patch" and vv == "delete") then
+          if type(kk) == "string" and kk:sub(1, 1) == "$"
+            and not (top and kk == "$patch" and vv == "delete") then
             return true
           end
           if inside(vv, false) then return true end
@@ -201,7 +205,8 @@ local function patch_paths(p, path, keys, sets, directives, by_name)
         end
       end
       if not directive and by_name and BY_NAME[k] then
-        -- a list merged by name: what the patch sets in an element it sets in the run's element of that name
+        -- a list merged by name: what the patch sets in an element it sets in the run's element of
+        -- that name
         for _, el in ipairs(v) do
           if is_map(el) and type(el.name) == "string" and el["$patch"] == nil then
             patch_paths(el, ("%s[name=%s]"):format(sub, el.name), {}, sets, {}, by_name)
@@ -230,7 +235,8 @@ local function applied_by(obj, manager)
   local mf = is_map(md) and md.managedFields
   if type(mf) ~= "table" then return nil end
   for _, m in ipairs(mf) do
-    if is_map(m) and m.manager == manager and m.operation == "Apply" and (m.subresource or "") == "" then
+    if is_map(m) and m.manager == manager and m.operation == "Apply"
+      and (m.subresource or "") == "" then
       return m.fieldsV1
     end
   end
@@ -263,7 +269,9 @@ local function element_order(merged, patch_names, original_names)
   local out, i, j = json.array {}, 1, 1
   while i <= #server_only or j <= #patched do
     local left, right = server_only[i], patched[j]
-    if right == nil or (left ~= nil and where[left.name] and where[right.name] and where[left.name] < where[right.name]) then
+    if right == nil
+      or (left ~= nil and where[left.name] and where[right.name]
+        and where[left.name] < where[right.name]) then
       out[#out + 1] = left
       i = i + 1
     else
@@ -280,12 +288,16 @@ local function strategic_named(target, p, path, by_name)
   local original_names, by = named(target)
   if original_names == nil then return nil, path .. " is not a list of named elements" end
   local merged = json.array {}
-  for _, el in ipairs(type(target) == "table" and target or {}) do merged[#merged + 1] = deepcopy(el) end
+  for _, el in ipairs(type(target) == "table" and target or {}) do
+    merged[#merged + 1] = deepcopy(el)
+  end
   local index = {}
   for i, n in ipairs(original_names) do index[n] = i end
   local patch_names, deleted = {}, {}
   for _, pe in ipairs(p) do
-    if not is_map(pe) or type(pe.name) ~= "string" then return nil, path .. " has an element without a name" end
+    if not is_map(pe) or type(pe.name) ~= "string" then
+      return nil, path .. " has an element without a name"
+    end
     local sub = ("%s[name=%s]"):format(path, pe.name)
     if pe["$patch"] == "delete" then
       deleted[pe.name] = true
@@ -353,7 +365,8 @@ end
 -- none).
 function three_way.merge(l, s, o, opts)
   opts = opts or {}
-  local ctx = { conflicts = {}, patch_sets = {}, by_name = BY_NAME_GROUPS[opts.group or ""] == true }
+  local ctx = { conflicts = {}, patch_sets = {},
+    by_name = BY_NAME_GROUPS[opts.group or ""] == true }
   local directives = {}
   if is_map(opts.patch) then
     local sets = {}
@@ -366,9 +379,12 @@ function three_way.merge(l, s, o, opts)
       ctx.conflicts[#ctx.conflicts + 1] = (d[1] == "" and "." or d[1]) .. " (a patch directive)"
     end
   end
-  if opts.apply and not same(applied_by(o, opts.field_manager), applied_by(l, opts.field_manager)) then
-    -- an earlier apply of this manager in the rehearsal: the fields this one would remove from O are not L's
-    ctx.conflicts[#ctx.conflicts + 1] = ("metadata.managedFields (fields applied by %s earlier in the rehearsal)")
+  if opts.apply
+    and not same(applied_by(o, opts.field_manager), applied_by(l, opts.field_manager)) then
+    -- an earlier apply of this manager in the rehearsal: the fields this one would remove from O
+    -- are not L's
+    ctx.conflicts[#ctx.conflicts + 1] = ("metadata.managedFields (fields applied by %s earlier "
+      .. "in the rehearsal)")
       :format(tostring(opts.field_manager))
   end
   if opts.apply and not same(o, l) then
@@ -381,7 +397,9 @@ function three_way.merge(l, s, o, opts)
       end
       if is_map(lv) and is_map(sv) then
         for k, v in pairs(lv) do
-          if not (path == "metadata" and SERVER_SET[k]) then removed(v, sv[k], path == "" and k or (path .. "." .. k)) end
+          if not (path == "metadata" and SERVER_SET[k]) then
+            removed(v, sv[k], path == "" and k or (path .. "." .. k))
+          end
         end
       end
     end

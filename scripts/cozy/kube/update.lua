@@ -33,7 +33,9 @@ local update = {}
 -- Did any attempt end in a way that leaves the write's fate unknown?
 function update.uncertain(attempts)
   for _, a in ipairs(attempts or {}) do
-    if a.code == 0 or a.code == 500 or a.code == 502 or a.code == 503 or a.code == 504 then return true end
+    if a.code == 0 or a.code == 500 or a.code == 502 or a.code == 503 or a.code == 504 then
+      return true
+    end
   end
   return false
 end
@@ -134,8 +136,8 @@ function Change:settle(ok, res)
     c.stats.conflicts = c.stats.conflicts + 1
     if uncertain(res.attempts) then self.maybe_applied = true end
     if c.log then
-      c.log:debug("update conflict: re-reading and recomputing", { path = self:path(), attempt = self.attempt,
-        code = res.code, resourceVersion = self.rv })
+      c.log:debug("update conflict: re-reading and recomputing",
+        { path = self:path(), attempt = self.attempt, code = res.code, resourceVersion = self.rv })
     end
     local delay = self.wait()
     local why
@@ -152,7 +154,9 @@ function Change:settle(ok, res)
     if self.on_conflict then self.on_conflict(self, res, delay) end
     return nil
   end
-  if errors.is_error(res) and res.absent == "object" then return self:_end("absent", { err = res }) end
+  if errors.is_error(res) and res.absent == "object" then
+    return self:_end("absent", { err = res })
+  end
   return self:_end("failed", { err = res })
 end
 
@@ -253,7 +257,8 @@ function update.run(client, pull, concurrency, ended)
       if read ~= nil then
         -- the live original of a rehearsed write: into its spec, then the write
         ch.before_req = nil
-        local ok, got = pcall(rehearsal.took_before, client, read, status, body, attempts, warnings, decode_error)
+        local ok, got = pcall(rehearsal.took_before, client, read, status, body, attempts, warnings,
+          decode_error)
         local next_id
         if ok then
           ch.held[3].rehearsal_before = got
@@ -268,7 +273,8 @@ function update.run(client, pull, concurrency, ended)
           advance(ch)
         end
       else
-        ch.settle(ch, pcall(client.finish, client, ch.req, status, body, attempts, warnings, decode_error))
+        ch.settle(ch,
+          pcall(client.finish, client, ch.req, status, body, attempts, warnings, decode_error))
         advance(ch)
       end
     end

@@ -73,15 +73,21 @@ local function rolled_out(obj)
     return false, "waiting for the controller to observe the latest spec"
   end
   for _, c in ipairs(conditions_of(obj)) do
-    if type(c) == "table" and c.type == "Progressing" and c.reason == "ProgressDeadlineExceeded" then
+    if type(c) == "table" and c.type == "Progressing"
+      and c.reason == "ProgressDeadlineExceeded" then
       return false, "exceeded its progress deadline", true
     end
   end
   local want = spec.replicas == nil and 1 or int(spec.replicas)
-  local updated, replicas, available = int(st.updatedReplicas), int(st.replicas), int(st.availableReplicas)
+  local updated, replicas, available = int(st.updatedReplicas), int(st.replicas),
+    int(st.availableReplicas)
   if updated < want then return false, ("%d of %d updated replicas"):format(updated, want) end
-  if replicas > updated then return false, ("%d old replicas pending termination"):format(replicas - updated) end
-  if available < updated then return false, ("%d of %d updated replicas available"):format(available, updated) end
+  if replicas > updated then
+    return false, ("%d old replicas pending termination"):format(replicas - updated)
+  end
+  if available < updated then
+    return false, ("%d of %d updated replicas available"):format(available, updated)
+  end
   return true
 end
 described[rolled_out] = "rolled out"
@@ -92,10 +98,12 @@ described[rolled_out] = "rolled out"
 -- of them exactly. The annotation, not tls.crt: it is cert-manager's
 -- record of what it issued, and what the platform's script 50 waits on.
 local function alt_names(names)
-  validate.arg(2, "alt_names(names)", "names", names, function(v) return type(v) == "table" and #v > 0 end,
-    { says = "a non-empty array" })
+  validate.arg(2, "alt_names(names)", "names", names,
+    function(v) return type(v) == "table" and #v > 0 end, { says = "a non-empty array" })
   local wanted = {}
-  for i, n in ipairs(names) do wanted[i] = validate.arg(2, "alt_names(names)", "each name", n, "non-empty string") end
+  for i, n in ipairs(names) do
+    wanted[i] = validate.arg(2, "alt_names(names)", "each name", n, "non-empty string")
+  end
   local fn = function(obj)
     local ann = type(obj.metadata) == "table" and type(obj.metadata.annotations) == "table"
       and obj.metadata.annotations["cert-manager.io/alt-names"]
@@ -125,7 +133,8 @@ end
 
 -- opts -> test(obj or nil) -> met, why, fatal; and what it waits for, in words.
 local function judge_of(opts)
-  local n = (opts.condition ~= nil and 1 or 0) + (opts.deleted and 1 or 0) + (opts.created and 1 or 0)
+  local n = (opts.condition ~= nil and 1 or 0) + (opts.deleted and 1 or 0) + (opts.created and 1
+    or 0)
   if n ~= 1 then error("wait: give exactly one of condition, deleted = true, created = true", 4) end
   if opts.deleted then
     return function(obj) return obj == nil, "it still exists" end, "deleted"
@@ -137,14 +146,17 @@ local function judge_of(opts)
   if type(c) == "string" then
     test = condition_is(c)
   elseif type(c) == "table" then
-    validate.args(4, "wait", { { "condition.type", c.type, "string" }, { "condition.status", c.status, "string", true } })
+    validate.args(4, "wait",
+      { { "condition.type", c.type, "string" }, { "condition.status", c.status, "string", true } })
     test = condition_is(c.type, c.status)
   elseif type(c) == "function" then
     test = c
   else
-    validate.arg(4, "wait", "condition", c, "function", { says = "a function(obj), a condition type or { type =, status = }" })
+    validate.arg(4, "wait", "condition", c, "function",
+      { says = "a function(obj), a condition type or { type =, status = }" })
   end
-  local what = described[test] or (type(opts.what) == "string" and errors.safe_text(opts.what)) or "to meet its condition"
+  local what = described[test] or (type(opts.what) == "string" and errors.safe_text(opts.what))
+    or "to meet its condition"
   return function(obj)
     if obj == nil then return false, "it does not exist" end
     local met, why, fatal = test(obj)
@@ -188,7 +200,8 @@ local function apply_events(body, state)
       local md = type(ev.object.metadata) == "table" and ev.object.metadata or {}
       if ev.type == "ERROR" then
         if int(ev.object.code) == 410 then return "gone" end
-        error(kerrors.new { method = "GET", path = "(watch)", code = int(ev.object.code), reason = ev.object.reason,
+        error(kerrors.new { method = "GET", path = "(watch)", code = int(ev.object.code),
+          reason = ev.object.reason,
           message = "watch error: " .. errors.safe_text(ev.object.message) }, 0)
       elseif ev.type == "ADDED" or ev.type == "MODIFIED" then
         state.obj, state.rv, seen = ev.object, md.resourceVersion or state.rv, true
@@ -205,19 +218,21 @@ end
 -- Waits on object `name` (in namespace ns) of resource `res` (a cozy.kube
 -- resource of the step's view). opts: condition | deleted | created,
 -- timeout (seconds), what (words for a condition function). log: the
--- step's logger; mode: the step's ("check" reads once). Returns the object as last seen (nil when deleted or
--- absent) and { met =, waited = seconds, events =, relists =, once = }
+-- step's logger; mode: the step's ("check" reads once). Returns the object as last seen (nil when
+-- deleted or absent) and { met =, waited = seconds, events =, relists =, once = }
 -- (once: read once and judged, not waited: check, a dry run). Raises kind
 -- "migration" when the timeout passes, or the condition says it never will.
 function wait.run(res, ns, name, opts, log, mode)
-  validate.args(3, "wait", { { "name", name, "non-empty string" }, { "opts", opts, "table", true } })
+  validate.args(3, "wait",
+    { { "name", name, "non-empty string" }, { "opts", opts, "table", true } })
   opts = opts or {}
   if res.namespaced and (type(ns) ~= "string" or ns == "") then
     error("wait: opts.namespace is required for namespaced " .. tostring(res.plural), 3)
   end
   if not res.namespaced then ns = nil end
   local timeout = opts.timeout or wait.DEFAULT_TIMEOUT
-  validate.arg(3, "wait", "timeout", timeout, function(v) return type(v) == "number" and v > 0 and v < math.huge end,
+  validate.arg(3, "wait", "timeout", timeout,
+    function(v) return type(v) == "number" and v > 0 and v < math.huge end,
     { says = "a positive number of seconds" })
   local test, what = judge_of(opts)
   local subject = ("%s %s"):format(target(res, ns, name), what)
@@ -238,12 +253,14 @@ function wait.run(res, ns, name, opts, log, mode)
     if met then
       log:write("info", ("wait for %s: met already"):format(subject))
     elseif view.rehearsal then
-      rehearsal.mark(view.rehearsal, ("waited on a controller's work: %s%s"):format(subject, because(why)))
-      log:write("info", ("wait for %s: not met in the rehearsal%s: a controller's work, taken as done")
+      rehearsal.mark(view.rehearsal, ("waited on a controller's work: %s%s")
+        :format(subject, because(why)))
+      log:write("info",
+        ("wait for %s: not met in the rehearsal%s: a controller's work, taken as done")
         :format(subject, because(why)))
     else
-      log:write("info", ("wait for %s: not met now%s; not waited on in %s"):format(subject, because(why),
-        view.dry_run and "a dry run" or "check"))
+      log:write("info", ("wait for %s: not met now%s; not waited on in %s")
+        :format(subject, because(why), view.dry_run and "a dry run" or "check"))
     end
     return finish(state.obj, met)
   end
@@ -257,8 +274,8 @@ function wait.run(res, ns, name, opts, log, mode)
     end
     local remaining = deadline - sys.monotime()
     if remaining <= 0 then
-      errors.raise("migration", ("wait for %s: timed out after %ss%s"):format(subject, tostring(timeout),
-        because(why)), { waited = sys.monotime() - t0 })
+      errors.raise("migration", ("wait for %s: timed out after %ss%s")
+        :format(subject, tostring(timeout), because(why)), { waited = sys.monotime() - t0 })
     end
     local seconds = math.max(1, math.min(wait.MAX_WATCH, math.ceil(remaining)))
     local query = { { "watch", "true" }, { "fieldSelector", "metadata.name=" .. name },
@@ -266,7 +283,8 @@ function wait.run(res, ns, name, opts, log, mode)
     if state.rv then table.insert(query, 2, { "resourceVersion", state.rv }) end
     -- the transfer's own bound: the server's timeoutSeconds, and some
     -- seconds for a server that does not keep it
-    local ok, body = pcall(view.call, view, "GET", path, { query = query, first_line = true, timeout = seconds + 10 })
+    local ok, body = pcall(view.call, view, "GET", path,
+      { query = query, first_line = true, timeout = seconds + 10 })
     local outcome
     if ok then
       outcome = apply_events(body, state)

@@ -45,7 +45,8 @@ local function method(facade, fn)
       if rawequal(v, wrapper) then key = k end
     end
     if where:find("^[%w_.]+$") then
-      error(("%s.%s called with '.': call it with ':' (%s:%s(...))"):format(where, key, where, key), 2)
+      error(("%s.%s called with '.': call it with ':' (%s:%s(...))")
+        :format(where, key, where, key), 2)
     end
     error(("%s called with '.' on %s: call it with ':' (x:%s(...))"):format(key, where, key), 2)
   end
@@ -64,7 +65,9 @@ end
 -- keeps a migration's table, function or metatable.
 local function plain(v, depth)
   local t = type(v)
-  if t == "string" or t == "number" or t == "boolean" or v == json.null or v == nil then return v end
+  if t == "string" or t == "number" or t == "boolean" or v == json.null or v == nil then
+    return v
+  end
   if t ~= "table" or (depth or 0) > 32 then return errors.safe_text(v) end
   local out = {}
   for k, x in next, v do
@@ -91,7 +94,8 @@ local function located(fields)
   return out
 end
 
-local pager_fields = { pages = true, count = true, restarts = true, skipped = true, resource_version = true }
+local pager_fields = { pages = true, count = true, restarts = true, skipped = true,
+  resource_version = true }
 
 local function pager_facade(p)
   local f = {}
@@ -103,7 +107,8 @@ local function pager_facade(p)
   })
 end
 
-local list_options = { "namespace", "label_selector", "field_selector", "limit", "project", "retry" }
+local list_options = { "namespace", "label_selector", "field_selector", "limit", "project",
+  "retry" }
 
 -- "Kind ns/name" of an object, for log lines.
 local function describe(res, obj)
@@ -113,7 +118,8 @@ local function describe(res, obj)
 end
 
 local function resource_facade(res, logger, warned, mode)
-  local r = { api_version = res.api_version, plural = res.plural, namespaced = res.namespaced, kind = res.kind }
+  local r = { api_version = res.api_version, plural = res.plural, namespaced = res.namespaced,
+    kind = res.kind }
   -- wait(ns, name, opts) (namespaced) or wait(name, opts): cozy.kube.wait
   r.wait = method(r, function(...)
     if res.namespaced then
@@ -131,7 +137,8 @@ local function resource_facade(res, logger, warned, mode)
     opts = opts or {}
     local label = errors.safe_text(opts.label or res.plural)
     local name_of = opts.describe or function(item) return describe(res, item) end
-    -- items read or made one at a time (a list, a function) say how many there will be in opts.total
+    -- items read or made one at a time (a list, a function) say how many there will be in
+    -- opts.total
     local total = math.tointeger(opts.total) or type(items) == "table" and #items or nil
     local progress = total and total > 0 and logger:progress(label, total) or nil
     local counts, failures = res:update_each(items, edit, {
@@ -142,13 +149,14 @@ local function resource_facade(res, logger, warned, mode)
       project = opts.project,
       retry = opts.retry,
       on_absent = function(item, value)
-        logger:write("info", ("%s: deleted since the list, %s"):format(errors.safe_text(name_of(item, value)),
-          errors.safe_text(opts.absent_note or "skipped")))
+        logger:write("info", ("%s: deleted since the list, %s")
+          :format(errors.safe_text(name_of(item, value)),
+            errors.safe_text(opts.absent_note or "skipped")))
         if opts.on_absent then opts.on_absent(item, value) end
       end,
       on_failure = function(item, value, f)
-        warned(("%s: failed, %s %s: %s"):format(errors.safe_text(name_of(item, value)), tostring(f.code),
-          errors.safe_text(f.reason), errors.safe_text(f.message)))
+        warned(("%s: failed, %s %s: %s"):format(errors.safe_text(name_of(item, value)),
+          tostring(f.code), errors.safe_text(f.reason), errors.safe_text(f.message)))
         if opts.on_failure then opts.on_failure(item, value, plain(f)) end
       end,
       progress = progress,
@@ -156,12 +164,13 @@ local function resource_facade(res, logger, warned, mode)
     if progress then progress:done() end
     if opts.summary ~= false then
       local failed = counts.failed and (", %d failed"):format(counts.failed) or ""
-      logger:write("info", ("%s: %d changed, %d unchanged, %d deleted since the list%s"):format(label,
-        counts.changed, counts.unchanged, counts.absent, failed), counts)
+      logger:write("info", ("%s: %d changed, %d unchanged, %d deleted since the list%s")
+        :format(label, counts.changed, counts.unchanged, counts.absent, failed), counts)
     end
     return counts, failures
   end)
-  for _, name in ipairs({ "get", "find", "create", "apply", "merge_patch", "json_patch", "delete", "update", "change",
+  for _, name in ipairs({ "get", "find", "create", "apply", "merge_patch", "json_patch", "delete",
+    "update", "change",
       "read_back", "path", "collection_path" }) do
     local fn = res[name]
     r[name] = method(r, function(...) return fn(res, ...) end)
@@ -190,8 +199,8 @@ end
 local function call_spec(spec)
   if spec == nil then return nil end
   validate.arg(3, "call(method, path, spec)", "spec", spec, "table")
-  return { query = spec.query, body = spec.body, content_type = spec.content_type, timeout = spec.timeout,
-    retry = spec.retry }
+  return { query = spec.query, body = spec.body, content_type = spec.content_type,
+    timeout = spec.timeout, retry = spec.retry }
 end
 
 local function kube_facade(view, logger, warned, mode)
@@ -204,10 +213,13 @@ local function kube_facade(view, logger, warned, mode)
     if res == nil and type(resource) == "string" then
       local why
       res, why = view:lookup(resource)
-      if res == nil then error(("wait: %s is not served (%s)"):format(resource, errors.safe_text(why)), 2) end
+      if res == nil then
+        error(("wait: %s is not served (%s)"):format(resource, errors.safe_text(why)), 2)
+      end
     end
-    validate.args(2, "wait(resource, name, opts)", { { "resource", res, function(r) return r ~= nil end,
-      { says = "a resource of ctx.kube or its name" } }, { "opts", opts, "table", true } })
+    validate.args(2, "wait(resource, name, opts)",
+      { { "resource", res, function(r) return r ~= nil end,
+        { says = "a resource of ctx.kube or its name" } }, { "opts", opts, "table", true } })
     return wait.run(res, opts and opts.namespace, name, opts, logger, mode)
   end)
   -- the client's live counters, seen through a view: the table the client
@@ -215,14 +227,15 @@ local function kube_facade(view, logger, warned, mode)
   k.stats = sandbox.view(view.stats, "ctx.kube.stats")
   k.resource = method(k, function(api_version, plural, opts)
     validate.arg(2, "resource(api_version, plural, opts)", "opts", opts, "table", true)
-    return resource_facade(view:resource(api_version, plural, opts and { namespaced = opts.namespaced, kind = opts.kind }),
-      logger, warned, mode)
+    return resource_facade(view:resource(api_version, plural,
+      opts and { namespaced = opts.namespaced, kind = opts.kind }), logger, warned, mode)
   end)
   -- an API error of one request (not a stop): what a best-effort loop of a
   -- migration's own logs and goes on from (kube.errors.is_item_error)
   k.is_item_error = method(k, function(v) return kerrors.is_item_error(v) end)
   k.call = method(k, function(http_method, path, spec)
-    validate.args(2, "call(method, path [, spec])", { { "method", http_method, "string" }, { "path", path, "string" } })
+    validate.args(2, "call(method, path [, spec])",
+      { { "method", http_method, "string" }, { "path", path, "string" } })
     return view:call(http_method, path, call_spec(spec))
   end)
   k.get_path = method(k, function(path, query) return view:get_path(path, query) end)
@@ -250,7 +263,8 @@ local function kube_facade(view, logger, warned, mode)
     opts = opts or {}
     local found, about = view:lookup(name)
     if found == nil then
-      logger:write("info", ("%s not served (%s): nothing to change"):format(errors.safe_text(name), errors.safe_text(about)))
+      logger:write("info", ("%s not served (%s): nothing to change")
+        :format(errors.safe_text(name), errors.safe_text(about)))
       return nil, about
     end
     local res, listing = resource_facade(found, logger, warned, mode), {}
@@ -307,7 +321,8 @@ end
 -- words a change for both ("{adding|would add}"); check (a walk's) words it
 -- as plan does.
 local function worded(template, mode)
-  return (template:gsub("{([^|{}]*)|([^|{}]*)}", function(run, plan) return mode == "run" and run or plan end))
+  return (template:gsub("{([^|{}]*)|([^|{}]*)}",
+    function(run, plan) return mode == "run" and run or plan end))
 end
 context.worded = worded
 
@@ -329,7 +344,8 @@ local function log_facade(logger, outcome, mode)
   l.progress = method(l, function(label, total)
     return progress_facade(logger:progress(errors.safe_text(label), math.tointeger(total) or total))
   end)
-  l.with = method(l, function(tags) return log_facade(logger:with(plain(tags or {})), outcome, mode) end)
+  l.with = method(l,
+    function(tags) return log_facade(logger:with(plain(tags or {})), outcome, mode) end)
   return seal(l, "ctx.log")
 end
 
@@ -345,9 +361,12 @@ local function outcome_recorder(outcome, logger)
   return function(fields)
     validate.arg(2, "ctx:outcome(fields)", "fields", fields, "table")
     for k, v in next, fields do
-      if type(k) ~= "string" or k == "" or #k > context.OUTCOME_LIMITS.key or k:find("%c") or not utf8.len(k) then
-        error(("ctx:outcome: keys must be texts of 1 to %d bytes without control characters, got %s")
-          :format(context.OUTCOME_LIMITS.key, bounded_text(type(k) == "string" and ("%q"):format(k) or type(k))), 2)
+      if type(k) ~= "string" or k == "" or #k > context.OUTCOME_LIMITS.key or k:find("%c")
+        or not utf8.len(k) then
+        error(("ctx:outcome: keys must be texts of 1 to %d bytes without control "
+          .. "characters, got %s")
+          :format(context.OUTCOME_LIMITS.key,
+            bounded_text(type(k) == "string" and ("%q"):format(k) or type(k))), 2)
       end
       validate.arg(2, "ctx:outcome", k, v, { "number", "string", "boolean" }, { show = "got" })
     end
@@ -357,7 +376,8 @@ local function outcome_recorder(outcome, logger)
       -- a ratio of nothing (0/0) is data, not a mistake in the code: it is
       -- left out with a warning rather than failing the step
       if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
-        logger:write("warn", ("ctx:outcome: %s is %s, not a finite number: left out of the history"):format(k, tostring(v)))
+        logger:write("warn", ("ctx:outcome: %s is %s, not a finite number: left out of the history")
+          :format(k, tostring(v)))
         goto continue
       end
       for _ in next, outcome.counts do n = n + 1 end
@@ -408,7 +428,8 @@ function context.new(opts)
   -- stamp (docs/operations.md, "Steps that leave the version"). The last
   -- call's reason is the one recorded.
   ctx.leave_version = method(ctx, function(reason)
-    validate.arg(2, "ctx:leave_version(reason)", "reason", reason, function(v) return type(v) == "string" and v:find("%S") end,
+    validate.arg(2, "ctx:leave_version(reason)", "reason", reason,
+      function(v) return type(v) == "string" and v:find("%S") end,
       { says = "a non-empty string saying what is left to do" })
     if outcome ~= nil then outcome.leave = bounded_text(reason) end
   end)
@@ -432,7 +453,8 @@ function context.new(opts)
       { "severity", severity, { one_of = { "info", "warn", "block" } }, { show = "got" } },
       { "fields", fields, "table", true },
     })
-    local f = { severity = severity, message = errors.safe_text(message), fields = fields and plain(located(fields)) or nil }
+    local f = { severity = severity, message = errors.safe_text(message),
+      fields = fields and plain(located(fields)) or nil }
     findings[#findings + 1] = f
     seen[#seen + 1] = plain(f)
     local level = severity == "info" and "info" or (severity == "warn" and "warn" or "error")

@@ -30,12 +30,13 @@ end
 -- server (SelfSubjectAccessReview) whether this runner may do what the
 -- migration needs.
 -- `tools` and `finally`: cozy.runner.tools and cozy.runner.finally.
-local allowed_keys = { description = true, run = true, check = true, walk = true, permissions = true, timeout = true,
-  parameters = true, files = true, tools = true, finally = true }
+local allowed_keys = { description = true, run = true, check = true, walk = true,
+  permissions = true, timeout = true, parameters = true, files = true, tools = true,
+  finally = true }
 
 -- A declared permission: what `check` asks and `rbac` grants.
-local permission_keys = { verb = true, group = true, resource = true, subresource = true, namespace = true,
-  name = true }
+local permission_keys = { verb = true, group = true, resource = true, subresource = true,
+  namespace = true, name = true }
 
 -- A copy of what a migration file returned, read with next and rawget
 -- only: a table with a metatable is refused, so validating the definition
@@ -44,7 +45,9 @@ local permission_keys = { verb = true, group = true, resource = true, subresourc
 -- pass validation and then change).
 local function plain_copy(v, file, depth)
   if type(v) ~= "table" then return v end
-  if debug.getmetatable(v) ~= nil then invalid(file, "the migration table must be plain data: a table in it has a metatable") end
+  if debug.getmetatable(v) ~= nil then
+    invalid(file, "the migration table must be plain data: a table in it has a metatable")
+  end
   if depth > 4 then invalid(file, "the migration table is nested too deeply") end
   local c = {}
   for k, x in next, v do c[k] = plain_copy(x, file, depth + 1) end
@@ -55,12 +58,15 @@ end
 -- the file. Returns the validated copy, which is what the engine uses.
 function discovery.validate_definition(def, file)
   if type(def) ~= "table" then
-    invalid(file, "must return a table { description = ..., run = function(ctx) ... end }, got %s", { type(def) })
+    invalid(file, "must return a table { description = ..., run = function(ctx) ... end }, got %s",
+      { type(def) })
   end
   def = plain_copy(def, file, 1)
   for k in pairs(def) do
     if not allowed_keys[k] then
-      invalid(file, "unexpected field %q in the migration table (allowed: description, run, check, walk, permissions, "
+      invalid(file,
+        "unexpected field %q in the migration table (allowed: description, run, check, "
+        .. "walk, permissions, "
         .. "timeout, parameters, files, tools, finally)",
         { tostring(k) })
     end
@@ -101,7 +107,8 @@ function discovery.validate_definition(def, file)
         end
       end
       if not ok then
-        invalid(file, "permissions[%d] must be { verb = string, resource = string, group = string or nil, "
+        invalid(file,
+          "permissions[%d] must be { verb = string, resource = string, group = string or nil, "
           .. "subresource, namespace, name = string or nil, check_only = true or nil }", { i })
       end
     end
@@ -159,11 +166,14 @@ end
 -- Loads a Lua migration's source into the sandbox and validates it.
 local function load_lua(m)
   local def, err, stopped = sandbox.load(m.source, m.file, nil, m.compiled)
-  if stopped == "signal" then errors.raise("interrupted", m.file .. ": " .. err, { file = m.file }) end
+  if stopped == "signal" then
+    errors.raise("interrupted", m.file .. ": " .. err, { file = m.file })
+  end
   if stopped then errors.raise("invalid", m.file .. ": " .. err, { file = m.file }) end
   if def == nil then
     if err == nil then
-      invalid(m.file, "returned nothing: must return a table { description = ..., run = function(ctx) ... end }")
+      invalid(m.file,
+        "returned nothing: must return a table { description = ..., run = function(ctx) ... end }")
     end
     -- syntax errors already read "file:line: message"
     errors.raise("invalid", tostring(err), { file = m.file })
@@ -198,7 +208,9 @@ function discovery.directory(opts)
   if opts.migrations then return opts.migrations end
   local env = os.getenv("COZY_MIGRATE_MIGRATIONS")
   if env ~= nil then return env ~= "" and env or nil end
-  if sys.stat(discovery.DEFAULT_DIRECTORY) == "directory" then return discovery.DEFAULT_DIRECTORY end
+  if sys.stat(discovery.DEFAULT_DIRECTORY) == "directory" then
+    return discovery.DEFAULT_DIRECTORY
+  end
   return nil
 end
 
@@ -277,12 +289,14 @@ function discovery.discover(opts)
     for _, m in ipairs(listed) do
       local same = builtin_by_name[m.filename]
       if same then
-        invalid(m.file, "shadows the built-in %s: a directory adds migrations to the built-in set and cannot "
+        invalid(m.file,
+          "shadows the built-in %s: a directory adds migrations to the built-in set and cannot "
           .. "replace one (--no-builtin runs the directory's set alone)", { same.file })
       end
       local other = builtin_by_number[m.number]
       if other and m.kind == "lua" then
-        invalid(m.file, "migration number %d is also built in (%s): a directory adds migrations to the "
+        invalid(m.file,
+          "migration number %d is also built in (%s): a directory adds migrations to the "
           .. "built-in set and cannot replace one (--no-builtin runs the directory's set alone)",
           { m.number, other.file })
       elseif other then
@@ -331,7 +345,9 @@ function discovery.span(set, from, to)
   for _, m in ipairs(set.migrations) do
     if m.number >= to then break end
     if m.number >= from then
-      if m.number > next_version then out[#out + 1] = { gap = next_version, through = m.number - 1 } end
+      if m.number > next_version then
+        out[#out + 1] = { gap = next_version, through = m.number - 1 }
+      end
       out[#out + 1] = { migration = m }
       next_version = m.number + 1
     end

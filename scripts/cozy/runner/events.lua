@@ -53,7 +53,8 @@ function events.recorder(o)
   end
   return setmetatable({ connect = o.connect, log = o.log, off = o.off, last_nano = 0,
     instance = text.prefix(text.safe(o.identity or "unknown"), events.FIELD_LIMIT),
-    configmap = { apiVersion = "v1", kind = "ConfigMap", name = o.configmap, namespace = o.namespace },
+    configmap = { apiVersion = "v1", kind = "ConfigMap", name = o.configmap,
+      namespace = o.namespace },
     pod = pod, written = 0, failed = 0 }, Recorder)
 end
 
@@ -120,8 +121,8 @@ function Recorder:emit(reason, action, note)
     local now = sys.time()
     for _, regarding in ipairs { self.configmap, self.pod } do
       if self.off then return end
-      local cok, cerr = pcall(self.events.create, self.events, self:object(regarding, reason, action, note, now),
-        { retry = events.RETRY })
+      local cok, cerr = pcall(self.events.create, self.events,
+        self:object(regarding, reason, action, note, now), { retry = events.RETRY })
       if cok then self.written = self.written + 1 else self:failure(cerr) end
     end
   end)

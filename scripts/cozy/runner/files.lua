@@ -39,13 +39,14 @@ function files.validate(map, params, invalid)
     if type(p) == "table" and p.name then declared[p.name] = p end
   end
   for k, v in next, map do
-    checked("files: key " .. errors.safe_text(k), k, function(x) return type(x) == "string" and x:find(KEY) end,
-      ("a name (%s)"):format(KEY))
+    checked("files: key " .. errors.safe_text(k), k,
+      function(x) return type(x) == "string" and x:find(KEY) end, ("a name (%s)"):format(KEY))
     checked("files." .. k, v, "string", "a path or \"$PARAMETER\"")
     local param = v:match("^%$([A-Z_][A-Z0-9_]*)$")
     if param then
       if not declared[param] then
-        invalid(("files.%s names parameter %s, which `parameters` does not declare"):format(k, param))
+        invalid(("files.%s names parameter %s, which `parameters` does not declare")
+          :format(k, param))
       end
     elseif v:sub(1, 1) ~= "/" or v:find("%c") then
       invalid(("files.%s must be an absolute path or \"$PARAMETER\", got %q"):format(k, v))
@@ -62,7 +63,8 @@ function files.resolve(m, values)
     local param = v:match("^%$([A-Z_][A-Z0-9_]*)$")
     local path = param and values[param] or v
     if param and (path == nil or path:sub(1, 1) ~= "/") then
-      errors.raise("usage", ("migration %s: files.%s comes from parameter %s, whose value %s is not an absolute path")
+      errors.raise("usage",
+        ("migration %s: files.%s comes from parameter %s, whose value %s is not an absolute path")
         :format(m.name, k, param, path == nil and "(unset, no default)" or ("%q"):format(path)),
         { migration = m.name, parameter = param })
     end
@@ -85,9 +87,15 @@ local function denied(message) errors.raise("denied", "ctx.files: " .. message) 
 
 local function checked_relative(rel)
   if rel == nil then return nil end
-  if type(rel) ~= "string" or rel == "" or #rel > 4096 then denied("a relative path must be a non-empty string") end
-  if rel:find("%z") or rel:find("%c") then denied(("%q: control characters in a path"):format(rel)) end
-  if rel:sub(1, 1) == "/" then denied(("%q is absolute: paths are relative to a declared one"):format(rel)) end
+  if type(rel) ~= "string" or rel == "" or #rel > 4096 then
+    denied("a relative path must be a non-empty string")
+  end
+  if rel:find("%z") or rel:find("%c") then
+    denied(("%q: control characters in a path"):format(rel))
+  end
+  if rel:sub(1, 1) == "/" then
+    denied(("%q is absolute: paths are relative to a declared one"):format(rel))
+  end
   for part in (rel .. "/"):gmatch("([^/]*)/") do
     if part == "" or part == "." or part == ".." then
       denied(("%q: %q is not allowed in a path (plain names joined by /)"):format(rel,
@@ -106,7 +114,8 @@ function files.facade(roots, seal, method, log)
   -- "directory", ...) or nil when nothing does
   local function locate(key, rel)
     if type(key) ~= "string" or roots[key] == nil then
-      denied(("%s is not a declared file (the migration table's `files`)"):format(errors.safe_text(key)))
+      denied(("%s is not a declared file (the migration table's `files`)")
+        :format(errors.safe_text(key)))
     end
     rel = checked_relative(rel)
     local root = roots[key]
@@ -116,14 +125,16 @@ function files.facade(roots, seal, method, log)
     local real = sys.realpath(wanted)
     if real == nil then return nil, wanted end
     if rel and real:sub(1, #real_root + 1) ~= real_root .. "/" then
-      denied(("%s resolves to %s, outside the declared %s (%s)"):format(wanted, real, key, real_root))
+      denied(("%s resolves to %s, outside the declared %s (%s)")
+        :format(wanted, real, key, real_root))
     end
     return sys.stat(real), real
   end
   local function read(key, rel)
     local what, path = locate(key, rel)
     if what ~= "file" then
-      errors.raise("migration", ("ctx.files: %s is %s"):format(path, what and ("a " .. what .. ", not a file")
+      errors.raise("migration",
+        ("ctx.files: %s is %s"):format(path, what and ("a " .. what .. ", not a file")
         or "absent"))
     end
     local fh, err = io.open(path, "rb")
@@ -132,7 +143,8 @@ function files.facade(roots, seal, method, log)
     fh:close()
     data = data or ""
     if #data > files.MAX_BYTES then
-      errors.raise("migration", ("ctx.files: %s is larger than %d bytes"):format(path, files.MAX_BYTES))
+      errors.raise("migration", ("ctx.files: %s is larger than %d bytes")
+        :format(path, files.MAX_BYTES))
     end
     log:write("debug", ("read %s (%d bytes)"):format(path, #data))
     return data, path
@@ -143,7 +155,9 @@ function files.facade(roots, seal, method, log)
   f.json = method(f, function(key, rel)
     local data, path = read(key, rel)
     local ok, v = pcall(json.decode, data)
-    if not ok then errors.raise("migration", ("ctx.files: %s is not JSON: %s"):format(path, errors.safe_text(v))) end
+    if not ok then
+      errors.raise("migration", ("ctx.files: %s is not JSON: %s"):format(path, errors.safe_text(v)))
+    end
     return v
   end)
   -- the names of the regular files directly in the declared directory
@@ -153,19 +167,24 @@ function files.facade(roots, seal, method, log)
     if why then denied("list(key, suffix): " .. why) end
     local what, dir = locate(key, nil)
     if what ~= "directory" then
-      errors.raise("migration", ("ctx.files: %s is %s"):format(dir, what and ("a " .. what .. ", not a directory")
+      errors.raise("migration",
+        ("ctx.files: %s is %s"):format(dir, what and ("a " .. what .. ", not a directory")
         or "absent"))
     end
     local names = assert(sys.listdir(dir))
     if #names > files.MAX_ENTRIES then
-      errors.raise("migration", ("ctx.files: %s holds more than %d entries"):format(dir, files.MAX_ENTRIES))
+      errors.raise("migration", ("ctx.files: %s holds more than %d entries")
+        :format(dir, files.MAX_ENTRIES))
     end
     table.sort(names)
     local out = {}
     for _, name in ipairs(names) do
-      if name:sub(1, 1) ~= "." and (suffix == nil or name:sub(-#suffix) == suffix) and not name:find("%c") then
+      if name:sub(1, 1) ~= "." and (suffix == nil or name:sub(-#suffix) == suffix)
+        and not name:find("%c") then
         local real = sys.realpath(dir .. "/" .. name)
-        if real and real:sub(1, #dir + 1) == dir .. "/" and sys.stat(real) == "file" then out[#out + 1] = name end
+        if real and real:sub(1, #dir + 1) == dir .. "/" and sys.stat(real) == "file" then
+          out[#out + 1] = name
+        end
       end
     end
     return out

@@ -85,11 +85,13 @@ function finally.run(m, err, opts)
   -- back afterwards unless another came (the run stops all the same)
   local signalled = proc.signalled()
   if signalled then proc.reset_signal() end
-  log:info("finally started", { after = record.after, deadline_s = limit, write_budget = finally.WRITES })
+  log:info("finally started",
+    { after = record.after, deadline_s = limit, write_budget = finally.WRITES })
   local t0 = sys.monotime()
   local ctx = opts.context(guard, deadline, limit)
   local name = m.name .. "'s finally"
-  local ok, ferr, trace = sandbox.watched({ deadline = deadline, on_stop = opts.stopper(name, limit) }, fn, ctx)
+  local ok, ferr, trace = sandbox.watched({ deadline = deadline,
+    on_stop = opts.stopper(name, limit) }, fn, ctx)
   if signalled then proc.reset_signal(signalled) end
   local seconds = ("%.2f"):format(sys.monotime() - t0)
   -- a refusal the function caught (pcall) still fails it: the budget is the engine's
@@ -105,7 +107,8 @@ function finally.run(m, err, opts)
   log:error("finally failed: " .. errors.text(ferr), { writes = record.writes, seconds = seconds })
   if err ~= nil then return err end
   return errors.new(errors.kind(ferr) or "failed", { migration = m.name, cause = ferr,
-    message = ("%s: the step succeeded but its finally failed: %s"):format(m.name, errors.text(ferr)) })
+    message = ("%s: the step succeeded but its finally failed: %s")
+      :format(m.name, errors.text(ferr)) })
 end
 
 return finally

@@ -71,7 +71,8 @@ end
 -- RFC 3339 (UTC "Z" or an offset) to epoch seconds, or nil.
 function lease.parse_time(s)
   if type(s) ~= "string" then return nil end
-  local y, mo, d, h, mi, sec, frac, zone = s:match("^(%d+)%-(%d+)%-(%d+)T(%d+):(%d+):(%d+)(%.?%d*)(.*)$")
+  local y, mo, d, h, mi, sec, frac, zone =
+    s:match("^(%d+)%-(%d+)%-(%d+)T(%d+):(%d+):(%d+)(%.?%d*)(.*)$")
   if not y then return nil end
   local t = days_from_civil(tonumber(y), tonumber(mo), tonumber(d)) * 86400
     + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(sec)
@@ -137,8 +138,9 @@ local function refused(res, opts)
 end
 
 local function backing_off(opts, res, wait)
-  opts.log:info("lock write refused, backing off", { lease = lease.NAME, code = res.code, reason = res.reason,
-    retry_in_s = ("%.2f"):format(wait) })
+  opts.log:info("lock write refused, backing off",
+    { lease = lease.NAME, code = res.code, reason = res.reason,
+      retry_in_s = ("%.2f"):format(wait) })
 end
 
 -- One attempt at taking the Lease, and what came of it. `take` holds what
@@ -168,7 +170,8 @@ local function attempt(leases, opts, take, deadline, wait)
   -- present: taken over by the update engine, its test of the
   -- resourceVersion guarding against another runner's take (a conflict:
   -- re-read, decided again, within the lock timeout)
-  local ch = update.one(update.new { resource = leases, ns = opts.namespace, name = lease.NAME, obj = obj,
+  local ch = update.one(update.new { resource = leases, ns = opts.namespace, name = lease.NAME,
+    obj = obj,
     compute = function(current) return take.decide(current) end,
     attempts = math.huge, deadline = deadline,
     on_conflict = function(_, res, d) backing_off(opts, res, d) end })
@@ -195,7 +198,9 @@ local function taking(opts, deadline, timeout)
   local observed_rv, observed_at
   function take.unchanged(obj)
     local rv = obj.metadata.resourceVersion
-    if rv ~= observed_rv or observed_at == nil then observed_rv, observed_at = rv, sys.monotime() end
+    if rv ~= observed_rv or observed_at == nil then
+      observed_rv, observed_at = rv, sys.monotime()
+    end
     return sys.monotime() - observed_at
   end
   -- the duration the holder declared (ours when it declared none)
@@ -212,7 +217,9 @@ local function taking(opts, deadline, timeout)
       :format(opts.namespace, lease.NAME, tostring(timeout), take.failed))
   end
   function take.decide(obj)
-    if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
+    if proc.signalled() then
+      errors.raise("interrupted", "interrupted while waiting for the lock")
+    end
     local holder = holder_of(obj)
     local unchanged = take.unchanged(obj)
     if not (holder == nil or holder == opts.identity or unchanged >= take.duration(obj)) then
@@ -231,8 +238,8 @@ local function taking(opts, deadline, timeout)
     -- lease from then, however long the answer takes (or the transport's
     -- retries of it, which resend the same body): so do we
     local sent = sys.monotime()
-    return { { op = "add", path = "/spec", value = new_spec(opts.identity, opts.duration, transitions, sys.time()) } },
-      { sent = sent }
+    return { { op = "add", path = "/spec",
+      value = new_spec(opts.identity, opts.duration, transitions, sys.time()) } }, { sent = sent }
   end
   return take
 end
@@ -259,7 +266,9 @@ function lease.acquire(client, opts)
   local take = taking(opts, deadline, timeout)
   local waiting_logged = false
   while true do
-    if proc.signalled() then errors.raise("interrupted", "interrupted while waiting for the lock") end
+    if proc.signalled() then
+      errors.raise("interrupted", "interrupted while waiting for the lock")
+    end
     local ok, what, obj, sent = pcall(attempt, leases, opts, take, deadline, wait)
     if not ok then
       -- an answer that came too late may still have made us the holder
@@ -270,12 +279,15 @@ function lease.acquire(client, opts)
       local age = sys.monotime() - sent
       if age <= opts.duration * TAKE_ANSWER_LIMIT then
         if take.previous then
-          log:warn("lock taken over from an expired holder", { lease = lease.NAME, previous = take.previous.holder,
-            renewed = take.previous.renewed, unchanged_for_s = ("%.1f"):format(take.previous.unchanged_for) })
-          event(opts, "LockTakenOver", ("lock %s/%s taken over by %s from %s, whose lease did not change for %.1fs "
+          log:warn("lock taken over from an expired holder",
+            { lease = lease.NAME, previous = take.previous.holder, renewed = take.previous.renewed,
+              unchanged_for_s = ("%.1f"):format(take.previous.unchanged_for) })
+          event(opts, "LockTakenOver",
+            ("lock %s/%s taken over by %s from %s, whose lease did not change for %.1fs "
             .. "(its duration %ss; renewed %s by its own clock)")
-            :format(opts.namespace, lease.NAME, opts.identity, take.previous.holder, take.previous.unchanged_for,
-              tostring(take.previous.duration), tostring(take.previous.renewed)))
+            :format(opts.namespace, lease.NAME, opts.identity, take.previous.holder,
+              take.previous.unchanged_for, tostring(take.previous.duration),
+              tostring(take.previous.renewed)))
         else
           log:info("lock acquired", { lease = lease.NAME, holder = opts.identity })
         end
@@ -293,13 +305,15 @@ function lease.acquire(client, opts)
       local left = deadline - sys.monotime()
       if left <= 0 then
         errors.raise("locked", ("lock %s/%s is held by %s (renewed %s); gave up after %ss")
-          :format(opts.namespace, lease.NAME, holder, tostring(obj.spec.renewTime), tostring(timeout)),
+          :format(opts.namespace, lease.NAME, holder, tostring(obj.spec.renewTime),
+            tostring(timeout)),
           { holder = holder })
       end
       if not waiting_logged then
         log:info("waiting for the lock", { lease = lease.NAME, holder = holder,
           timeout_s = timeout, expires_in_s = ("%.1f"):format(remaining) })
-        event(opts, "LockWaiting", ("%s waits up to %ss for the lock %s/%s, held by %s (renewed %s, expires in %.1fs)")
+        event(opts, "LockWaiting",
+          ("%s waits up to %ss for the lock %s/%s, held by %s (renewed %s, expires in %.1fs)")
           :format(opts.identity, tostring(timeout), opts.namespace, lease.NAME, tostring(holder),
             tostring(obj.spec.renewTime), remaining))
         waiting_logged = true
@@ -325,7 +339,8 @@ function lease.release(client, opts)
   if ok then
     opts.log:info("lock released", { lease = lease.NAME })
   else
-    opts.log:warn("could not release the lock (it will expire)", { lease = lease.NAME, error = tostring(err) })
+    opts.log:warn("could not release the lock (it will expire)",
+      { lease = lease.NAME, error = tostring(err) })
   end
   return ok
 end
@@ -336,7 +351,8 @@ end
 function lease.renew_loop(payload, chan)
   local cfg = json.decode(payload)
   local kube = require "cozy.kube"
-  local log = require("cozy.log").new{ format = cfg.log_format, verbosity = cfg.verbosity }:with{ thread = "lease" }
+  local log = require("cozy.log").new{ format = cfg.log_format,
+    verbosity = cfg.verbosity }:with{ thread = "lease" }
   local interval = cfg.duration / 3
   local connect = cfg.connect
   connect.log = log
@@ -345,7 +361,8 @@ function lease.renew_loop(payload, chan)
   -- renewals fall behind, so no request may outlive the interval by much;
   -- the "renewal" retry policy, its time and longest wait the interval's
   connect.request_timeout = math.max(1, math.min(connect.request_timeout or 30, interval))
-  connect.retry = transport.retry_policy("renewal", { max_time = interval, max_delay = interval / 2 })
+  connect.retry = transport.retry_policy("renewal",
+    { max_time = interval, max_delay = interval / 2 })
   local client = kube.connect(connect)
   local leases = leases_of(client)
   -- the lease counts from before the request that took it (lease.acquire),
@@ -385,12 +402,14 @@ function lease.renew_loop(payload, chan)
       -- renewal of ours landed, or someone touched it); the re-read tells
       local found, cur = pcall(leases.find, leases, cfg.namespace, lease.NAME)
       if found and (cur == nil or holder_of(cur) ~= cfg.identity) then
-        lost = ("lock %s is no longer held by %s: %s"):format(lease.NAME, cfg.identity, tostring(res))
+        lost = ("lock %s is no longer held by %s: %s")
+          :format(lease.NAME, cfg.identity, tostring(res))
       elseif found and cur.metadata.resourceVersion == rv then
         lost = ("lock %s: its renewal was refused: %s"):format(lease.NAME, tostring(res))
       elseif found then
         rv, again = cur.metadata.resourceVersion, not retried
-        log:debug("lock moved on, still ours: renewing again", { lease = lease.NAME, resourceVersion = rv })
+        log:debug("lock moved on, still ours: renewing again",
+          { lease = lease.NAME, resourceVersion = rv })
       else
         res = cur
       end
@@ -415,13 +434,14 @@ Holder.__index = Holder
 -- options; obj, acquired_at: what lease.acquire returned (the Lease, and the
 -- monotonic time the lock counts from).
 function lease.hold(opts, connect, obj, acquired_at)
-  validate.arg(2, "lease.hold", "acquired_at (lease.acquire's second result)", acquired_at, "number")
+  validate.arg(2, "lease.hold", "acquired_at (lease.acquire's second result)", acquired_at,
+    "number")
   local worker = require "cozy.worker"
   local payload = json.encode({
     connect = { kubeconfig = connect.kubeconfig, context = connect.context,
       request_timeout = connect.request_timeout },
-    namespace = opts.namespace, identity = opts.identity, duration = opts.duration, acquired_at = acquired_at,
-    resource_version = obj.metadata.resourceVersion,
+    namespace = opts.namespace, identity = opts.identity, duration = opts.duration,
+    acquired_at = acquired_at, resource_version = obj.metadata.resourceVersion,
     log_format = opts.log.format, verbosity = opts.log.verbosity,
   })
   return setmetatable({ opts = opts, started = acquired_at,
@@ -437,7 +457,8 @@ function Holder:check()
   local age = sys.monotime() - last
   -- leave a third of the duration as margin for the write itself
   if age > self.opts.duration * UNRENEWED_LIMIT then
-    errors.raise("lost", ("lock lost: not renewed for %.1fs (duration %ds)"):format(age, self.opts.duration))
+    errors.raise("lost", ("lock lost: not renewed for %.1fs (duration %ds)")
+      :format(age, self.opts.duration))
   end
 end
 

@@ -1,9 +1,9 @@
 -- Legacy migrations: files `NN` or `NN-name`, as today's run-migrations.sh
--- runs them (whatever their mode: it runs `chmod +x` before each one). Each gets our environment plus what those
--- scripts expect: NAMESPACE, CURRENT_VERSION (the version this script moves
+-- runs them (whatever their mode: it runs `chmod +x` before each one). Each gets our environment
+-- plus what those scripts expect: NAMESPACE, CURRENT_VERSION (the version this script moves
 -- from), TARGET_VERSION, and KUBECONFIG naming a kubeconfig of the engine's
--- one cluster, user and namespace (below). They run from their own directory. Their stdout and stderr become log lines
--- as they are written. They stamp N+1 themselves; the runner verifies it.
+-- one cluster, user and namespace (below). They run from their own directory. Their stdout and
+-- stderr become log lines as they are written. They stamp N+1 themselves; the runner verifies it.
 --
 -- Each runs in its own process group, under the step's time limit
 -- (--step-timeout, else the 1,800 s default): on that limit, on the
@@ -95,8 +95,9 @@ end
 -- In a rehearsal (opts.endpoint): the endpoint's server, CA and token only.
 local function private_kubeconfig(opts)
   local transport = require "cozy.transport"
-  local path, dir, source = transport.write_kubeconfig { kubeconfig = opts.kubeconfig, context = opts.context,
-    namespace = opts.namespace, endpoint = opts.endpoint, port = opts.endpoint and legacy.ENDPOINT_PORT }
+  local path, dir, source = transport.write_kubeconfig { kubeconfig = opts.kubeconfig,
+    context = opts.context, namespace = opts.namespace, endpoint = opts.endpoint,
+    port = opts.endpoint and legacy.ENDPOINT_PORT }
   if path == nil then
     local e = dir
     if type(e) == "table" then
@@ -120,8 +121,8 @@ legacy.ENDPOINT_PORT = 6443
 -- namespace could not reach it anyway; a tool would try and fail unclearly)
 -- and proxies (the endpoint is the one address, reached directly).
 local REHEARSAL_UNSET = { KUBERNETES_SERVICE_HOST = true, KUBERNETES_SERVICE_PORT = true,
-  KUBERNETES_SERVICE_PORT_HTTPS = true, HTTPS_PROXY = true, HTTP_PROXY = true, ALL_PROXY = true, NO_PROXY = true,
-  https_proxy = true, http_proxy = true, all_proxy = true, no_proxy = true }
+  KUBERNETES_SERVICE_PORT_HTTPS = true, HTTPS_PROXY = true, HTTP_PROXY = true, ALL_PROXY = true,
+  NO_PROXY = true, https_proxy = true, http_proxy = true, all_proxy = true, no_proxy = true }
 legacy.REHEARSAL_UNSET = REHEARSAL_UNSET
 
 -- The longest stderr line a failure quotes.
@@ -132,16 +133,19 @@ legacy.QUOTE_BYTES = 300
 -- line is quoted: a script's cause (`kubectl`'s "Error from server ...",
 -- `set -u`'s "unbound variable") is there, not in its exit status.
 local function failure(m, how, code, stopped, limit, last_stderr)
-  local ended = ("%s %d"):format(how == "exit" and "exited with status" or "was killed by signal", code)
+  local ended = ("%s %d"):format(how == "exit" and "exited with status" or "was killed by signal",
+    code)
   if last_stderr then
     local line = text.safe_prefix(last_stderr, legacy.QUOTE_BYTES, "...")
     ended = ("%s, its last stderr line: %q"):format(ended, line)
   end
   if stopped == "lock" then
-    errors.raise("lost", ("legacy script %s stopped: the lock may no longer be ours (not renewed in time): its "
+    errors.raise("lost",
+      ("legacy script %s stopped: the lock may no longer be ours (not renewed in time): its "
       .. "process group was stopped (it %s)"):format(m.file, ended), { exit = code })
   elseif stopped == "deadline" then
-    errors.raise("timeout", ("legacy script %s ran past its time limit of %ss: its process group was stopped "
+    errors.raise("timeout",
+      ("legacy script %s ran past its time limit of %ss: its process group was stopped "
       .. "(it %s)"):format(m.file, tostring(limit), ended), { exit = code })
   elseif stopped == "signal" then
     errors.raise("interrupted", ("legacy script %s stopped by signal %s: it %s")
@@ -172,8 +176,8 @@ function legacy.run(m, opts)
   }
   local through = opts.rehearse or opts.forward
   local ep <close> = through and require("cozy.endpoint").new() or nil
-  local kubeconfig <close> = private_kubeconfig { kubeconfig = opts.kubeconfig, context = opts.context,
-    namespace = opts.namespace, endpoint = ep }
+  local kubeconfig <close> = private_kubeconfig { kubeconfig = opts.kubeconfig,
+    context = opts.context, namespace = opts.namespace, endpoint = ep }
   vars.KUBECONFIG = kubeconfig.path
   -- outside a cluster's pod configuration, a tool that reads the in-cluster
   -- variables (client-go's InClusterConfig) would reach the pod's cluster,
@@ -182,16 +186,19 @@ function legacy.run(m, opts)
     and { KUBERNETES_SERVICE_HOST = true, KUBERNETES_SERVICE_PORT = true } or nil
   if ep then unset = REHEARSAL_UNSET end
   local log = opts.log
-  log:info("running legacy script", { file = m.file, through = opts.forward and "the engine (run --plan)" or nil })
+  log:info("running legacy script",
+    { file = m.file, through = opts.forward and "the engine (run --plan)" or nil })
   -- from its own directory, so `$(dirname "$0")/lib/...` and plain `lib/...` both work
   local dir = m.path:match("^(.*)/[^/]*$") or "."
   local limit = step.timeout(m, opts.timeout)
   local last_stderr
   local serve, tally
   if ep then
-    serve, tally = require("cozy.kube.overlay_endpoint").server(through, log, { forward = opts.forward ~= nil })
+    serve, tally = require("cozy.kube.overlay_endpoint").server(through, log,
+      { forward = opts.forward ~= nil })
   end
-  local how, code, stopped = proc.spawn(legacy.command(m), legacy.environment(vars, unset), function(stream, line)
+  local how, code, stopped = proc.spawn(legacy.command(m), legacy.environment(vars, unset),
+    function(stream, line)
     if stream == "stderr" then
       log:warn(line, { stream = stream })
       if line:find("%S") then last_stderr = line end
@@ -204,18 +211,25 @@ function legacy.run(m, opts)
   if how == "refused" then
     if opts.forward then
       -- its writes would reach the cluster unseen: no script of a bound run talks to it directly
-      errors.raise("failed", ("legacy script %s not run: a run bound to a plan (--plan) holds a script's writes "
-        .. "to the plan's by serving its requests itself, in a network namespace of the script's own, and %s; "
-        .. "run without --plan where scripts cannot be isolated"):format(m.file, code), { unisolated = code })
+      errors.raise("failed",
+        ("legacy script %s not run: a run bound to a plan (--plan) holds a script's writes "
+        .. "to the plan's by serving its requests itself, in a network namespace of the "
+        .. "script's own, and %s; "
+        .. "run without --plan where scripts cannot be isolated")
+          :format(m.file, code), { unisolated = code })
     end
-    errors.raise("failed", ("legacy script %s not run: %s"):format(m.file, code), { unisolated = code })
+    errors.raise("failed", ("legacy script %s not run: %s")
+      :format(m.file, code), { unisolated = code })
   end
   local differed = opts.forward and opts.forward.binding and opts.forward.binding.stopped
   if differed then
     -- whatever the script did after: its group was stopped, and nothing more was sent
-    errors.raise("failed", ("legacy script %s stopped: %s; its process group was stopped"):format(m.file, differed))
+    errors.raise("failed", ("legacy script %s stopped: %s; its process group was stopped")
+      :format(m.file, differed))
   end
-  if how ~= "exit" or code ~= 0 or stopped then failure(m, how, code, stopped, limit, last_stderr) end
+  if how ~= "exit" or code ~= 0 or stopped then
+    failure(m, how, code, stopped, limit, last_stderr)
+  end
   return tally and tally.writes or nil
 end
 
@@ -239,7 +253,8 @@ function legacy.step(m, cms, opts)
   if v == to then return after, true, writes end
   if v == at and not opts.strict then return after, false, writes end
   errors.raise("failed", ("legacy script %s exited 0 but did not stamp %d (version is %s)%s")
-    :format(m.file, to, tostring(v), v == at and " and --strict-stamp is set" or ""), { migration = m.name })
+    :format(m.file, to, tostring(v), v == at and " and --strict-stamp is set" or ""),
+    { migration = m.name })
 end
 
 return legacy

@@ -24,8 +24,8 @@ local declaration_keys = { name = true, default = true, allowed = true, descript
 -- The engine's own environment: a parameter cannot take it over, or a
 -- value meant for the engine would also be a migration's input.
 local ENGINE = { NAMESPACE = true, TARGET_VERSION = true, CURRENT_VERSION = true, KUBECONFIG = true,
-  POD_NAME = true, POD_NAMESPACE = true, HOME = true, PATH = true, HTTPS_PROXY = true, HTTP_PROXY = true,
-  NO_PROXY = true }
+  POD_NAME = true, POD_NAMESPACE = true, HOME = true, PATH = true, HTTPS_PROXY = true,
+  HTTP_PROXY = true, NO_PROXY = true }
 local ENGINE_PREFIXES = { "COZY_MIGRATE_", "KUBERNETES_" }
 
 local function engine_name(name)
@@ -57,21 +57,26 @@ function parameters.validate(list, invalid)
     checked(at, p, "table", "a table { name =, description =, default =, allowed = }")
     for k in next, p do
       if not declaration_keys[k] then
-        invalid(("%s: unexpected field %q (allowed: name, description, default, allowed)"):format(at, tostring(k)))
+        invalid(("%s: unexpected field %q (allowed: name, description, default, allowed)")
+          :format(at, tostring(k)))
       end
     end
-    checked(at .. ": name", p.name, function(v) return type(v) == "string" and v:find(NAME) and #v <= MAX_NAME end,
+    checked(at .. ": name", p.name,
+      function(v) return type(v) == "string" and v:find(NAME) and #v <= MAX_NAME end,
       ("an environment variable name (%s, at most %d characters)"):format(NAME, MAX_NAME))
     at = ("parameter %s"):format(p.name)
     if engine_name(p.name) then
-      invalid(("%s: the name is the engine's own (its environment, COZY_MIGRATE_*, KUBERNETES_*)"):format(at))
+      invalid(("%s: the name is the engine's own (its environment, COZY_MIGRATE_*, KUBERNETES_*)")
+        :format(at))
     end
     if seen[p.name] then invalid(("%s is declared twice"):format(at)) end
     seen[p.name] = true
     checked(at .. ": description", p.description,
-      function(v) return type(v) == "string" and v:find("%S") and not v:find("\n") end, "a non-empty line")
+      function(v) return type(v) == "string" and v:find("%S") and not v:find("\n") end,
+      "a non-empty line")
     if p.default ~= nil then
-      checked(at .. ": default", p.default, one_line, ("a string of one line (at most %d bytes)"):format(MAX_VALUE))
+      checked(at .. ": default", p.default, one_line, ("a string of one line (at most %d bytes)")
+        :format(MAX_VALUE))
     end
     if p.allowed ~= nil then
       checked(at .. ": allowed", p.allowed, function(v)
@@ -84,7 +89,9 @@ function parameters.validate(list, invalid)
       if p.default ~= nil then
         local found = false
         for _, v in ipairs(p.allowed) do found = found or v == p.default end
-        if not found then invalid(("%s: default %q is not one of allowed"):format(at, p.default)) end
+        if not found then
+          invalid(("%s: default %q is not one of allowed"):format(at, p.default))
+        end
       end
     end
   end
@@ -110,15 +117,15 @@ function parameters.resolve(m, getenv)
     if v == nil or v == "" then v, source = p.default, "default" end
     if v ~= nil and source == "env" then
       if #v > MAX_VALUE or v:find("[%c]") then
-        errors.raise("usage", ("migration %s: parameter %s must be one line of at most %d bytes"):format(m.name,
-          p.name, MAX_VALUE), { migration = m.name, parameter = p.name })
+        errors.raise("usage", ("migration %s: parameter %s must be one line of at most %d bytes")
+          :format(m.name, p.name, MAX_VALUE), { migration = m.name, parameter = p.name })
       end
       if p.allowed then
         local found = false
         for _, a in ipairs(p.allowed) do found = found or a == v end
         if not found then
-          errors.raise("usage", ("migration %s: parameter %s=%q is not allowed (allowed: %s)"):format(m.name, p.name,
-            v, allowed_text(p)), { migration = m.name, parameter = p.name })
+          errors.raise("usage", ("migration %s: parameter %s=%q is not allowed (allowed: %s)")
+            :format(m.name, p.name, v, allowed_text(p)), { migration = m.name, parameter = p.name })
         end
       end
     end
@@ -134,8 +141,9 @@ function parameters.describe(m, values, sources)
   for _, p in ipairs(m.definition and m.definition.parameters or {}) do
     local allowed = nil
     if p.allowed then allowed = table.move(p.allowed, 1, #p.allowed, 1, {}) end
-    out[#out + 1] = { name = p.name, default = p.default, allowed = allowed, description = p.description,
-      value = values and values[p.name] or nil, source = sources and sources[p.name] or nil }
+    out[#out + 1] = { name = p.name, default = p.default, allowed = allowed,
+      description = p.description, value = values and values[p.name] or nil,
+      source = sources and sources[p.name] or nil }
   end
   return out
 end

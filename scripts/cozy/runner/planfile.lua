@@ -31,7 +31,8 @@ end
 function planfile.migrations(steps)
   local out = json.array {}
   for _, m in ipairs(steps) do
-    out[#out + 1] = json.object { number = m.number, name = m.name, kind = m.kind, sha256 = m.sha256 }
+    out[#out + 1] = json.object { number = m.number, name = m.name, kind = m.kind,
+      sha256 = m.sha256 }
   end
   return out
 end
@@ -59,44 +60,56 @@ function planfile.load(path, o)
   if not f then bad(path, "cannot read it: " .. tostring(err)) end
   local text = f:read("a")
   f:close()
-  if text == nil or #text > 64 * 1024 * 1024 then bad(path, "cannot read it, or it is larger than 64 MiB") end
+  if text == nil or #text > 64 * 1024 * 1024 then
+    bad(path, "cannot read it, or it is larger than 64 MiB")
+  end
   local ok, doc = pcall(json.decode, text)
-  if not ok or type(doc) ~= "table" then bad(path, "not a JSON document: " .. errors.safe_text(doc)) end
-  if doc.kind ~= planfile.KIND then bad(path, ("kind is %q, not %s"):format(tostring(doc.kind), planfile.KIND)) end
+  if not ok or type(doc) ~= "table" then
+    bad(path, "not a JSON document: " .. errors.safe_text(doc))
+  end
+  if doc.kind ~= planfile.KIND then
+    bad(path, ("kind is %q, not %s"):format(tostring(doc.kind), planfile.KIND))
+  end
   if math.tointeger(doc.version) ~= planfile.VERSION then
-    bad(path, ("version %s of the plan format: this engine reads version %d"):format(tostring(doc.version),
-      planfile.VERSION))
+    bad(path, ("version %s of the plan format: this engine reads version %d")
+      :format(tostring(doc.version), planfile.VERSION))
   end
   if type(doc.digest) ~= "string" or digest(doc) ~= doc.digest then
-    bad(path, "its digest does not match its content: the file was changed or damaged after it was saved")
+    bad(path,
+      "its digest does not match its content: the file was changed or damaged after it was saved")
   end
   for _, k in ipairs({ "migrations", "steps", "reads", "lists", "not_rehearsed" }) do
     if not is_array(doc[k]) then bad(path, ("%s is missing or not a list"):format(k)) end
   end
   if doc.engine ~= sys.version then
-    bad(path, ("saved by cozy-migrate %s; this is %s: plan again with this one"):format(tostring(doc.engine),
-      sys.version))
+    bad(path, ("saved by cozy-migrate %s; this is %s: plan again with this one")
+      :format(tostring(doc.engine), sys.version))
   end
   if doc.namespace ~= o.namespace then
-    bad(path, ("planned for namespace %s; this run is for %s"):format(tostring(doc.namespace), o.namespace))
+    bad(path, ("planned for namespace %s; this run is for %s")
+      :format(tostring(doc.namespace), o.namespace))
   end
   doc.current, doc.target = math.tointeger(doc.current), math.tointeger(doc.target)
   if doc.target ~= o.target then
-    bad(path, ("planned for target %s; this run's target is %d"):format(tostring(doc.target), o.target))
+    bad(path, ("planned for target %s; this run's target is %d")
+      :format(tostring(doc.target), o.target))
   end
   if #doc.not_rehearsed > 0 then
     local names = {}
     for _, s in ipairs(doc.not_rehearsed) do names[#names + 1] = tostring(s.name) end
-    bad(path, ("step(s) %s were not rehearsed (%s): a plan binds only rehearsed steps; run without --plan, "
-      .. "or plan the range after them"):format(table.concat(names, ", "), tostring(doc.not_rehearsed[1].why)))
+    bad(path,
+      ("step(s) %s were not rehearsed (%s): a plan binds only rehearsed steps; run without --plan, "
+      .. "or plan the range after them")
+        :format(table.concat(names, ", "), tostring(doc.not_rehearsed[1].why)))
   end
   local by_number = {}
   for _, m in ipairs(o.set.migrations) do by_number[m.number] = m end
   for _, pm in ipairs(doc.migrations) do
     local m = by_number[math.tointeger(pm.number)]
     if m == nil or m.sha256 ~= pm.sha256 or m.name ~= pm.name then
-      bad(path, ("migration %s (sha256 %s) is not this migration set's %s: plan again"):format(tostring(pm.name),
-        tostring(pm.sha256), m and (m.name .. " (sha256 " .. m.sha256 .. ")") or "(none of that number)"))
+      bad(path, ("migration %s (sha256 %s) is not this migration set's %s: plan again")
+        :format(tostring(pm.name), tostring(pm.sha256),
+          m and (m.name .. " (sha256 " .. m.sha256 .. ")") or "(none of that number)"))
     end
   end
   local plan = {}

@@ -41,7 +41,8 @@ function stamp.version_of(cm)
   local n = type(v) == "string" and math.tointeger(tonumber(v:match("^%s*(%d+)%s*$")))
   if not n then
     errors.raise("failed", ("ConfigMap %s/%s has no valid data.version (%s): refusing to guess")
-      :format(cm.metadata and cm.metadata.namespace or "?", stamp.CONFIGMAP, v == nil and "absent" or ("%q"):format(tostring(v))))
+      :format(cm.metadata and cm.metadata.namespace or "?", stamp.CONFIGMAP,
+        v == nil and "absent" or ("%q"):format(tostring(v))))
   end
   return n
 end
@@ -73,7 +74,8 @@ function stamp.history_of(cm, lenient)
   if found == nil then return list end
   local namespace = cm.metadata and cm.metadata.namespace or "?"
   local message = ("ConfigMap %s/%s: data.history must be a JSON array of step records, found %s;"
-    .. " refusing to replace it (see docs/operations.md, \"History\")"):format(namespace, stamp.CONFIGMAP, found)
+    .. " refusing to replace it (see docs/operations.md, \"History\")")
+      :format(namespace, stamp.CONFIGMAP, found)
   if lenient then return {}, message end
   errors.raise("failed", message)
 end
@@ -93,7 +95,8 @@ function stamp.ops(cm, changes)
   if type(labels) ~= "table" then
     ops[#ops + 1] = { op = "add", path = "/metadata/labels", value = { [stamp.LABEL] = "true" } }
   elseif labels[stamp.LABEL] ~= "true" then
-    ops[#ops + 1] = { op = "add", path = "/metadata/labels/" .. pointer_escape(stamp.LABEL), value = "true" }
+    ops[#ops + 1] = { op = "add", path = "/metadata/labels/" .. pointer_escape(stamp.LABEL),
+      value = "true" }
   end
   local data = {}
   if changes.version ~= nil then data.version = tostring(changes.version) end
@@ -102,7 +105,8 @@ function stamp.ops(cm, changes)
     local rec, last = changes.record, history[#history]
     -- a step failing again (a Job's retries, an operator rerunning) keeps one
     -- record with its count, so failures never push completed steps out
-    if rec.result == "failed" and type(last) == "table" and last.result == "failed" and last.number == rec.number then
+    if rec.result == "failed" and type(last) == "table" and last.result == "failed"
+      and last.number == rec.number then
       rec.attempts = (math.tointeger(last.attempts) or 1) + 1
       history[#history] = rec
     else
@@ -114,7 +118,9 @@ function stamp.ops(cm, changes)
     if next(data) ~= nil then ops[#ops + 1] = { op = "add", path = "/data", value = data } end
   else
     for _, k in ipairs({ "version", "history" }) do
-      if data[k] ~= nil then ops[#ops + 1] = { op = "add", path = "/data/" .. k, value = data[k] } end
+      if data[k] ~= nil then
+        ops[#ops + 1] = { op = "add", path = "/data/" .. k, value = data[k] }
+      end
     end
   end
   return ops
@@ -148,8 +154,8 @@ function stamp.bounded(rec)
   if rec.outcome == nil then return rec end
   local ok, encoded = pcall(json.encode, rec)
   if not ok or #encoded > stamp.RECORD_BYTES then
-    rec.outcome = { dropped = ok and ("the outcome made the record %d bytes, over %d"):format(#encoded,
-      stamp.RECORD_BYTES) or "the outcome could not be encoded" }
+    rec.outcome = { dropped = ok and ("the outcome made the record %d bytes, over %d")
+      :format(#encoded, stamp.RECORD_BYTES) or "the outcome could not be encoded" }
   end
   return rec
 end
@@ -189,7 +195,8 @@ end
 function stamp.bootstrap(cms, namespace, version)
   local ok, created = pcall(cms.create, cms, {
     apiVersion = "v1", kind = "ConfigMap",
-    metadata = { name = stamp.CONFIGMAP, namespace = namespace, labels = { [stamp.LABEL] = "true" } },
+    metadata = { name = stamp.CONFIGMAP, namespace = namespace,
+      labels = { [stamp.LABEL] = "true" } },
     data = { version = tostring(version), history = "[]" },
   })
   if ok then return created, true end
@@ -209,7 +216,8 @@ local function updated(cms, cm, at, edit)
   local ok, obj = pcall(cms.update, cms, cm, edit)
   if ok then return obj end
   if errors.is(obj, "api") and obj.code == 404 then
-    errors.raise("failed", ("the version ConfigMap %s/%s was deleted during the run (it was at version %d): "
+    errors.raise("failed",
+      ("the version ConfigMap %s/%s was deleted during the run (it was at version %d): "
       .. "recreate it at the version the cluster is really at before running again")
       :format(cm.metadata.namespace or "?", stamp.CONFIGMAP, at), { cause = obj })
   end
@@ -223,7 +231,8 @@ function stamp.advance(cms, cm, from, to, record)
   return updated(cms, cm, from, function(current)
     local v = stamp.version_of(current)
     if v ~= from then
-      errors.raise("failed", ("version moved to %d while this runner stamped %d -> %d"):format(v, from, to))
+      errors.raise("failed", ("version moved to %d while this runner stamped %d -> %d")
+        :format(v, from, to))
     end
     return stamp.ops(current, { version = to, record = record })
   end)
@@ -236,7 +245,8 @@ function stamp.record(cms, cm, to, record)
   return updated(cms, cm, to, function(current)
     local v = stamp.version_of(current)
     if v ~= to then
-      errors.raise("failed", ("version moved to %d while this runner recorded step -> %d"):format(v, to))
+      errors.raise("failed", ("version moved to %d while this runner recorded step -> %d")
+        :format(v, to))
     end
     return stamp.ops(current, { record = record })
   end)
@@ -248,8 +258,9 @@ end
 -- and whether --force moved it down. `reason` bounded by ERROR_BYTES.
 function stamp.manual_record(from, to, started, identity, user, reason, forced)
   reason = text.safe_prefix(reason, stamp.ERROR_BYTES, "...")
-  return { kind = "manual", from = from, to = to, started = log.iso8601(started), finished = log.iso8601(sys.time()),
-    engine = sys.version, runner = identity, user = user, reason = reason, forced = forced or nil }
+  return { kind = "manual", from = from, to = to, started = log.iso8601(started),
+    finished = log.iso8601(sys.time()), engine = sys.version, runner = identity, user = user,
+    reason = reason, forced = forced or nil }
 end
 
 -- Creates the ConfigMap at `version` with `record` as its first history
@@ -258,12 +269,14 @@ end
 function stamp.create(cms, namespace, version, record)
   local ok, created = pcall(cms.create, cms, {
     apiVersion = "v1", kind = "ConfigMap",
-    metadata = { name = stamp.CONFIGMAP, namespace = namespace, labels = { [stamp.LABEL] = "true" } },
+    metadata = { name = stamp.CONFIGMAP, namespace = namespace,
+      labels = { [stamp.LABEL] = "true" } },
     data = { version = tostring(version), history = json.encode(as_array({ record })) },
   })
   if ok then return created end
   if type(created) == "table" and created.code == 409 then
-    errors.raise("failed", ("ConfigMap %s/%s was created meanwhile: run stamp again to see its version")
+    errors.raise("failed",
+      ("ConfigMap %s/%s was created meanwhile: run stamp again to see its version")
       :format(namespace, stamp.CONFIGMAP), { cause = created })
   end
   error(created, 0)

@@ -47,13 +47,15 @@ function step.stopper(name, limit, running)
     local at = ""
     if running and running.tool then
       at = (" during tool %s: its process group was stopped"):format(running.tool)
-    elseif type(where) == "string" and not where:find("^scripts/cozy/") and not where:find("^%[") then
+    elseif type(where) == "string" and not where:find("^scripts/cozy/")
+      and not where:find("^%[") then
       at = " (at " .. where .. ")"
     end
     if reason == "signal" then
       errors.raise("interrupted", ("%s stopped by signal %d%s"):format(name, detail, at))
     end
-    errors.raise("timeout", ("%s ran past its time limit of %ss%s"):format(name, tostring(limit), at))
+    errors.raise("timeout", ("%s ran past its time limit of %ss%s")
+      :format(name, tostring(limit), at))
   end
 end
 local stopper = step.stopper
@@ -64,12 +66,14 @@ local stopper = step.stopper
 --   anything else is a bug: kind "bug", with the traceback to find it.
 local function classify(e, name, trace)
   -- a request the watch stopped comes back as an API error
-  if errors.is(e, "api") and e.code == 0 and (e.reason == "Interrupted" or e.reason == "DeadlineExceeded") then
+  if errors.is(e, "api") and e.code == 0
+    and (e.reason == "Interrupted" or e.reason == "DeadlineExceeded") then
     local last = type(e.attempts) == "table" and e.attempts[#e.attempts] or {}
     local during = ("%s %s"):format(tostring(e.method), tostring(e.path))
     if e.reason == "Interrupted" then
       return errors.new("interrupted", { migration = name, cause = e,
-        message = ("%s stopped by signal %s during %s"):format(name, tostring(last.signal or "?"), during) })
+        message = ("%s stopped by signal %s during %s")
+          :format(name, tostring(last.signal or "?"), during) })
     end
     return errors.new("timeout", { migration = name, cause = e,
       message = ("%s ran past its time limit during %s"):format(name, during) })
@@ -107,17 +111,20 @@ step.classify = classify
 -- resourceVersion test), cut to a line.
 local function would(finding, w)
   local a = request.attributes(w.method, w.path, w.query)
-  local what = a.resource and (a.resource .. (a.subresource and ("/" .. a.subresource) or "")) or w.path
+  local what = a.resource and (a.resource .. (a.subresource and ("/" .. a.subresource) or ""))
+    or w.path
   local body = w.body
   -- a create names its object in the body, not the path: the finding names it
   -- (a generateName as `prefix*`)
   local name = a.name
-  local md = a.verb == "create" and type(body) == "table" and type(body.metadata) == "table" and body.metadata
+  local md = a.verb == "create" and type(body) == "table" and type(body.metadata) == "table"
+    and body.metadata
   if name == nil and md then
     name = type(md.name) == "string" and md.name
       or (type(md.generateName) == "string" and (md.generateName .. "*")) or nil
   end
-  local target = name and ((a.namespace and (a.namespace .. "/") or "") .. name) or (a.namespace or "")
+  local target = name and ((a.namespace and (a.namespace .. "/") or "") .. name)
+    or (a.namespace or "")
   if type(body) == "table" and type(body[1]) == "table" and body[1].op == "test"
       and body[1].path == "/metadata/resourceVersion" then
     body = json.array(table.move(body, 2, #body, 1, {}))
@@ -185,9 +192,10 @@ function step.execute(m, opts)
   -- in a rehearsal the tool's requests are served through tool_view, the
   -- step's: its permissions judge them as they judge the migration's own
   local function tool_caller(tool_deadline, tool_limit, tool_view, stop)
-    return tools.caller { m = m, mode = mode, log = step_log, namespace = opts.namespace, running = running,
-      stop = stop,
-      kubeconfig = t.kubeconfig, context = t.context, lock = t.lock, rehearse = t.rehearse and tool_view,
+    return tools.caller { m = m, mode = mode, log = step_log, namespace = opts.namespace,
+      running = running, stop = stop,
+      kubeconfig = t.kubeconfig, context = t.context, lock = t.lock,
+      rehearse = t.rehearse and tool_view,
       deadline = function() return tool_deadline, tool_limit end,
       unrehearsed = function(why) result.not_rehearsed = result.not_rehearsed or why end }
   end
@@ -205,7 +213,8 @@ function step.execute(m, opts)
   end
   -- the step's deadline and SIGTERM/SIGINT stop it wherever it is: in Lua
   -- code, a request, a backoff, a <close> handler run while unwinding
-  local ok, err, trace = sandbox.watched({ deadline = deadline, on_stop = stopper(m.name, limit, running) },
+  local ok, err, trace = sandbox.watched({ deadline = deadline,
+    on_stop = stopper(m.name, limit, running) },
     function(c)
       fn(c)
       if mode ~= "check" then blocked() end
@@ -218,8 +227,8 @@ function step.execute(m, opts)
       context = function(write_guard, finally_deadline, finally_limit)
         local finally_view = step_view(write_guard)
         return context.new { view = finally_view, log = step_log:with { phase = "finally" },
-          namespace = opts.namespace, from = m.number, to = m.number + 1, mode = mode, findings = findings,
-          outcome = outcome, params = values, files = roots,
+          namespace = opts.namespace, from = m.number, to = m.number + 1, mode = mode,
+          findings = findings, outcome = outcome, params = values, files = roots,
           tool = tool_caller(finally_deadline, finally_limit, finally_view,
             stopper(m.name .. "'s finally", finally_limit, running)) }
       end })

@@ -14,7 +14,8 @@ function steps.namespace(opts)
     -- account's); a configuration that cannot be read fails at connect
     local cfg
     if opts.client then cfg = opts.client
-    else cfg = require("cozy.transport").config { kubeconfig = opts.kubeconfig, context = opts.context } end
+    else cfg = require("cozy.transport").config { kubeconfig = opts.kubeconfig,
+      context = opts.context } end
     ns = cfg and cfg.namespace or "cozy-system"
   end
   return ns
@@ -35,7 +36,8 @@ end
 function steps.target(opts, set)
   local t = opts.target or steps.env_integer("TARGET_VERSION") or discovery.default_target(set)
   if t == nil then
-    errors.raise("usage", "no target version: no migrations known and neither --target nor $TARGET_VERSION given")
+    errors.raise("usage",
+      "no target version: no migrations known and neither --target nor $TARGET_VERSION given")
   end
   return t
 end
@@ -61,10 +63,14 @@ function steps.refuse_lost_stamp(leases, namespace)
   if leases == nil then return end
   local l = leases:find(namespace, lease.NAME)
   if l == nil then return end
-  errors.raise("failed", ("the version ConfigMap %s/%s is missing, but the Lease %s/%s shows that migrations have "
-    .. "run here: refusing to treat the cluster as a fresh install. Recreate the ConfigMap at the version the "
-    .. "cluster is at (kubectl -n %s create configmap %s --from-literal=version=N), or delete the Lease if this "
-    .. "really is a fresh install"):format(namespace, stamp.CONFIGMAP, namespace, lease.NAME, namespace,
+  errors.raise("failed",
+    ("the version ConfigMap %s/%s is missing, but the Lease %s/%s shows that migrations have "
+    .. "run here: refusing to treat the cluster as a fresh install. Recreate the ConfigMap at "
+    .. "the version the "
+    .. "cluster is at (kubectl -n %s create configmap %s --from-literal=version=N), or delete "
+    .. "the Lease if this "
+    .. "really is a fresh install"):format(namespace, stamp.CONFIGMAP, namespace, lease.NAME,
+      namespace,
     stamp.CONFIGMAP), { namespace = namespace })
 end
 
@@ -91,7 +97,9 @@ function steps.decide(set, cms, namespace, target, log, leases)
       log:info("the built-in " .. r.by .. " runs in place of the legacy script " .. r.file)
     end
   end
-  if current >= target then return { action = "none", current = current, target = target, cm = cm } end
+  if current >= target then
+    return { action = "none", current = current, target = target, cm = cm }
+  end
   return { action = "migrate", current = current, target = target, cm = cm,
     steps = discovery.pending(set, current, target) }
 end

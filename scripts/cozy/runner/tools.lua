@@ -45,7 +45,8 @@ tools.QUOTE_BYTES = 300
 -- A tool is named as a command: no slash (a path would bypass the lookup),
 -- no shell or option syntax.
 local function bad_name(name)
-  return type(name) ~= "string" or #name == 0 or #name > tools.MAX_NAME or not name:find("^[%w][%w._+-]*$")
+  return type(name) ~= "string" or #name == 0 or #name > tools.MAX_NAME
+    or not name:find("^[%w][%w._+-]*$")
 end
 
 -- Validates def.tools (raising through invalid(message)); discovery calls it.
@@ -64,7 +65,8 @@ function tools.validate(def, invalid)
   for i = 1, n do
     local name = def.tools[i]
     why = validate.why(("tools[%d]"):format(i), name, function(v) return not bad_name(v) end,
-      { says = ("a command name (letters, digits, '.', '_', '+', '-'; no '/'; at most %d bytes)"):format(tools.MAX_NAME) })
+      { says = ("a command name (letters, digits, '.', '_', '+', '-'; no '/'; at most %d bytes)")
+        :format(tools.MAX_NAME) })
     if why then invalid(why) end
     if seen[name] then invalid(("tools[%d]: %s is declared twice"):format(i, name)) end
     seen[name] = true
@@ -85,7 +87,8 @@ function tools.resolve(m)
       m.tools[#m.tools + 1] = { name = name, path = path }
     else
       local relative = why and why:match("^relative: (.*)$")
-      why = relative and ("found in PATH as %s, relative to the current directory (an empty or relative PATH "
+      why = relative
+        and ("found in PATH as %s, relative to the current directory (an empty or relative PATH "
         .. "element): not run; put its directory in PATH as an absolute path"):format(relative)
         or ("not found in PATH (%s)"):format(text.safe(os.getenv("PATH") or ""))
       m.tools[#m.tools + 1] = { name = name, missing = why }
@@ -93,7 +96,8 @@ function tools.resolve(m)
     end
   end
   if #missing > 0 then
-    m.defect = ("declared tool %s: install it in the image or correct `tools`"):format(table.concat(missing, "; "))
+    m.defect = ("declared tool %s: install it in the image or correct `tools`")
+      :format(table.concat(missing, "; "))
   end
 end
 
@@ -128,14 +132,16 @@ local function check_call(m, name, argv, o)
     local a = rawget(argv, i)
     if math.type(a) == "integer" or math.type(a) == "float" then a = tostring(a) end
     -- a NUL would end the argument where the kernel reads it: refused, not cut
-    validate.arg(3, "ctx:tool", ("argv[%d]"):format(i), a, function(v) return type(v) == "string" and not v:find("\0", 1, true) end,
+    validate.arg(3, "ctx:tool", ("argv[%d]"):format(i), a,
+      function(v) return type(v) == "string" and not v:find("\0", 1, true) end,
       { says = "a string without NUL bytes (argv is an array)" })
     args[#args + 1] = a
   end
   local opts = {}
   for k, v in next, o or {} do
     if not call_keys[k] then
-      error(("ctx.tool: unknown option %s (dry_run, capture, allow_failure)"):format(text.safe(tostring(k))), 3)
+      error(("ctx.tool: unknown option %s (dry_run, capture, allow_failure)")
+        :format(text.safe(tostring(k))), 3)
     end
     validate.arg(3, "ctx:tool", "option " .. k, v, "boolean")
     opts[k] = v
@@ -146,15 +152,19 @@ end
 -- Why a tool's run failed, raised: stopped by the runner (the kinds a
 -- legacy script's stop has) or its own non-zero exit.
 local function failure(name, how, code, stopped, limit, last_stderr)
-  local ended = ("%s %d"):format(how == "exit" and "exited with status" or "was killed by signal", code)
+  local ended = ("%s %d"):format(how == "exit" and "exited with status" or "was killed by signal",
+    code)
   if last_stderr then
-    ended = ("%s, its last stderr line: %q"):format(ended, text.safe_prefix(last_stderr, tools.QUOTE_BYTES, "..."))
+    ended = ("%s, its last stderr line: %q")
+      :format(ended, text.safe_prefix(last_stderr, tools.QUOTE_BYTES, "..."))
   end
   if stopped == "lock" then
-    errors.raise("lost", ("tool %s stopped: the lock may no longer be ours (not renewed in time): its process "
+    errors.raise("lost",
+      ("tool %s stopped: the lock may no longer be ours (not renewed in time): its process "
       .. "group was stopped (it %s)"):format(name, ended), { exit = code })
   elseif stopped == "deadline" then
-    errors.raise("timeout", ("tool %s ran past the step's time limit of %ss: its process group was stopped "
+    errors.raise("timeout",
+      ("tool %s ran past the step's time limit of %ss: its process group was stopped "
       .. "(it %s)"):format(name, tostring(limit), ended), { exit = code })
   elseif stopped == "signal" then
     errors.raise("interrupted", ("tool %s stopped by signal %s: it %s")
@@ -185,7 +195,8 @@ function tools.caller(opts)
     if opts.mode ~= "run" and not o.dry_run then
       local why = ("tool %s run without dry-run marking"):format(name)
       if opts.mode == "check" then
-        errors.raise("readonly", ("%s: not run in check, which writes nothing (mark the tool's own dry run "
+        errors.raise("readonly",
+          ("%s: not run in check, which writes nothing (mark the tool's own dry run "
           .. "with dry_run = true)"):format(why))
       end
       opts.unrehearsed(why)
@@ -194,12 +205,13 @@ function tools.caller(opts)
     local legacy = require "cozy.runner.legacy"
     local rehearse = opts.mode == "plan" and opts.rehearse or nil
     local ep <close> = rehearse and require("cozy.endpoint").new() or nil
-    local kubeconfig <close> = legacy.private_kubeconfig { kubeconfig = opts.kubeconfig, context = opts.context,
-      namespace = opts.namespace, endpoint = ep }
+    local kubeconfig <close> = legacy.private_kubeconfig { kubeconfig = opts.kubeconfig,
+      context = opts.context, namespace = opts.namespace, endpoint = ep }
     local unset = kubeconfig.source ~= "in-cluster"
       and { KUBERNETES_SERVICE_HOST = true, KUBERNETES_SERVICE_PORT = true } or nil
     if ep then unset = legacy.REHEARSAL_UNSET end
-    local env = legacy.environment({ KUBECONFIG = kubeconfig.path, NAMESPACE = opts.namespace }, unset)
+    local env = legacy.environment({ KUBECONFIG = kubeconfig.path, NAMESPACE = opts.namespace },
+      unset)
     local tlog = log:with { tool = name }
     tlog:info("running tool", { argv = table.concat(args, " ", 2), dry_run = o.dry_run or nil,
       isolated = ep and true or nil })
@@ -231,12 +243,15 @@ function tools.caller(opts)
     if how == "refused" then
       local why = ("tool %s could not be isolated: %s"):format(name, code)
       opts.unrehearsed(why)
-      errors.raise("failed", ("not rehearsed: %s; it was not run"):format(why), { not_rehearsed = why })
+      errors.raise("failed", ("not rehearsed: %s; it was not run")
+        :format(why), { not_rehearsed = why })
     end
-    tlog:info("tool ended", { status = how == "exit" and code or nil, signal = how == "signal" and code or nil,
-      seconds = ("%.2f"):format(sys.monotime() - t0) })
+    tlog:info("tool ended",
+      { status = how == "exit" and code or nil, signal = how == "signal" and code or nil,
+        seconds = ("%.2f"):format(sys.monotime() - t0) })
     if truncated then
-      tlog:warn(("tool stdout past %d bytes: the capture stops there (result.truncated)"):format(tools.CAPTURE_BYTES))
+      tlog:warn(("tool stdout past %d bytes: the capture stops there (result.truncated)")
+        :format(tools.CAPTURE_BYTES))
     end
     -- stopped with the step: raised as the step's watch raises it (naming
     -- the tool), whether or not its hook fired first
@@ -247,7 +262,8 @@ function tools.caller(opts)
     if stopped or how ~= "exit" or (code ~= 0 and not o.allow_failure) then
       failure(name, how, code, stopped, limit, last_stderr)
     end
-    return { status = code, stdout = o.capture and (#captured > 0 and table.concat(captured, "\n") .. "\n" or "")
+    return { status = code,
+      stdout = o.capture and (#captured > 0 and table.concat(captured, "\n") .. "\n" or "")
       or nil, truncated = o.capture and truncated or nil }
   end
 end
