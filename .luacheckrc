@@ -9,11 +9,6 @@ ignore = { "211/_.*" }
 files["spec"] = { std = "+busted" }
 -- migrations/ and scripts/ at 100 columns (issue 37)
 files["scripts"] = { max_line_length = 100 }
--- rewrapped after a concurrent change to them lands: until then at 160
-for _, f in ipairs { "diff", "kube/changes", "kube/overlay", "kube/patch", "kube/trace", "text",
-  "yaml" } do
-  files["scripts/cozy/" .. f .. ".lua"] = { max_line_length = 160 }
-end
 -- migrations see only the sandbox's allow-list (scripts/cozy/sandbox.lua)
 files["migrations"] = {
   std = "min",

@@ -40,7 +40,8 @@ local function myers(a, b, max_d)
           local pv = trace[dd]
           local kk = cx - cy
           local pk
-          if kk == -dd or (kk ~= dd and (pv[kk - 1] or -1) < (pv[kk + 1] or -1)) then pk = kk + 1 else pk = kk - 1 end
+          if kk == -dd or (kk ~= dd and (pv[kk - 1] or -1) < (pv[kk + 1] or -1)) then pk =
+            kk + 1 else pk = kk - 1 end
           local px = pv[pk] or 0
           local py = px - pk
           while cx > px and cy > py do

@@ -128,7 +128,8 @@ function text.lines(list)
   -- break, and the only breaks are those joining them
   local all = table.concat(list, "\n", 1, n)
   if utf8.len(all) and not all:find("[\0-\9\11-\31\127]") and not all:find("\194[\128-\159]")
-      and not all:find("://", 1, true) and not all:find("earer", 1, true) and not all:find("uthorization", 1, true)
+      and not all:find("://", 1, true) and not all:find("earer", 1, true)
+      and not all:find("uthorization", 1, true)
       and select(2, all:gsub("\n", "")) == n - 1 then
     return all .. "\n"
   end
@@ -160,7 +161,8 @@ function text.json(v)
   -- text.redact acts on (each of its triggers is bytes JSON never escapes):
   -- the copy would be v again
   local ok, s = pcall(json.encode, v)
-  if ok and not s:find("://", 1, true) and not s:find("earer", 1, true) and not s:find("uthorization", 1, true) then
+  if ok and not s:find("://", 1, true) and not s:find("earer", 1, true)
+    and not s:find("uthorization", 1, true) then
     return s
   end
   return json.encode(text.printable(v))

@@ -113,8 +113,9 @@ yaml.key_less = key_less
 -- Scalars -------------------------------------------------------------------
 
 local RESERVED = {}
-for _, w in ipairs { "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON", "n", "N", "no", "No",
-  "NO", "false", "False", "FALSE", "off", "Off", "OFF", "", "~", "null", "Null", "NULL", ".nan", ".NaN", ".NAN",
+for _, w in ipairs { "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON", "n",
+  "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF", "", "~", "null", "Null",
+  "NULL", ".nan", ".NaN", ".NAN",
   ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", "<<" } do
   RESERVED[w] = true
 end
@@ -124,13 +125,16 @@ local function go_integer(s)
   local body = s:gsub("^[+-]", "")
   if body:match("^0[xX]%x+$") or body:match("^0[bB][01]+$") or body:match("^0[oO][0-7]+$")
       or body:match("^0[0-7]*$") or body:match("^[1-9]%d*$") then
-    return true -- out of int64/uint64 range would fail in Go: still not a string when read back by a YAML 1.1 reader
+    -- out of int64/uint64 range would fail in Go: still not a string when read back by a YAML 1.1
+    -- reader
+    return true
   end
   return false
 end
 
 local function is_float(s)
-  return s:match("^[-+]?%.%d+$") or s:match("^[-+]?%.%d+[eE][-+]?%d+$") or s:match("^[-+]?%d+%.?%d*$")
+  return s:match("^[-+]?%.%d+$") or s:match("^[-+]?%.%d+[eE][-+]?%d+$")
+    or s:match("^[-+]?%d+%.?%d*$")
     or s:match("^[-+]?%d+%.?%d*[eE][-+]?%d+$")
 end
 
@@ -182,14 +186,16 @@ end
 -- go-yaml's is. Returns block_plain, single, block (allowed) and multiline.
 local function is_printable(s, i)
   local b, b1, b2 = s:byte(i), s:byte(i + 1) or 0, s:byte(i + 2) or 0
-  return b == 0x0A or (b >= 0x20 and b <= 0x7E) or (b == 0xC2 and b1 >= 0xA0) or (b > 0xC2 and b < 0xED)
+  return b == 0x0A or (b >= 0x20 and b <= 0x7E) or (b == 0xC2 and b1 >= 0xA0)
+    or (b > 0xC2 and b < 0xED)
     or (b == 0xED and b1 < 0xA0) or b == 0xEE
-    or (b == 0xEF and not (b1 == 0xBB and b2 == 0xBF) and not (b1 == 0xBF and (b2 == 0xBE or b2 == 0xBF)))
+    or (b == 0xEF and not (b1 == 0xBB and b2 == 0xBF)
+      and not (b1 == 0xBF and (b2 == 0xBE or b2 == 0xBF)))
 end
 
 local function width(b)
-  if b < 0x80 then return 1 elseif b >= 0xF0 then return 4 elseif b >= 0xE0 then return 3 elseif b >= 0xC0 then
-    return 2 end
+  if b < 0x80 then return 1 elseif b >= 0xF0 then return 4 end
+  if b >= 0xE0 then return 3 elseif b >= 0xC0 then return 2 end
   return 1
 end
 
@@ -197,7 +203,9 @@ local function is_break_at(s, i)
   local b = s:byte(i)
   if b == 0x0A or b == 0x0D then return true end
   if b == 0xC2 and s:byte(i + 1) == 0x85 then return true end
-  if b == 0xE2 and s:byte(i + 1) == 0x80 and (s:byte(i + 2) == 0xA8 or s:byte(i + 2) == 0xA9) then return true end
+  if b == 0xE2 and s:byte(i + 1) == 0x80 and (s:byte(i + 2) == 0xA8 or s:byte(i + 2) == 0xA9) then
+    return true
+  end
   return false
 end
 
@@ -211,7 +219,8 @@ end
 -- the only break "\n"; its flags found by patterns, as the loop below sets them.
 local function analyze_ascii(s)
   local first = s:sub(1, 1)
-  local block_ind = s:find("^%-%-%-") or s:find("^%.%.%.") or first:find("^[#,%[%]{}&%*!|>'\"%%@`]$")
+  local block_ind = s:find("^%-%-%-") or s:find("^%.%.%.")
+    or first:find("^[#,%[%]{}&%*!|>'\"%%@`]$")
     or s:find("^[%?:%-] ") or s == "?" or s == ":" or s == "-"
     -- ":" before a space or at the end, "#" after a space or a break (not the first character)
     or s:find(".: ") or (#s > 1 and s:sub(-1) == ":") or s:find("[ \n]#")
@@ -276,7 +285,9 @@ local function analyze(s)
     i = i + w
   end
   local a = { multiline = line_breaks, block_plain = true, single = true, block = true }
-  if leading_space or leading_break or trailing_space or trailing_break then a.block_plain = false end
+  if leading_space or leading_break or trailing_space or trailing_break then
+    a.block_plain = false
+  end
   if trailing_space then a.block = false end
   if break_space then a.block_plain, a.single = false, false end
   if space_break or special then a.block_plain, a.single, a.block = false, false, false end
@@ -304,9 +315,9 @@ local function style_of(s, key)
   return style
 end
 
-local ESCAPES = { [0x00] = "0", [0x07] = "a", [0x08] = "b", [0x09] = "t", [0x0A] = "n", [0x0B] = "v", [0x0C] = "f",
-  [0x0D] = "r", [0x1B] = "e", [0x22] = '"', [0x5C] = "\\", [0x85] = "N", [0xA0] = "_", [0x2028] = "L",
-  [0x2029] = "P" }
+local ESCAPES = { [0x00] = "0", [0x07] = "a", [0x08] = "b", [0x09] = "t", [0x0A] = "n",
+  [0x0B] = "v", [0x0C] = "f", [0x0D] = "r", [0x1B] = "e", [0x22] = '"', [0x5C] = "\\", [0x85] = "N",
+  [0xA0] = "_", [0x2028] = "L", [0x2029] = "P" }
 
 -- A writer of one line at a time, folding as go-yaml folds: `col` is the
 -- column the scalar starts at, `indent` where a folded line goes on.
@@ -363,7 +374,8 @@ local function write_single(w, s)
   w.put("'")
   while i <= n do
     if s:byte(i) == 32 then
-      if not spaces and w.can_fold() and i > 1 and i < n and s:byte(i + 1) ~= 32 then w.fold() else w.put(" ") end
+      if not spaces and w.can_fold() and i > 1 and i < n
+        and s:byte(i + 1) ~= 32 then w.fold() else w.put(" ") end
       spaces = true
       i = i + 1
     else
@@ -378,7 +390,8 @@ end
 
 local function write_double(w, s)
   if not s:find("[^!#-Z%[%]^-~]") then
-    -- printable ASCII without a space, '"' or '\\' (a time, a number): nothing to escape, nowhere to fold
+    -- printable ASCII without a space, '"' or '\\' (a time, a number): nothing to escape, nowhere
+    -- to fold
     w.put('"' .. s .. '"')
     return
   end
@@ -461,7 +474,8 @@ local function scalar(out, first, v, indent, key)
   elseif t == "number" then
     -- kubectl's path is JSON then YAML: a float JSON writes without a
     -- fraction or exponent (an integral one below 1e21) reads back as an integer
-    local int = math.type(v) == "integer" and v or (v == math.floor(v) and math.abs(v) < 2 ^ 63 and math.tointeger(v))
+    local int = math.type(v) == "integer" and v
+      or (v == math.floor(v) and math.abs(v) < 2 ^ 63 and math.tointeger(v))
     out[#out + 1] = first .. (int and ("%d"):format(int) or go_float(v))
     return
   end
@@ -577,7 +591,9 @@ local memo
 -- Emits v (a mapping or a sequence) at `indent`; the first line's
 -- indentation is replaced by `lead` when given ("- " of the item holding v).
 function emit(out, v, indent, lead, depth)
-  if depth > json.max_depth then error("cozy.yaml: a table nested deeper than " .. json.max_depth .. " levels", 0) end
+  if depth > json.max_depth then
+    error("cozy.yaml: a table nested deeper than " .. json.max_depth .. " levels", 0)
+  end
   local m = memo
   if m ~= nil then
     -- the same table emitted before at this indentation and lead: the same
@@ -631,7 +647,9 @@ function emit(out, v, indent, lead, depth)
       end
     end
   end
-  if m ~= nil then m[v] = { out = out, first = first, last = #out, indent = indent, lead = lead, depth = depth } end
+  if m ~= nil then
+    m[v] = { out = out, first = first, last = #out, indent = indent, lead = lead, depth = depth }
+  end
 end
 
 -- v's document as the emitter writes it: an array of lines.

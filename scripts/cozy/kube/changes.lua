@@ -31,7 +31,9 @@ changes.CHANGED = "<redacted: changed>"
 local function shown(obj, secret)
   if type(obj) ~= "table" then return nil end
   local c = obj
-  if secret or json.holds(obj, "kind", "Secret", trace.MAX_DEPTH) then c = trace.redacted(obj, secret) end
+  if secret or json.holds(obj, "kind", "Secret", trace.MAX_DEPTH) then
+    c = trace.redacted(obj, secret)
+  end
   if type(c.metadata) == "table" then
     for _, k in ipairs(changes.SERVER_SET) do c.metadata[k] = nil end
   end
@@ -41,7 +43,8 @@ end
 -- after's redacted values marked where the raw value differs from before's
 local function mark_changed(before_raw, after_raw, after)
   for _, field in ipairs { "data", "stringData" } do
-    local b, a, shown_a = before_raw and before_raw[field], after_raw and after_raw[field], after[field]
+    local b, a, shown_a = before_raw and before_raw[field], after_raw and after_raw[field],
+      after[field]
     if type(a) == "table" and type(shown_a) == "table" then
       for k, v in pairs(a) do
         if type(b) ~= "table" or b[k] ~= v then shown_a[k] = changes.CHANGED end
@@ -69,27 +72,30 @@ local function report(ov, e, action)
   local before_raw
   if action ~= "created" then
     -- an after shown as it is: the before shares its tables, and their YAML
-    if after ~= nil and after == after_raw then before_raw = ov:before_over(e, after) else before_raw = ov:before(e) end
+    if after ~= nil and after == after_raw then before_raw = ov:before_over(e,
+      after) else before_raw = ov:before(e) end
   end
   local before = shown(before_raw, secret)
   local any = after_raw or before_raw or {}
   if secret or any.kind == "Secret" then
     if after ~= nil then mark_changed(before_raw, after_raw, after) end
   end
-  local api_version = any.apiVersion or (e.group ~= "" and (e.group .. "/" .. (e.api_version or "")) or e.api_version)
+  local api_version = any.apiVersion
+    or (e.group ~= "" and (e.group .. "/" .. (e.api_version or "")) or e.api_version)
   local kind = any.kind or e.plural
-  local r = { type = "object", action = action, apiVersion = api_version, kind = kind, resource = e.plural,
-    group = e.group ~= "" and e.group or nil, namespace = e.ns, name = e.name, before = before, after = after,
-    inexact = e.inexact, terminating = terminating }
+  local r = { type = "object", action = action, apiVersion = api_version, kind = kind,
+    resource = e.plural, group = e.group ~= "" and e.group or nil, namespace = e.ns, name = e.name,
+    before = before, after = after, inexact = e.inexact, terminating = terminating }
   if action ~= "created" and before_raw == nil then
     -- a live object the rehearsal could not read first: no diff to show
-    r.before_unknown = e.before_unknown or "the live object was not read before the rehearsal's first write"
+    r.before_unknown = e.before_unknown
+      or "the live object was not read before the rehearsal's first write"
     return r
   end
   local name = label(api_version, kind, e.ns, e.name)
   local seen = {}
-  r.diff = diff.unified(before and yaml.lines(before, seen) or {}, after and yaml.lines(after, seen) or {},
-    "live/" .. name, "planned/" .. name)
+  r.diff = diff.unified(before and yaml.lines(before, seen) or {},
+    after and yaml.lines(after, seen) or {}, "live/" .. name, "planned/" .. name)
   return r
 end
 

@@ -92,8 +92,8 @@ function overlay.not_found(group, plural, name)
   local details = { name = name, kind = plural }
   if group ~= nil and group ~= "" then details.group = group end
   local what = (group ~= nil and group ~= "") and (plural .. "." .. group) or plural
-  return json.object { kind = "Status", apiVersion = "v1", metadata = json.object {}, status = "Failure",
-    message = ("%s %q not found"):format(what, name), reason = "NotFound",
+  return json.object { kind = "Status", apiVersion = "v1", metadata = json.object {},
+    status = "Failure", message = ("%s %q not found"):format(what, name), reason = "NotFound",
     details = json.object(details), code = 404 }
 end
 
@@ -247,7 +247,8 @@ function Overlay:get(group, version, plural, ns, name)
   local why
   local asked = (group ~= nil and group ~= "") and (group .. "/" .. version) or version
   if version ~= nil and e.api_version ~= nil and e.api_version ~= asked then
-    why = ("%s was written as %s and is read as %s: not converted"):format(e.key, e.api_version, asked)
+    why = ("%s was written as %s and is read as %s: not converted")
+      :format(e.key, e.api_version, asked)
   end
   return "present", self:object(e), why
 end
@@ -385,7 +386,8 @@ function Overlay:merge_page(list, q)
   local greatest = lower
   for i = 1, items and #items or 0 do
     local md = items[i].metadata
-    local k = type(md) == "table" and type(md.name) == "string" and list_key(md.namespace, md.name) or nil
+    local k = type(md) == "table" and type(md.name) == "string" and list_key(md.namespace, md.name)
+      or nil
     if k and (greatest == nil or lt(greatest, k)) then greatest = k end
   end
   if cont ~= nil then self._bounds[cont] = greatest end
@@ -406,7 +408,8 @@ function Overlay:merge_page(list, q)
   for i = 1, items and #items or 0 do
     local obj = items[i]
     local md = obj.metadata
-    local e = type(md) == "table" and set[overlay.identity(q.group, q.plural, md.namespace, md.name)] or nil
+    local e = type(md) == "table"
+      and set[overlay.identity(q.group, q.plural, md.namespace, md.name)] or nil
     if e == nil then
       out[#out + 1] = obj
     else

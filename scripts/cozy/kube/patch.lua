@@ -162,7 +162,9 @@ function patch.json_patch(doc, ops, shared)
     local ok, err = pcall(function()
       local kind, path = op.op, op.path
       if type(path) ~= "string" then error("op has no path", 0) end
-      if owned and (kind == "add" or kind == "remove" or kind == "replace" or kind == "move" or kind == "copy") then
+      if owned
+        and (kind == "add" or kind == "remove" or kind == "replace" or kind == "move"
+          or kind == "copy") then
         -- (an earlier op may have put another value at the root: a move to "")
         if type(doc) == "table" and not owned[doc] then doc = own(doc, owned) end
         if kind == "move" and type(op.from) == "string" then own_path(doc, op.from, owned) end
@@ -195,7 +197,8 @@ function patch.json_patch(doc, ops, shared)
         err.patch_error = ("op %d: %s"):format(n, err.message)
         error(err, 0)
       end
-      error({ patch_error = ("op %d (%s %s): %s"):format(n, tostring(op.op), tostring(op.path), tostring(err)) }, 0)
+      error({ patch_error = ("op %d (%s %s): %s"):format(n, tostring(op.op), tostring(op.path),
+        tostring(err)) }, 0)
     end
   end
   return doc

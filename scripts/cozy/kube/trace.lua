@@ -46,7 +46,9 @@ local function redact_annotations(annotations, depth)
     if type(v) == "string" and v:find("^%s*[%[{]") then
       local ok, decoded = pcall(json.decode, v)
       local eok, encoded = false, nil
-      if ok and type(decoded) == "table" then eok, encoded = pcall(json.encode, redacted(decoded, true, depth + 1)) end
+      if ok and type(decoded) == "table" then
+        eok, encoded = pcall(json.encode, redacted(decoded, true, depth + 1))
+      end
       annotations[k] = eok and encoded or REDACTED
     end
   end
@@ -63,7 +65,9 @@ function redacted(v, secret, depth)
   if depth > trace.MAX_DEPTH then return "<too deep>" end
   -- nothing in v to redact or to cut (every body of a write a plan shows,
   -- but a Secret's): the copy in C, not table by table here
-  if not secret and not json.holds(v, "kind", "Secret", trace.MAX_DEPTH - depth) then return json.copy(v) end
+  if not secret and not json.holds(v, "kind", "Secret", trace.MAX_DEPTH - depth) then
+    return json.copy(v)
+  end
   local mt = getmetatable(v)
   local c = setmetatable({}, (mt == json.array_mt or mt == json.object_mt) and mt or nil)
   for k, x in pairs(v) do c[k] = redacted(x, secret and k == "items", depth + 1) end
@@ -116,7 +120,8 @@ local function shown_body(body, secret, whole)
   end
   body = text.safe(tostring(body))
   if not whole and #body > trace.BODY_BYTES then
-    body = body:sub(1, trace.BODY_BYTES) .. (" [truncated %d chars]"):format(#body - trace.BODY_BYTES)
+    body = body:sub(1, trace.BODY_BYTES)
+      .. (" [truncated %d chars]"):format(#body - trace.BODY_BYTES)
   end
   return body
 end
