@@ -123,8 +123,9 @@ local function would(finding, w)
     name = type(md.name) == "string" and md.name
       or (type(md.generateName) == "string" and (md.generateName .. "*")) or nil
   end
-  local target = name and ((a.namespace and (a.namespace .. "/") or "") .. name)
-    or (a.namespace or "")
+  -- a Namespace is its own namespace in the API's request attributes: named once
+  local ns = a.resource ~= "namespaces" and a.namespace or nil
+  local target = name and ((ns and (ns .. "/") or "") .. name) or (a.namespace or "")
   if type(body) == "table" and type(body[1]) == "table" and body[1].op == "test"
       and body[1].path == "/metadata/resourceVersion" then
     body = json.array(table.move(body, 2, #body, 1, {}))
