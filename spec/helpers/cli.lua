@@ -162,6 +162,23 @@ function cli.poll(timeout, fn, step)
   return nil
 end
 
+-- Is pid a live process (not gone, not a zombie)? Read from /proc, as
+-- `kill -0` also answers for a zombie.
+function cli.alive(pid)
+  local stat = files.read(("/proc/%d/stat"):format(pid))
+  return stat ~= nil and stat:match("%) (%a)") ~= "Z"
+end
+
+-- The pids a script wrote into `path`, one a line, once there are n of them
+-- (polled for up to 20 s: it writes them as it goes); nil if they never come.
+function cli.pids(path, n)
+  return cli.poll(20, function()
+    local got = {}
+    for line in (files.read(path) or ""):gmatch("%d+") do got[#got + 1] = tonumber(line) end
+    return #got >= n and got or nil
+  end)
+end
+
 -- Is this request-log entry a write, i.e. does it change state? An access
 -- review (self or not) persists nothing: it is a read in all but method.
 function cli.is_write(entry)

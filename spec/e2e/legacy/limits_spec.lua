@@ -22,16 +22,6 @@ local function alive(pid)
   return files.sh(("kill -0 %d 2>/dev/null"):format(pid)) == 0
 end
 
--- The pids the script wrote into dir/pids, one a line (polled: the script
--- writes them as it goes).
-local function pids(dir, n)
-  return cli.poll(20, function()
-    local got = {}
-    for line in (files.read(dir .. "/pids") or ""):gmatch("%d+") do got[#got + 1] = tonumber(line) end
-    return #got >= n and got or nil
-  end)
-end
-
 describe("hostile legacy scripts", function()
   local srv
   setup(function() srv = fake.start { fixtures = { cli.fixture(1) } } end)
@@ -47,7 +37,7 @@ describe("hostile legacy scripts", function()
     assert.equal(1, r.code, r.stderr)
     assert.matches("legacy script [^ ]*/1%-sleeps ran past its time limit of 2s: its process group was stopped "
       .. "%(it was killed by signal 15%); version stays at 1: a rerun resumes at 1%-sleeps kind=timeout", r.stderr)
-    for _, pid in ipairs(pids(dir, 2)) do assert.is_false(alive(pid), "pid " .. pid .. " survived") end
+    for _, pid in ipairs(cli.pids(dir .. "/pids", 2)) do assert.is_false(alive(pid), "pid " .. pid .. " survived") end
     assert.equal(1, cli.version(srv))
     assert.equal("", cli.lease_holder(srv))
   end)
@@ -61,7 +51,7 @@ describe("hostile legacy scripts", function()
     assert.equal(1, r.code, r.stderr)
     assert.matches("ran past its time limit of 1s: its process group was stopped %(it was killed by signal 9%)",
       r.stderr)
-    assert.is_false(alive(pids(dir, 1)[1]))
+    assert.is_false(alive(cli.pids(dir .. "/pids", 1)[1]))
   end)
 
   it("does not wait for a background child the script left (port-forward &), and stops it", function()
@@ -75,7 +65,7 @@ describe("hostile legacy scripts", function()
     assert.matches("forwarding", r.stderr)
     assert.matches("lock released", r.stderr)
     assert.equal(2, cli.version(srv))
-    assert.is_false(alive(pids(dir, 1)[1]))
+    assert.is_false(alive(cli.pids(dir .. "/pids", 1)[1]))
   end)
 
   it("passes SIGTERM to the script's whole group, not just the script", function()
@@ -84,7 +74,7 @@ describe("hostile legacy scripts", function()
     local p = cli.start(cli.args(srv, dir, "run"))
     finally(function() p:cleanup() end)
     assert.truthy(cli.poll(20, function() return p:stderr():find("waiting", 1, true) end), p:stderr())
-    local child = pids(dir, 1)[1]
+    local child = cli.pids(dir .. "/pids", 1)[1]
     p:kill("TERM")
     local r = p:wait(60)
     assert.equal(1, r.code, r.stderr)

@@ -14,26 +14,9 @@ local q = cli.quote
 local NOOP = [[return { description = "does nothing", run = function(ctx) ctx.log:info("step ran") end }]]
 local STAMP = [[kubectl -n "$NAMESPACE" patch configmap cozystack-version --type merge -p '{"data":{"version":"2"}}' >/dev/null]]
 
--- Is pid a live process (not gone, not a zombie)? Read from /proc, as
--- `kill -0` also answers for a zombie.
-local function alive(pid)
-  local stat = files.read(("/proc/%d/stat"):format(pid))
-  if stat == nil then return false end
-  return stat:match("%) (%a)") ~= "Z"
-end
-
--- The pids written into `path`, one a line, once there are n of them.
-local function pids(path, n)
-  return cli.poll(20, function()
-    local got = {}
-    for line in (files.read(path) or ""):gmatch("%d+") do got[#got + 1] = tonumber(line) end
-    return #got >= n and got or nil
-  end)
-end
-
 local function all_gone(list)
   return cli.poll(20, function()
-    for _, pid in ipairs(list) do if alive(pid) then return nil end end
+    for _, pid in ipairs(list) do if cli.alive(pid) then return nil end end
     return true
   end)
 end
@@ -122,7 +105,7 @@ describe("stops that stop", function()
       local p, dir, mdir = run_with_plugin { method = "PATCH", path = "configmaps/cozystack-version$",
         status = 401 }
       finally(function() p:cleanup(); files.rm_rf(dir); files.rm_rf(mdir) end)
-      local plugin = pids(dir .. "/pids", 2)
+      local plugin = cli.pids(dir .. "/pids", 2)
       assert.truthy(plugin, "the plugin was not run again: " .. p:stderr())
       assert.same({ "status" }, srv:fired())
       p:kill("TERM")
@@ -138,7 +121,7 @@ describe("stops that stop", function()
       local p, dir, mdir = run_with_plugin { method = "PATCH", path = "leases/cozystack-migrations$",
         status = 401 }
       finally(function() p:cleanup(); files.rm_rf(dir); files.rm_rf(mdir) end)
-      local plugin = pids(dir .. "/pids", 2)
+      local plugin = cli.pids(dir .. "/pids", 2)
       assert.truthy(plugin, "the plugin was not run again: " .. p:stderr())
       assert.matches("step done, stamped", p:stderr())
       p:kill("TERM")
@@ -153,7 +136,7 @@ describe("stops that stop", function()
       local p, dir, mdir = run_with_plugin { method = "PATCH", path = "configmaps/cozystack-version$",
         status = 401 }
       finally(function() p:cleanup(); files.rm_rf(dir); files.rm_rf(mdir) end)
-      local plugin = pids(dir .. "/pids", 2)
+      local plugin = cli.pids(dir .. "/pids", 2)
       assert.truthy(plugin, "the plugin was not run again: " .. p:stderr())
       p:kill("KILL")
       assert.equal(128 + 9, p:wait(10).code)
@@ -167,7 +150,7 @@ describe("stops that stop", function()
       finally(function() files.rm_rf(dir) end)
       local p = cli.start(cli.args(srv, dir, "run"))
       finally(function() p:cleanup() end)
-      local script = pids(dir .. "/pids", 2)
+      local script = cli.pids(dir .. "/pids", 2)
       assert.truthy(script, p:stderr())
       p:kill("HUP")
       local r = p:wait(30)
@@ -188,7 +171,7 @@ describe("stops that stop", function()
       local env = { COZY_MIGRATE_LEASE_SECONDS = "3" }
       local a = cli.start(cli.args(srv, dir, "run"), env)
       finally(function() a:cleanup() end)
-      local first = pids(dir .. "/pids", 2)
+      local first = cli.pids(dir .. "/pids", 2)
       assert.truthy(first, a:stderr())
       return dir, env, a, first
     end
@@ -229,7 +212,7 @@ describe("stops that stop", function()
       a:kill("STOP")
       files.write(dir .. "/stamp", "")
       second_copy_alone(dir, env)
-      assert.is_false(alive(first[1]) or alive(first[2]), "the frozen runner's script still runs")
+      assert.is_false(cli.alive(first[1]) or cli.alive(first[2]), "the frozen runner's script still runs")
       assert.equal(2, cli.version(srv))
     end)
 
@@ -240,7 +223,7 @@ describe("stops that stop", function()
       finally(function() files.rm_rf(dir) end)
       local p = cli.start(cli.args(srv, dir, "run"), { COZY_MIGRATE_LEASE_SECONDS = "3" })
       finally(function() p:cleanup() end)
-      local script = pids(dir .. "/pids", 2)
+      local script = cli.pids(dir .. "/pids", 2)
       assert.truthy(script, p:stderr())
       srv:faults { { method = "PATCH", path = "leases/cozystack-migrations$", times = -1, status = 503 } }
       local r = p:wait(30)

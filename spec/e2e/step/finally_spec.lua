@@ -70,11 +70,6 @@ local function before_release(stderr, line)
   return at ~= nil and released ~= nil and at < released
 end
 
-local function alive(pid)
-  local stat = files.read(("/proc/%d/stat"):format(pid))
-  return stat ~= nil and stat:match("%) (%a)") ~= "Z"
-end
-
 describe("finally", function()
   local srv
   setup(function() srv = fake.start { fixtures = { cli.fixture(1, { OPERATOR }) } } end)
@@ -203,7 +198,7 @@ describe("finally", function()
     assert.equal(1, r.code, r.stderr)
     assert.matches("finally failed: 1-second's finally stopped by signal 15 during tool gate-double", r.stderr, 1,
       true)
-    assert.is_false(alive(pid), "the tool survived")
+    assert.is_false(cli.alive(pid), "the tool survived")
     assert.equal("", cli.lease_holder(srv))
     local rec = last_record(srv)
     assert.equal("interrupted", rec.error.kind)
@@ -222,7 +217,7 @@ describe("finally", function()
     p:kill("KILL")
     p:wait(20)
     -- the guardian (core/guardian.c) ends the tool's group with the runner
-    assert.truthy(cli.poll(20, function() return not alive(first) end), "the tool outlived its runner")
+    assert.truthy(cli.poll(20, function() return not cli.alive(first) end), "the tool outlived its runner")
     assert.equal(1, cli.version(srv))
     files.write(dir .. "/open", "")
     local r = cli.run(args(srv, dir, "run"), env)

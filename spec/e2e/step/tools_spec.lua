@@ -52,19 +52,6 @@ local function args(srv, dir, ...)
   return cli.args(srv, dir .. "/migrations", ...)
 end
 
-local function alive(pid)
-  local stat = files.read(("/proc/%d/stat"):format(pid))
-  return stat ~= nil and stat:match("%) (%a)") ~= "Z"
-end
-
-local function pids(dir, n)
-  return cli.poll(20, function()
-    local got = {}
-    for line in (files.read(dir .. "/pids") or ""):gmatch("%d+") do got[#got + 1] = tonumber(line) end
-    return #got >= n and got or nil
-  end)
-end
-
 local function cm(srv, name)
   return srv:object("ConfigMap", "cozy-system", name)
 end
@@ -179,7 +166,7 @@ describe("declared tools", function()
     assert.equal(1, r.code, r.stderr)
     assert.matches("1%-hangs ran past its time limit of 2s during tool etcd%-double: its process group was "
       .. "stopped; version stays at 1", r.stderr)
-    for _, pid in ipairs(pids(dir, 2)) do assert.is_false(alive(pid), "pid " .. pid .. " survived") end
+    for _, pid in ipairs(cli.pids(dir .. "/pids", 2)) do assert.is_false(cli.alive(pid), "pid " .. pid .. " survived") end
     assert.equal(1, cli.version(srv))
     assert.equal("", cli.lease_holder(srv))
   end)
@@ -190,14 +177,14 @@ describe("declared tools", function()
     finally(function() files.rm_rf(dir) end)
     local p = cli.start(args(srv, dir, "run"), env)
     finally(function() p:cleanup() end)
-    local started = pids(dir, 2)
+    local started = cli.pids(dir .. "/pids", 2)
     assert.truthy(cli.poll(20, function() return p:stderr():find("hanging", 1, true) end), p:stderr())
     p:kill("TERM")
     local r = p:wait(60)
     assert.equal(1, r.code, r.stderr)
     assert.matches("1%-stopped stopped by signal 15 during tool etcd%-double: its process group was stopped; "
       .. "version stays at 1", r.stderr)
-    for _, pid in ipairs(started) do assert.is_false(alive(pid), "pid " .. pid .. " survived") end
+    for _, pid in ipairs(started) do assert.is_false(cli.alive(pid), "pid " .. pid .. " survived") end
     assert.equal("", cli.lease_holder(srv))
     assert.equal(1, cli.version(srv))
   end)
