@@ -314,6 +314,7 @@ Environment:
   .. [==[
   COZY_MIGRATE_LEASE_SECONDS  lock lease duration (default 30, renewed every third)
   COZY_MIGRATE_PAGE_LIMIT     objects per list page (default 500)
+  COZY_MIGRATE_FINALLY_SECONDS  a migration's finally deadline (default 30, 1 to 300)
   COZY_MIGRATE_MIGRATIONS     default for --migrations (empty: no directory, not even /migrations)
 ]==]
   .. "  KUBERNETES_SERVICE_HOST/PORT  in-cluster API server (with the service account's token,"
