@@ -317,8 +317,18 @@ esac
   end)
 
   it("plan runs the dry run and says the --apply is not rehearsed", function()
+    local before = cli.stored_versions(srv)
     local r = cli.run(args(srv, dir, "plan"), env)
     assert.equal(0, r.code, r.stdout .. r.stderr)
+    -- the scale-down and finally's scale-up went out as dry runs only: nothing stored moved
+    assert.same(before, cli.stored_versions(srv))
+    local sent = {}
+    for _, w in ipairs(cli.writes(srv)) do
+      if w.path:match("/deployments/etcd%-operator$") then sent[#sent + 1] = tostring(w.query) end
+    end
+    -- (the second, to an object the rehearsal holds, validated as a dry-run PUT of the overlay's result)
+    assert.same({ "dryRun=All", "dryRun=All" }, sent)
+    assert.matches("finally done", r.stdout .. r.stderr, 1, true)
     assert.equal("--namespace cozy-etcd\n", files.read(dir .. "/calls"))
     assert.matches("not rehearsed: tool etcd-migrate run without dry-run marking; it was not run", r.stdout, 1, true)
     assert.equal(1, operator_replicas())
