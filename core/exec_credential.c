@@ -265,6 +265,8 @@ static void stop_child(pid_t pid, int interactive, struct cozy_guardian *g) {
   reap(pid, g, &st);
 }
 
+#define TIMED_OUT "did not finish within %g s (killed)"
+
 /* Reads the plugin's stdout until EOF, then waits for it to exit, both by
 ** `deadline`; a stop the caller's watches (or, without one, a signal this
 ** thread trapped) say ends it at once, the plugin's group killed: a plugin
@@ -304,7 +306,7 @@ static int collect(const struct cozy_exec *ex, pid_t pid, int interactive, int o
     }
     if (left <= 0) {
       stop_child(pid, interactive, g);
-      return fail(err, errlen, ex, "did not finish within %g s (killed)", ex->timeout);
+      return fail(err, errlen, ex, TIMED_OUT, ex->timeout);
     }
     if (eof) { /* stdout closed, the process still runs: check again shortly */
       poll(NULL, 0, left < 0.01 ? (int)(left * 1000) + 1 : 10);
@@ -402,6 +404,10 @@ static int run(const struct cozy_exec *ex, char **envp, int interactive, const s
   e = collect(ex, pid, interactive, outp[0], deadline, ws, &g, out, &status, err, errlen);
   close(outp[0]);
   if (e != 0) return -1;
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !interactive && cozy_monotime() >= deadline)
+    /* its guardian kills it at the same time limit, and may do so a moment
+    ** before collect looks at the clock: the cause is the time limit */
+    return fail(err, errlen, ex, TIMED_OUT, ex->timeout);
   if (WIFSIGNALED(status))
     return fail(err, errlen, ex, "was killed by signal %d (its stderr is above)", WTERMSIG(status));
   if (WEXITSTATUS(status) != 0)
