@@ -22,13 +22,26 @@ local SNAPSHOT = { "--backup-s3-endpoint=https://s3.example.org", "--backup-s3-b
 local DRY_RUN = "--new-controller=cozy-etcd-operator/etcd-operator-controller-manager --skip-controller-check"
 local APPLY = DRY_RUN .. " --apply --yes --agent-image=ghcr.io/cozystack/etcd-operator:v0.5.2 "
 
+-- The kubectl on the doubles' and the shell's PATH. The fake serves no scale
+-- subresource (spec/support/README.md, "Deliberate differences"): there the
+-- shell's `kubectl -n NS scale deploy NAME --replicas=N` is sent as the merge
+-- patch of spec.replicas it amounts to; the real server gets the real scale.
+local KUBECTL_FAKE = [[#!/bin/bash
+if [ "$1 $3 $4" = "-n scale deploy" ]; then
+  exec %s -n "$2" patch deploy "$5" --type=merge -p "{\"spec\":{\"replicas\":${6#--replicas=}}}"
+fi
+exec %s "$@"
+]]
+
 -- A directory with bin/ (etcd-migrate, kubectl) and the files the doubles write.
-local function tooling()
+local function tooling(real)
   local dir = files.tmpdir()
   local bin = dir .. "/bin"
   assert(files.sh("mkdir -p " .. q(bin)) == 0)
   assert(files.sh(("ln -s %s %s"):format(q(files.absolute("spec/support/etcd-migrate")), q(bin .. "/etcd-migrate"))) == 0)
-  files.write(bin .. "/kubectl", "#!/bin/sh\nexec " .. q(differential.kubectl()) .. ' "$@"\n')
+  local kubectl = q(differential.kubectl())
+  files.write(bin .. "/kubectl", real and ("#!/bin/sh\nexec " .. kubectl .. ' "$@"\n')
+    or KUBECTL_FAKE:format(kubectl, kubectl))
   assert(files.sh("chmod +x " .. q(bin .. "/kubectl")) == 0)
   return dir, { PATH = bin .. ":" .. os.getenv("PATH"), ETCD_MIGRATE_CALLS = dir .. "/calls",
     KUBECTL = differential.kubectl(), ETCD_CRD_DIR = CRD_DIR }
@@ -76,7 +89,7 @@ describe("migration 50-etcd-adopt", function()
   local dir, env, stop_controllers
 
   before_each(function()
-    dir, env = tooling()
+    dir, env = tooling(h.srv.real)
   end)
   after_each(function()
     if stop_controllers then stop_controllers() end
@@ -89,6 +102,132 @@ describe("migration 50-etcd-adopt", function()
     for k, v in pairs(extra_env or {}) do env[k] = v end
     return h:cli(RUN, env)
   end
+
+  it("is no more code lines than the shell (counted alike: its lib holds only the stamp helper) #platform", function()
+    local counts = differential.line_counts(50, "migrations/50-etcd-adopt.lua")
+    assert.equal(365, counts.shell)
+    assert.is_true(counts.lua <= counts.shell, counts.lua .. " > " .. counts.shell)
+  end)
+
+  -- The platform's script 50 and the port, each from `items` with the controller
+  -- double running, `extra` in both environments; `first` (an env) runs each side
+  -- once before (a partial adoption to rerun from). Returns d as differential.run
+  -- does, each side with its etcd-migrate calls (the shell's --kubeconfig= left out,
+  -- each call's flags sorted: the two order them differently).
+  local function beside_shell(items, extra, first)
+    local function flags(side_calls)
+      local out = {}
+      for line in side_calls:gmatch("[^\n]+") do
+        local call = {}
+        for flag in line:gmatch("%S+") do if not flag:find("^%-%-kubeconfig=") then call[#call + 1] = flag end end
+        table.sort(call)
+        out[#out + 1] = table.concat(call, " ")
+      end
+      return out
+    end
+    local function side(run)
+      h:reset(items)
+      files.write(dir .. "/calls", "")
+      stop_controllers = controllers(h, dir)
+      if first then run(first) end
+      local res = run(extra or {})
+      stop_controllers()
+      stop_controllers = nil
+      res.objects, res.calls, res.version = differential.state(h), flags(calls(dir)), version(h)
+      -- the runner's own objects (its Lease, its Events), which the shell has not
+      for key in pairs(res.objects) do
+        if key:find("^Event ") or key == "Lease cozy-system/cozystack-migrations" then res.objects[key] = nil end
+      end
+      return res
+    end
+    local shell = side(function(vars)
+      local e = { ETCD_MIGRATE_KUBECONFIG = h.srv.kubeconfig, ETCD_ADOPT_SA_DIR = dir .. "/no-serviceaccount" }
+      for k, v in pairs(env) do e[k] = v end
+      for k, v in pairs(vars) do e[k] = v end
+      return differential.run_shell(h, 50, e)
+    end)
+    local port = side(function(vars)
+      local e = {}
+      for k, v in pairs(env) do e[k] = v end
+      for k, v in pairs(vars) do e[k] = v end
+      return h:cli(RUN, e)
+    end)
+    return { shell = shell, port = port }
+  end
+
+  describe("beside the platform's script 50", function()
+    it("the normal adoption: the same objects, the same etcd-migrate calls #platform", function()
+      local d = beside_shell(fixture.items())
+      assert.equal(0, d.shell.code, d.shell.stdout .. d.shell.stderr)
+      assert.equal(0, d.port.code, d.port.stderr)
+      assert.same({}, differential.differences(d))
+      assert.same(d.shell.calls, d.port.calls)
+      assert.equal(2, #d.port.calls)
+      assert.equal("51", d.shell.version)
+      assert.equal("51", d.port.version)
+      assert.is_not_nil(d.port.objects["EtcdCluster tenant-a/etcd"])
+    end)
+
+    it("skip-backup: the same objects (no credentials staged), both pass --skip-backup #platform", function()
+      local d = beside_shell(fixture.items(), { ETCD_ADOPT_SKIP_BACKUP = "1" })
+      assert.equal(0, d.shell.code, d.shell.stdout .. d.shell.stderr)
+      assert.equal(0, d.port.code, d.port.stderr)
+      assert.same({}, differential.differences(d))
+      assert.same(d.shell.calls, d.port.calls)
+      assert.matches("%-%-skip%-backup", d.port.calls[2])
+      assert.is_nil(d.port.objects["Secret tenant-a/cozy-backups-creds"])
+    end)
+
+    it("a failing tool: both fail and leave the version, the same partial adoption, the operator at 1 #platform", function()
+      local d = beside_shell(fixture.items(), { ETCD_MIGRATE_FAIL_AT = "tenant-b/etcd-b" })
+      -- the shell exits with the tool's status (set -e; the EXIT trap keeps it), the runner 1
+      assert.equal(3, d.shell.code, d.shell.stdout .. d.shell.stderr)
+      assert.equal(1, d.port.code, d.port.stderr)
+      assert.same({}, differential.differences(d))
+      assert.equal("50", d.shell.version)
+      assert.equal("50", d.port.version)
+      assert.equal(1, d.port.objects["Deployment cozy-etcd-operator/etcd-operator-controller-manager"].spec.replicas)
+      assert.is_not_nil(d.port.objects["EtcdCluster tenant-b/etcd-b"])
+    end)
+
+    it("a rerun after a partial adoption: both complete it and stamp, the same objects #platform", function()
+      local d = beside_shell(fixture.items(), {}, { ETCD_MIGRATE_FAIL_AT = "tenant-b/etcd-b" })
+      assert.equal(0, d.shell.code, d.shell.stdout .. d.shell.stderr)
+      assert.equal(0, d.port.code, d.port.stderr)
+      assert.same({}, differential.differences(d))
+      assert.same(d.shell.calls, d.port.calls)
+      assert.equal(4, #d.port.calls)
+      assert.equal("51", d.port.version)
+    end)
+
+    it("the v1alpha2 CRDs absent: both apply the image's copy; the same objects #platform", function()
+      local d = beside_shell(fixture.items { without = {
+        ["CustomResourceDefinition etcdclusters.etcd-operator.cozystack.io"] = true } })
+      assert.equal(0, d.shell.code, d.shell.stdout .. d.shell.stderr)
+      assert.equal(0, d.port.code, d.port.stderr)
+      assert.same({}, differential.differences(d))
+    end)
+
+    it("no backup target: both refuse before any write, naming the hatch #platform", function()
+      local d = beside_shell(fixture.items { without = { ["Secret cozy-velero/cozy-backups-creds"] = true } })
+      assert.equal(1, d.shell.code)
+      assert.equal(1, d.port.code)
+      assert.matches("etcdAdoptSkipBackup: true", d.shell.stderr, 1, true)
+      assert.matches("etcdAdoptSkipBackup: true", d.port.stderr, 1, true)
+      assert.same({}, differential.differences(d))
+      assert.same({}, d.port.calls)
+      assert.same({}, d.shell.calls)
+    end)
+
+    it("ETCD_ADOPT_SKIP_BACKUP=TRUE: the shell skips the backup, the port refuses it (exit 2, nothing run) #platform", function()
+      local d = beside_shell(fixture.items(), { ETCD_ADOPT_SKIP_BACKUP = "TRUE" })
+      assert.equal(0, d.shell.code, d.shell.stdout .. d.shell.stderr)
+      assert.equal(2, d.port.code, d.port.stderr)
+      assert.matches("%-%-skip%-backup", d.shell.calls[2])
+      assert.same({}, d.port.calls)
+      assert.equal("50", d.port.version)
+    end)
+  end)
 
   it("adopts: SANs re-issued, credentials staged, dry run then --apply, operator back at 1, version 51", function()
     local r = run_port()
