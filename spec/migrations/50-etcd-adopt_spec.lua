@@ -8,9 +8,9 @@
 -- (spec/helpers/differential.lua) with the same doubles; docs/migrations/50-etcd-adopt.md
 -- lists every difference, each named in a case here.
 local harness = require "spec.helpers"
-local files = require "spec.helpers.files"
-local cli = require "spec.helpers.cli"
-local differential = require "spec.helpers.differential"
+local files = harness.files
+local cli = harness.cli
+local differential = harness.differential
 local fixture = require "spec.fixtures.50-etcd-adopt.cluster"
 
 local q = files.quote
@@ -66,8 +66,16 @@ end
 
 local function ends_with(text, tail) return text:sub(-#tail) == tail end
 
+-- The double's calls, each without its --kubeconfig=PATH: every call has exactly one,
+-- naming a file (the double reads only it: a call without one cannot reach the server).
 local function calls(dir)
-  return files.read(dir .. "/calls") or ""
+  local out = {}
+  for line in (files.read(dir .. "/calls") or ""):gmatch("[^\n]+") do
+    local rest, n = line:gsub(" ?%-%-kubeconfig=%S+", "")
+    assert.equal(1, n, "a call without --kubeconfig=: " .. line)
+    out[#out + 1] = rest .. "\n"
+  end
+  return table.concat(out)
 end
 
 local function replicas(h)
@@ -119,7 +127,7 @@ describe("migration 50-etcd-adopt", function()
       local out = {}
       for line in side_calls:gmatch("[^\n]+") do
         local call = {}
-        for flag in line:gmatch("%S+") do if not flag:find("^%-%-kubeconfig=") then call[#call + 1] = flag end end
+        for flag in line:gmatch("%S+") do call[#call + 1] = flag end
         table.sort(call)
         out[#out + 1] = table.concat(call, " ")
       end
