@@ -414,7 +414,8 @@ local function checked_tools(tools)
   for name, access in pairs(tools or {}) do
     if type(name) ~= "string" or type(access) ~= "table" then
       refuse("tools: a tool is declared with what it may do on the cluster: "
-        .. "tools = { [\"%s\"] = { \"VERBS RESOURCE [-n NAMESPACE]\", ... } }", tostring(access))
+        .. "tools = { [\"%s\"] = { \"VERBS RESOURCE [-n NAMESPACE]\", ... } }",
+        type(name) == "string" and name or tostring(access))
     end
   end
   return tools
@@ -439,7 +440,7 @@ function rule.define(spec)
   if type(spec) ~= "table" then refuse("rule{...}: expected a table, got %s", type(spec)) end
   for k in pairs(spec) do
     if not RULE_FIELDS[k] then refuse("unknown field %q (a rule has description, select, walk,"
-      .. " timeout)", tostring(k)) end
+      .. " timeout, tools, parameters, files, finally)", tostring(k)) end
   end
   for _, field in ipairs { { "select", "table", "a table of named selections" },
     { "walk", "function", "a function(ctx, s)" },

@@ -77,6 +77,14 @@ describe("cozy.rule that orchestrates", function()
     assert.equal("function", type(rule.conditions.alt_names { "x" }))
   end)
 
+  it("gives each migration's require of cozy.rule conditions of its own", function()
+    local sandbox = require "cozy.sandbox"
+    local a, b = sandbox.modules["cozy.rule"](), sandbox.modules["cozy.rule"]()
+    a.conditions.rolled_out = function() return true end
+    assert.equal(rule.conditions.rolled_out, b.conditions.rolled_out)
+    assert.not_equal(a.conditions.rolled_out, b.conditions.rolled_out)
+  end)
+
   it("derives get, apply (get, create, patch) and wait (list, watch), scoped as the selection", function()
     local m = rule {
       description = "d",
