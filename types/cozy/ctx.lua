@@ -26,13 +26,14 @@ local Ctx = {}
 ---@field dry_run? boolean this invocation is the tool's own dry run: it runs in plan and check too
 ---@field capture? boolean return its stdout (at most 1 MiB)
 ---@field allow_failure? boolean a non-zero exit is returned, not raised
+---@field kubeconfig_flag? string "--kubeconfig" or "--kubeconfig=": the step's kubeconfig path in argv
 
 ---@class cozy.ToolResult
 ---@field status integer its exit status (0 unless allow_failure)
 ---@field stdout? string with capture = true
 ---@field truncated? boolean stdout was cut at 1 MiB
 
---- Runs a tool the migration table declares (`tools = { name }`), with an
+--- Runs a tool the migration table declares (`tools = { [name] = { access } }`), with an
 --- argument vector (no shell), the step's kubeconfig, in its own process group
 --- under the step's time limit; its output logged line by line, redacted.
 ---@param name string a name of the table's `tools`
