@@ -148,7 +148,8 @@ local function keep_before(e, before, after)
     local base = without_server_set(after)
     local ok, ops = pcall(json.diff, base, shown)
     if ok then
-      local back_ok, back = pcall(patch.json_patch, base, ops)
+      -- (base is this function's own copy: the patch need not copy it again)
+      local back_ok, back = pcall(patch.json_patch, base, ops, true)
       if back_ok and json.encode(back) == text then
         e.before_ops = json.encode(ops)
         return
