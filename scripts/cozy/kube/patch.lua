@@ -50,6 +50,8 @@ end
 patch.contains = contains
 
 local function unescape(token)
+  -- (most tokens have no escape: no two substitutions for nothing)
+  if not token:find("~", 1, true) then return token end
   return (token:gsub("~1", "/"):gsub("~0", "~"))
 end
 
