@@ -717,6 +717,7 @@ static void map_entry(Emitter *e, int key, int first, int lead, int indent, int 
     lua_call(L, 1, 1);
     text = lua_tolstring(L, -1, &tlen);
     if (text == NULL) luaL_error(L, "cozy.yaml: key_text gave no string");
+    if (memchr(text, '\n', tlen) != NULL) e->has_break = 1; /* (a quoted key never holds one) */
     line_add(e, text, tlen);
     lua_pop(L, 1);
   }

@@ -668,9 +668,9 @@ end
 -- v's document as the emitter writes it: an array of lines, and whether
 -- one of them may hold a line break. Its mappings and sequences are
 -- emitted by cozy.yaml_emitter (C), which calls scalar, key_text and
--- sorted_keys above for all but the common cases, unless `lua` is set:
--- then by emit, the definition the C one is checked
--- against (spec/unit/yaml_emitter_spec.lua).
+-- sorted_keys above for all but the common cases; with `lua` set, by emit,
+-- the definition the C one is checked against
+-- (spec/unit/yaml_emitter_spec.lua).
 local function document(v, lua)
   local out = {}
   local k = kind_of(v)
