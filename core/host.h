@@ -16,6 +16,8 @@ int cozy_host_pcall(lua_State *L, int nargs, int nresults);
 
 /* C modules of the engine (core/modules.c). */
 int luaopen_cozy_json(lua_State *L);
+int luaopen_cozy_yaml_emitter(lua_State *L); /* core/yaml_emit.c */
+int luaopen_cozy_line_diff(lua_State *L); /* core/line_diff.c */
 int luaopen_cozy_sys(lua_State *L);
 int luaopen_cozy_proc(lua_State *L); /* core/proc.c */
 int luaopen_cozy_endpoint(lua_State *L); /* core/endpoint.c */

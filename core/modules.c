@@ -4,6 +4,8 @@
 #include "host.h"
 
 const luaL_Reg cozy_c_modules[] = {{"cozy.json", luaopen_cozy_json},
+                                   {"cozy.yaml_emitter", luaopen_cozy_yaml_emitter},
+                                   {"cozy.line_diff", luaopen_cozy_line_diff},
                                    {"cozy.sys", luaopen_cozy_sys},
                                    {"cozy.proc", luaopen_cozy_proc},
                                    {"cozy.worker", luaopen_cozy_worker},

@@ -7,6 +7,8 @@
 -- common head and tail are set aside; when more than MAX_EDITS lines
 -- differ, the rest is shown as all removed and all added, so a huge change
 -- costs linear time and memory rather than quadratic.
+local line_diff = require "cozy.line_diff"
+
 local diff = {}
 
 diff.CONTEXT = 3
@@ -127,8 +129,18 @@ local function range(start, count)
 end
 
 -- The unified diff of a into b (arrays of lines, no newlines), labelled
--- `from` and `to`: an array of lines, empty when they are equal.
+-- `from` and `to`: an array of lines, empty when they are equal. In C
+-- (cozy.line_diff, a sixth of a plan's Lua in Lua) for arguments as the
+-- plan passes them; unified_lua, the definition it is checked against
+-- (spec/unit/line_diff_spec.lua), for the rest.
 function diff.unified(a, b, from, to, context)
+  context = context or diff.CONTEXT
+  return line_diff.unified(a, b, from, to, context, diff.MAX_EDITS)
+    or diff.unified_lua(a, b, from, to, context)
+end
+
+-- diff.unified in Lua alone.
+function diff.unified_lua(a, b, from, to, context)
   context = context or diff.CONTEXT
   local head, middle, tail = script(a, b)
   local n, m, nm = #a, #b, #middle

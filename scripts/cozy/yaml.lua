@@ -28,6 +28,7 @@
 -- U+2029) is double-quoted (go-yaml may single-quote it).
 local json = require "cozy.json"
 local text = require "cozy.text"
+local emitter = require "cozy.yaml_emitter"
 
 local yaml = {}
 
@@ -652,44 +653,8 @@ function emit(out, v, indent, lead, depth)
   end
 end
 
--- v's document as the emitter writes it: an array of lines.
-local function document(v)
-  local out = {}
-  local k = kind_of(v)
-  if k == "scalar" then
-    scalar(out, "", v, INDENT)
-  elseif next(v) == nil then
-    out[1] = k == "seq" and "[]" or "{}"
-  else
-    emit(out, v, 0, nil, 0)
-  end
-  return out
-end
-
--- v as one YAML document (no "---"), ended by a newline.
-function yaml.encode(v)
-  return table.concat(document(v), "\n") .. "\n"
-end
-
--- v's YAML as lines (no newlines at their ends): the emitter's own, without
--- joining and splitting them again (an entry holding a line break, which
--- the emitter does not write, would be split as encode's text would be).
--- seen (optional, a table the caller keeps between calls): the lines of
--- every mapping and sequence emitted are remembered in it, and a table met
--- again at the same place is not emitted twice: the plan's two sides of an
--- object share every subtree its writes left alone (cozy.kube.changes).
--- The tables must not change between the calls that share it.
-function yaml.lines(v, seen)
-  local out
-  if seen == nil then
-    out = document(v)
-  else
-    memo = seen
-    local ok, o = pcall(document, v)
-    memo = nil
-    if not ok then error(o, 0) end
-    out = o
-  end
+-- out, with any entry holding a line break split as encode's text would be
+local function split_lines(out)
   for i = 1, #out do
     if out[i]:find("\n", 1, true) then
       local lines = {}
@@ -698,6 +663,61 @@ function yaml.lines(v, seen)
     end
   end
   return out
+end
+
+-- v's document as the emitter writes it: an array of lines, and whether
+-- one of them may hold a line break. Its mappings and sequences are
+-- emitted by cozy.yaml_emitter (C), which calls scalar, key_text and
+-- sorted_keys above for all but the common cases; with `lua` set, by emit,
+-- the definition the C one is checked against
+-- (spec/unit/yaml_emitter_spec.lua).
+local function document(v, lua)
+  local out = {}
+  local k = kind_of(v)
+  if k == "scalar" then
+    scalar(out, "", v, INDENT)
+  elseif next(v) == nil then
+    out[1] = k == "seq" and "[]" or "{}"
+  elseif lua then
+    emit(out, v, 0, nil, 0)
+  else
+    return out, emitter.emit(out, v, scalar, key_text, sorted_keys)
+  end
+  return out, true
+end
+
+-- v as one YAML document (no "---"), ended by a newline.
+function yaml.encode(v)
+  return table.concat((document(v)), "\n") .. "\n"
+end
+
+-- v's YAML as lines (no newlines at their ends): the emitter's own, without
+-- joining and splitting them again (an entry holding a line break, which
+-- the emitter does not write, would be split as encode's text would be).
+function yaml.lines(v)
+  local out, may_break = document(v)
+  if may_break then return split_lines(out) end
+  return out
+end
+
+-- yaml.lines by the Lua emitter alone: the definition of the C one. seen
+-- (optional, a table the caller keeps between calls): the lines of every
+-- mapping and sequence emitted are remembered in it, and a table met again
+-- at the same place is not emitted twice (the plan's two sides of an
+-- object share every subtree its writes left alone). The tables must not
+-- change between the calls that share it.
+function yaml.lines_lua(v, seen)
+  local out
+  if seen == nil then
+    out = document(v, true)
+  else
+    memo = seen
+    local ok, o = pcall(document, v, true)
+    memo = nil
+    if not ok then error(o, 0) end
+    out = o
+  end
+  return split_lines(out)
 end
 
 return yaml

@@ -108,7 +108,7 @@ describe("cozy.yaml", function()
     assert.equal("{}\n", yaml.encode(json.object {}))
   end)
 
-  describe("lines with a memo", function()
+  describe("lines_lua with a memo (the Lua emitter, cozy.yaml_emitter's definition)", function()
     local function side(volumes)
       return json.decode('{"apiVersion":"v1","kind":"VirtualMachine","metadata":{"name":"vm","labels":{"a":"1"}},'
         .. '"spec":{"template":{"spec":{"volumes":' .. volumes .. ',"domain":{"cpu":{"cores":2}}}}},'
@@ -123,19 +123,19 @@ describe("cozy.yaml", function()
       before.spec.template.spec.volumes[1] = after.spec.template.spec.volumes[1]
       before.spec.template.spec.domain = after.spec.template.spec.domain
       local seen = {}
-      assert.same(yaml.lines(after), yaml.lines(after, seen))
-      assert.same(yaml.lines(before), yaml.lines(before, seen))
+      assert.same(yaml.lines_lua(after), yaml.lines_lua(after, seen))
+      assert.same(yaml.lines_lua(before), yaml.lines_lua(before, seen))
       -- a table met at another indentation or lead is emitted again
       local moved = { wrapped = { after.status }, status = after.status, list = { after.metadata } }
-      assert.same(yaml.lines(moved), yaml.lines(moved, seen))
+      assert.same(yaml.lines_lua(moved), yaml.lines_lua(moved, seen))
     end)
 
     it("emits a table it has seen at the same place once: its lines are taken from the first", function()
       local shared = json.decode('{"x":{"z":[1,2]}}')
       local seen = {}
-      local first = yaml.lines({ a = shared }, seen)
+      local first = yaml.lines_lua({ a = shared }, seen)
       shared.x.z[3] = 3 -- against the rule (the tables must not change): shows the lines are reused
-      assert.same(first, yaml.lines({ a = shared }, seen))
+      assert.same(first, yaml.lines_lua({ a = shared }, seen))
       assert.same({ "a:", "  x:", "    z:", "    - 1", "    - 2", "    - 3" }, yaml.lines { a = shared })
     end)
 
@@ -152,10 +152,10 @@ describe("cozy.yaml", function()
       assert.equal(want, got)
       local seen = {}
       local t = { a = { b = 1 } }
-      yaml.lines(t, seen)
+      yaml.lines_lua(t, seen)
       t.a.b = 2
       -- no memo given: nothing remembered from the last call is used
-      assert.same({ "a:", "  b: 2" }, yaml.lines(t))
+      assert.same({ "a:", "  b: 2" }, yaml.lines_lua(t))
     end)
   end)
 end)

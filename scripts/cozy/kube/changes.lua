@@ -93,9 +93,8 @@ local function report(ov, e, action)
     return r
   end
   local name = label(api_version, kind, e.ns, e.name)
-  local seen = {}
-  r.diff = diff.unified(before and yaml.lines(before, seen) or {},
-    after and yaml.lines(after, seen) or {}, "live/" .. name, "planned/" .. name)
+  r.diff = diff.unified(before and yaml.lines(before) or {}, after and yaml.lines(after) or {},
+    "live/" .. name, "planned/" .. name)
   return r
 end
 

@@ -40,7 +40,9 @@ end
 local function pointer(path)
   local out = {}
   for part in tostring(path):gmatch("/([^/]*)") do
-    out[#out + 1] = part:gsub("~1", "/"):gsub("~0", "~")
+    -- (most parts have no escape: no two substitutions for nothing)
+    if part:find("~", 1, true) then part = part:gsub("~1", "/"):gsub("~0", "~") end
+    out[#out + 1] = part
   end
   return out
 end

@@ -127,8 +127,8 @@ end
 
 -- The same before, made from after: the entry's object (Overlay:object)
 -- with SERVER_SET removed, which the caller owns. It shares with after
--- every table the before's patch leaves alone (cozy.yaml.lines then emits
--- them once for the plan's diff), so neither may change while both are in
+-- every table the before's patch leaves alone (the plan's diff decodes
+-- and copies none of them twice), so neither may change while both are in
 -- use.
 function Overlay.before_over(_, e, after)
   if e.before_text ~= nil then return json.decode(e.before_text) end
@@ -148,7 +148,8 @@ local function keep_before(e, before, after)
     local base = without_server_set(after)
     local ok, ops = pcall(json.diff, base, shown)
     if ok then
-      local back_ok, back = pcall(patch.json_patch, base, ops)
+      -- (base is this function's own copy: the patch need not copy it again)
+      local back_ok, back = pcall(patch.json_patch, base, ops, true)
       if back_ok and json.encode(back) == text then
         e.before_ops = json.encode(ops)
         return

@@ -50,6 +50,8 @@ end
 patch.contains = contains
 
 local function unescape(token)
+  -- (most tokens have no escape: no two substitutions for nothing)
+  if not token:find("~", 1, true) then return token end
   return (token:gsub("~1", "/"):gsub("~0", "~"))
 end
 
@@ -148,8 +150,8 @@ end
 -- (a failed test has test_failed = true), as the server answers 422.
 -- shared: the copy is made only of the containers the ops change (and
 -- those on their paths); every other table of the result is doc's own, so
--- doc must not change while the result is in use (the plan's diff emits
--- the subtrees both sides share once: cozy.yaml.lines's memo).
+-- doc must not change while the result is in use (the plan's diff makes
+-- each object's before from its after so, bench/README.md).
 function patch.json_patch(doc, ops, shared)
   local owned
   if shared and type(doc) == "table" then

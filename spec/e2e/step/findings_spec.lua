@@ -81,4 +81,26 @@ describe("ctx:finding", function()
     assert.equal("yes", h:object("ConfigMap", "cozy-system", "app-b").metadata.labels.seen)
     assert.is_nil(h:object("ConfigMap", "cozy-system", "app-a").metadata.labels)
   end)
+
+  it("a refused write names every blocking finding so far, those found after an earlier refusal too", function()
+    local err = h:migrate_error(load([[
+return {
+  description = "blocks twice",
+  permissions = { { verb = "patch", group = "", resource = "configmaps" } },
+  run = function(ctx)
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local write = function(name) cms:merge_patch("cozy-system", name, { metadata = { labels = { seen = "yes" } } }) end
+    write("app-b")
+    ctx:finding("block", "first reason")
+    ctx:finding("info", "by the way")
+    local refused, first = pcall(write, "app-a")
+    assert(not refused and tostring(first):find("blocked by 1 finding(s): first reason", 1, true), tostring(first))
+    ctx:finding("block", "second reason")
+    write("app-a")
+  end,
+}]]))
+    assert.matches("blocked by 2 finding%(s%): first reason; second reason", err.message)
+    assert.equal("yes", h:object("ConfigMap", "cozy-system", "app-b").metadata.labels.seen)
+    assert.is_nil(h:object("ConfigMap", "cozy-system", "app-a").metadata.labels)
+  end)
 end)
