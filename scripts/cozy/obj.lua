@@ -309,6 +309,28 @@ function obj.set_label(o, key, value)
   return true
 end
 
+--- Sets the labels of o (a copy being edited) from a map key = value, all or none, as
+--- one `kubectl label` the API server refuses whole: when a key or value is invalid no
+--- label is set and it returns false and why (the first such key, in key order) — what
+--- a rule's edit returns to refuse the object (docs/engine-api.md, "Rules").
+---@param o cozy.Object
+---@param labels table<string, string>
+---@return boolean changed
+---@return string|nil why the invalid key or value, when nothing was set
+function obj.set_labels(o, labels)
+  validate.arg(2, "cozy.obj", "labels", labels, "table", { says = "a map key = value" })
+  local keys = {}
+  for key in pairs(labels) do keys[#keys + 1] = tostring(key) end
+  table.sort(keys)
+  for _, key in ipairs(keys) do
+    local why = obj.key_error(key) or obj.label_value_error(labels[key])
+    if why then return false, why end
+  end
+  local changed = false
+  for _, key in ipairs(keys) do changed = obj.set_label(o, key, labels[key]) or changed end
+  return changed
+end
+
 --- Sets annotation `key` of o (a copy being edited); raises on a key the API server would refuse.
 ---@param o cozy.Object
 ---@param key string

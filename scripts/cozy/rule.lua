@@ -10,7 +10,9 @@
 --                             edit = true, writes = "leave" } },
 --     walk = function(ctx, s) s.clusters:each(function(k) ... return changed end) end,
 --   }
+local json = require "cozy.json"
 local kerrors = require "cozy.kube.errors"
+local match = require "cozy.match"
 local obj = require "cozy.obj"
 local patch = require "cozy.kube.patch"
 local recipe = require "cozy.recipe"
@@ -26,7 +28,7 @@ local FIELDS = {
   report = "boolean", writes = "string", reads = "string", failed = "string", unlisted = "string",
   unserved = "string", outcome = "table", say = "string|function", retry = "table",
   label = "string",
-  noun = "string", gone = "string",
+  noun = "string", gone = "string", where = "table|function", refused = "string",
 }
 local RULE_FIELDS = { description = true, select = true, walk = true, timeout = true }
 
@@ -79,6 +81,42 @@ local function check_selection(key, decl)
   if decl.name and not decl.namespace then
     refuse("select.%s: a named object needs its namespace", key)
   end
+  if type(decl.where) == "table" then
+    for path, globs in pairs(decl.where) do
+      checked(("select.%s.where key"):format(key), path, "string", { says = "a dotted path" })
+      checked(("select.%s.where[%q]"):format(key, path), globs, { "string", "table" },
+        { says = "a glob or an array of globs" })
+      for _, glob in ipairs(type(globs) == "table" and globs or { globs }) do
+        local ok, why = pcall(match.check, glob)
+        if not ok then refuse("select.%s.where[%q]: %s", key, path, tostring(why)) end
+      end
+    end
+  end
+end
+
+-- The projection a selection lists: its declared paths and those its `where`
+-- reads (an undeclared projection stays whole objects).
+local function projection_of(decl)
+  if decl.project == nil or type(decl.where) ~= "table" then return decl.project end
+  local paths, seen = {}, {}
+  for _, path in ipairs(decl.project) do paths[#paths + 1], seen[path] = path, true end
+  local extra = {}
+  for path in pairs(decl.where) do if not seen[path] then extra[#extra + 1] = path end end
+  table.sort(extra)
+  for _, path in ipairs(extra) do paths[#paths + 1] = path end
+  return paths
+end
+
+-- Does o pass the selection's `where`: a function of it, or dotted paths whose
+-- (string) value matches a glob, or one of an array of globs, each?
+local function passes(where, o)
+  if where == nil then return true end
+  if type(where) == "function" then return where(o) end
+  for path, globs in pairs(where) do
+    local v = obj.get(o, path)
+    if type(v) ~= "string" or not match.any(globs, v) then return false end
+  end
+  return true
 end
 
 -- Signals a read that failed under reads = "leave": the walk ends there and
@@ -92,6 +130,7 @@ local function selection(ctx, key, decl, state)
   local s, found = {}, {}
   state.counts[key] = { changed = 0, unchanged = 0, absent = 0, failed = 0, names = {} }
   local tally = state.counts[key]
+  local project = projection_of(decl)
   local function lookup(name)
     if found[name] == nil then
       local res, about = ctx.kube:lookup(name)
@@ -129,7 +168,7 @@ local function selection(ctx, key, decl, state)
     error(LEAVE, 0)
   end
   local function listing(res, opts)
-    return res:list { namespace = opts.namespace or decl.namespace, project = decl.project,
+    return res:list { namespace = opts.namespace or decl.namespace, project = project,
       label_selector = opts.label_selector or decl.label_selector,
       field_selector = decl.field_selector }
   end
@@ -150,39 +189,55 @@ local function selection(ctx, key, decl, state)
   -- the list failed under reads = "warn".
   -- objects already held: an array, a queue, or a function returning the next
   local function iterate(items)
-    if type(items) == "function" then return items end
-    if type(items.drain) == "function" then return items:drain() end
-    if type(items.next) == "function" then return function() return items:next() end end
-    local i = 0
-    return function() i = i + 1 return items[i] end
+    local pull
+    if type(items) == "function" then pull = items
+    elseif type(items.drain) == "function" then pull = items:drain()
+    elseif type(items.next) == "function" then pull = function() return items:next() end
+    else
+      local i = 0
+      pull = function() i = i + 1 return items[i] end
+    end
+    if decl.where == nil then return pull end
+    return function() -- the objects the selection's `where` passes, with their values
+      local o, value = pull()
+      while o ~= nil and not passes(decl.where, o) do o, value = pull() end
+      return o, value
+    end
   end
   -- an edit, on a copy of its own: the copy it is handed changes only when
   -- the edit says it changed something
-  local function edit_with(fn)
+  -- (an edit that returns false and a reason refuses the object: one warning,
+  -- the `refused` template with its name and the reason, and nothing is sent)
+  local warned = {}
+  local function edit_with(fn, noun)
     return function(copy, item, value)
       local work = patch.deepcopy(copy)
-      local said = fn(work, item, value)
+      local said, why = fn(work, item, value)
       if said then
         for k in pairs(copy) do copy[k] = nil end
         for k, v in pairs(work) do copy[k] = v end
+      elseif why ~= nil and not warned[obj.key(copy)] then
+        warned[obj.key(copy)] = true
+        ctx.log:warn((decl.refused or (noun .. " %s left as it is: %s"))
+          :format(obj.key(copy), tostring(why)))
       end
       return said
     end
   end
   local function edit_pass(res, kind, resource, fn, opts, pass, landed)
-    local items = opts.items and iterate(opts.items) or listing(res, opts)
+    local items = iterate(opts.items or listing(res, opts))
+    local policy, noun = decl.writes or "stop", decl.noun or (#decl > 1 and resource or kind)
     if ctx.mode == "check" and decl.report == false then
       -- check without listing the writes (the migration's findings say them):
       -- the edit on a copy, counted
-      for o, value in iterate(items) do
-        local n = fn(patch.deepcopy(o), o, value) and "changed" or "unchanged"
+      for o, value in items do
+        local n = edit_with(fn, noun)(patch.deepcopy(o), o, value) and "changed" or "unchanged"
         pass[n] = pass[n] + 1
       end
       return
     end
-    local policy, noun = decl.writes or "stop", decl.noun or (#decl > 1 and resource or kind)
-    local counts, failures = res:update_each(items, edit_with(fn), {
-      label = opts.label or decl.label or (kind .. "s"), absent = "skip", project = decl.project,
+    local counts, failures = res:update_each(items, edit_with(fn, noun), {
+      label = opts.label or decl.label or (kind .. "s"), absent = "skip", project = project,
       on_error = policy == "stop" and "stop" or "continue", retry = decl.retry,
       absent_note = decl.gone,
       total = opts.items and type(opts.items.len) == "function" and opts.items:len() or nil,
@@ -378,25 +433,148 @@ function rule.define(spec)
     walk = walk, run = walk, check = walk }
 end
 
+-- A declared text said as it is (ctx.log:change formats its template).
+local function literal(text) return (text:gsub("%%", "%%%%")) end
+
+---@class cozy.DeleteRule
+---@field [1] string the resource, as select's
+---@field namespace? string
+---@field name string
+---@field description string
+---@field timeout? number
+---@field unless? table a selection that keeps the object while it lists any
+---@field absent? string said when the object is absent
+---@field kept? string said when `unless` keeps it
+---@field deleting? string said when it is deleted ({run|plan} wording)
+
 --- A canned rule: delete one object if it is there, as `kubectl delete
 --- <resource> <name> --namespace <ns> --ignore-not-found`; check lists the
---- delete only when there is something to delete.
+--- delete only when there is something to delete. `unless` is a selection
+--- (as in select) that keeps the object while it lists any object; `absent`,
+--- `kept` and `deleting` are the lines said when the object is absent, kept,
+--- or deleted (a `{run|plan}` wording).
 ---   return rule.delete { "deployments.apps", namespace = "ns", name = "x", description = "..." }
----@param spec { [1]: string, namespace?: string, name: string, description: string }
+---@param spec cozy.DeleteRule
 ---@return table migration
 function rule.delete(spec)
   if type(spec) ~= "table" then refuse("delete{...}: expected a table, got %s", type(spec)) end
+  for _, field in ipairs { "absent", "kept", "deleting" } do
+    local why = validate.why("delete." .. field, spec[field], "string", true)
+    if why then refuse("%s", why) end
+  end
   local where = ("%s/%s"):format(tostring(spec.namespace), tostring(spec.name))
   return rule.define {
     description = spec.description, timeout = spec.timeout,
-    select = { object = { spec[1], namespace = spec.namespace, name = spec.name, delete = true } },
+    select = { object = { spec[1], namespace = spec.namespace, name = spec.name, delete = true },
+      unless = spec.unless },
     walk = function(ctx, s)
       local found = s.object:find()
       if found == nil then
-        return ctx.log:info(("%s %s absent: nothing to delete"):format(spec[1], where))
+        return ctx.log:info(spec.absent
+          or ("%s %s absent: nothing to delete"):format(spec[1], where))
       end
-      ctx.log:change(("{Deleting|Would delete} %s %s"):format(found.kind or spec[1], where))
+      if s.unless and s.unless:first() then
+        return ctx.log:info(spec.kept or ("%s %s kept: %s still lists objects")
+          :format(spec[1], where, spec.unless[1]))
+      end
+      ctx.log:change(spec.deleting and literal(spec.deleting)
+        or ("{Deleting|Would delete} %s %s"):format(found.kind or spec[1], where))
       s.object:delete(found)
+    end,
+  }
+end
+
+-- Orphans one object: `suspend` (a merge patch: its controller stops acting on
+-- it), its finalizers removed, read back to see that none came back (else the
+-- step stops: a delete now would run the finalizer), deleted. "gone" when it
+-- was deleted by someone else before its finalizers were removed; else
+-- "orphaned", gone or not (with no finalizer left, a deleted object goes at once).
+local function orphan_one(objects, o, spec)
+  if spec.suspend and objects:merge_patch(o, spec.suspend) == nil then return "gone" end
+  local patched = objects:merge_patch(o, { metadata = { finalizers = json.null } })
+  if patched == nil then return "gone" end
+  -- what the controller would see on delete (in a plan, what the patch would have left)
+  local current = objects:read_back(patched)
+  if current == nil then return "orphaned" end
+  local left = obj.list(current, "metadata.finalizers")
+  if #left > 0 then
+    error((spec.readded or "%s %s still has finalizers [%s] after they were removed: something"
+      .. " re-added them; deleting it now would run them, so it stops here"):format(o.kind,
+      obj.key(o), table.concat(left, ", ")), 0)
+  end
+  objects:delete(o) -- without waiting: with no finalizer the object goes at once
+  return "orphaned"
+end
+
+---@class cozy.OrphanRule
+---@field [1] string the resource, as select's
+---@field description string
+---@field timeout? number
+---@field where? table|function which objects, as a selection's `where`
+---@field suspend? table the merge patch sent first
+---@field noun? string what the objects are called in lines and findings
+---@field fields? table<string, string> name = dotted path, logged and reported with each
+---@field project? string[] more paths to read
+---@field unserved? string said when the resource is not served, as a selection's
+---@field readded? string the error when a finalizer is back: kind, name, finalizers
+---@field deleting? string why an object already being deleted matters
+
+--- A canned rule: orphan the objects of a resource (those its `where` passes)
+--- without running their finalizers: per object, in this order, `suspend` (a
+--- merge patch, optional), finalizers removed, read back (one re-added stops
+--- the step before the delete: the `readded` text, with the kind, the name and
+--- the finalizers), deleted. Check lists each object it would orphan (an info
+--- finding; a warning when it is already being deleted, `deleting` saying
+--- why that matters); run and plan say each, then the summary, and record
+--- `{ orphaned, gone }`. `noun` names the objects in lines and findings,
+--- `fields` (name = dotted path) are logged and reported with each.
+---   return rule.orphan { "helmreleases.helm.toolkit.fluxcd.io", where = { ["spec.chart"] = "x" },
+---     suspend = { spec = { suspend = true } }, noun = "HelmRelease", description = "..." }
+---@param spec cozy.OrphanRule
+---@return table migration
+function rule.orphan(spec)
+  if type(spec) ~= "table" then refuse("orphan{...}: expected a table, got %s", type(spec)) end
+  for _, field in ipairs { { "noun", "string" }, { "readded", "string" },
+    { "deleting", "string" }, { "suspend", "table" }, { "fields", "table" } } do
+    local why = validate.why("orphan." .. field[1], spec[field[1]], field[2], true)
+    if why then refuse("%s", why) end
+  end
+  local noun, fields = spec.noun or spec[1], spec.fields or {}
+  local project = { "metadata.deletionTimestamp" }
+  for _, path in pairs(fields) do project[#project + 1] = path end
+  for _, path in ipairs(spec.project or {}) do project[#project + 1] = path end
+  return rule.define {
+    description = spec.description, timeout = spec.timeout,
+    select = { objects = { spec[1], patch = true, delete = true, project = project,
+      where = spec.where, unserved = spec.unserved } },
+    walk = function(ctx, s)
+      local counts = { orphaned = 0, gone = 0 }
+      s.objects:each(function(o)
+        local said = {}
+        for name, path in pairs(fields) do said[name] = obj.get(o, path) end
+        if ctx.mode == "check" then
+          said.name = o
+          ctx:finding("info", ("would orphan %s %s"):format(noun, obj.key(o)), said)
+          local since = obj.get(o, "metadata.deletionTimestamp")
+          if since then
+            ctx:finding("warn", ("%s %s is already being deleted (deletionTimestamp %s)%s")
+              :format(o.kind, obj.key(o), since, spec.deleting and (": " .. spec.deleting) or ""),
+              { name = o })
+          end
+          return
+        end
+        ctx.log:with(said):change("{Orphaning|Would orphan} %s %s", noun, obj.key(o))
+        local result = orphan_one(s.objects, o, spec)
+        counts[result] = counts[result] + 1
+        if result == "gone" then
+          ctx.log:info(("%s %s was deleted meanwhile: nothing to orphan")
+            :format(o.kind, obj.key(o)))
+        end
+      end)
+      if ctx.mode == "check" then return end
+      ctx:outcome(counts)
+      ctx.log:change("{Orphaned|Would orphan} %d %s(s), %d already gone", counts.orphaned,
+        noun, counts.gone)
     end,
   }
 end
