@@ -67,14 +67,21 @@ function obj.get(o, path)
   return o
 end
 
---- The array at a dotted path, or an empty one: `for _, v in ipairs(obj.list(vm, "..."))`.
+--- The array at a dotted path, or an empty one: `for _, v in ipairs(obj.list(vm, "..."))`;
+--- with `keep`, a new array of only the items keep(item) is true of, in order.
 ---@param o any
 ---@param path cozy.Path
+---@param keep? fun(item: any): any which items to keep
 ---@return any[] array the array there, or a new empty one
-function obj.list(o, path)
+function obj.list(o, path, keep)
   local v = obj.get(o, path)
   if type(v) ~= "table" then return {} end
-  return v
+  if keep == nil then return v end
+  local out = {}
+  for _, item in ipairs(v) do
+    if keep(item) then out[#out + 1] = item end
+  end
+  return out
 end
 
 --- "namespace/name" (or "name" for a cluster-scoped object).
@@ -157,6 +164,25 @@ function obj.equal(a, b)
     if a[k] == nil and not obj.equal(nil, v) then return false end
   end
   return true
+end
+
+--- Two arrays of named items compared by a key path (as `kubectl diff` pairs list
+--- entries by their merge key): the items of `theirs` whose key `mine` lacks, and
+--- those `mine` holds otherwise (not obj.equal), as { mine, theirs } pairs; both in
+--- the order of `theirs`.
+---@param mine any[]
+---@param theirs any[]
+---@param key string a dotted path of an item ("name")
+---@return any[] lacking items of theirs with no counterpart in mine
+---@return any[][] differing { mine_item, theirs_item } pairs that are not equal
+function obj.compare(mine, theirs, key)
+  local by_key, lacking, differing = obj.index_by(mine, key), {}, {}
+  for _, item in ipairs(theirs) do
+    local own = by_key[obj.get(item, key)]
+    if own == nil then lacking[#lacking + 1] = item
+    elseif not obj.equal(own, item) then differing[#differing + 1] = { own, item } end
+  end
+  return lacking, differing
 end
 
 --- Appends items to the array at a dotted path (or an array of steps) of o (a copy being edited),

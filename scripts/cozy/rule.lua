@@ -108,13 +108,17 @@ local function projection_of(decl)
 end
 
 -- Does o pass the selection's `where`: a function of it, or dotted paths whose
--- (string) value matches a glob, or one of an array of globs, each?
+-- (string) value, or one element of whose array value, matches a glob (or one
+-- of an array of globs), each?
 local function passes(where, o)
   if where == nil then return true end
   if type(where) == "function" then return where(o) end
   for path, globs in pairs(where) do
-    local v = obj.get(o, path)
-    if type(v) ~= "string" or not match.any(globs, v) then return false end
+    local v, any = obj.get(o, path), false
+    for _, each in ipairs(type(v) == "table" and v or { v }) do
+      any = any or type(each) == "string" and match.any(globs, each)
+    end
+    if not any then return false end
   end
   return true
 end
@@ -146,7 +150,7 @@ local function selection(ctx, key, decl, state)
     end
     return true
   end
-  local function unserved(name, why)
+  local function unserved(name, why, finding)
     if decl.unserved == "stop" then
       error(kerrors.new { code = 404, reason = "NotFound", absent = "type",
         message = ("the server doesn't have a resource type %s (%s)"):format(name, tostring(why)),
@@ -155,6 +159,7 @@ local function selection(ctx, key, decl, state)
     local line = (decl.unserved or "{resource} not served ({why}): nothing to change")
       :gsub("{resource}", (name:gsub("%%", "%%%%")))
       :gsub("{why}", (tostring(why):gsub("%%", "%%%%")))
+    if finding then return ctx:finding("info", line) end
     ctx.log:info(line)
   end
   -- a read that failed after the engine's retries, under the declared policy
@@ -328,11 +333,28 @@ local function selection(ctx, key, decl, state)
   function s.merge_patch(o, changes) return merge(o, changes, { absent = "skip" }) end
   function s.delete(o) return delete(o, { absent = "skip" }) end
   function s.read_back(written) return resource():read_back(written) end
-  -- for left, matches in s.vms:join(s.vmis, { key = fn(right) }) do ... end (ctx:join)
+  -- for left, matches in s.vms:join(s.vmis, { key = fn(right) }) do ... end (ctx:join);
+  -- nil when a side is not served, its `unserved` text said as an info finding (the
+  -- join is the walk's subject: check says why there is nothing to do)
   function s.join(right, opts)
+    local ok, name, why = served()
+    if not ok then return unserved(name, why, true) end
+    ok, name, why = right:_served()
+    if not ok then return right:_unserved(name, why, true) end
     return ctx:join(listing(resource(), {}), right:_listing(), opts)
   end
   function s._listing() return listing(resource(), {}) end
+  s._served = served
+  function s._unserved(name, why, finding) unserved(name, why, finding) end
+  -- An object the walk leaves alone, and why: a debug line; notable, also an
+  -- info finding in check (`noun`, else the kind, names it).
+  function s.skip(o, why, notable)
+    local line = ("%s %s left alone: %s"):format(decl.noun or o.kind, obj.key(o), why)
+    ctx.log:debug(line)
+    if notable and ctx.mode == "check" then
+      ctx:finding("info", (line:gsub(" left alone: ", " is left alone: ", 1)))
+    end
+  end
   return s
 end
 
