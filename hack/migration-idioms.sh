@@ -9,6 +9,9 @@
 #   permissions  a hand-written `permissions` list
 #   policy       pcall, is_item_error, leave_version (the selection's
 #                writes/reads policy says it)
+#   orphaning    a finalizer list written by hand (rule.orphan)
+#   labels       keys checked by hand with obj.key_error (obj.set_labels, the
+#                selection's `refused`)
 # hack/migration-idioms.sh [DIR]  (default migrations/); exit 1 on a finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,5 +38,7 @@ for f in "$dir"/*.lua; do
   refuse "$f" ':lookup\(|:resource\(|:list[({]|ctx\.kube' "a resource by hand: declare it in select"
   refuse "$f" '(^|[^_])permissions[[:space:]]*=' "hand-written permissions: derived from select"
   refuse "$f" 'pcall\(|is_item_error|leave_version' "a failure policy by hand: the selection's writes/reads"
+  refuse "$f" 'finalizers[[:space:]]*=' "finalizers by hand: rule.orphan"
+  refuse "$f" 'key_error' "label keys checked by hand: obj.set_labels and the selection's refused"
 done
 exit $status
