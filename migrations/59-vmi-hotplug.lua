@@ -17,13 +17,6 @@ local function is_hotplug(v)
   return obj.get(v, "dataVolume.hotpluggable") == true
     or obj.get(v, "persistentVolumeClaim.hotpluggable") == true
 end
-local function owner(vmi) return obj.controller_of(vmi, "VirtualMachine", "kubevirt.io") end
--- Owners match by uid too (a VM recreated under that name does not own the old VMI); a VMI
--- without a controller reference is the VM's of its name: virt-controller adopts it.
-local function owned(vm, ref)
-  local uid = obj.get(vm, "metadata.uid")
-  return ref == nil or ref.uid == nil or uid == nil or ref.uid == uid
-end
 -- The VMI's hotplug volumes and disks the VM template lacks, in VMI order; the names of
 -- the hotplug volumes it holds otherwise.
 local function missing(vm, vmi)
@@ -39,7 +32,7 @@ end
 -- The edit of a VM (listed, or re-read after a conflict): appends what its VMI alone holds.
 local function copy_into(vm, _, vmi)
   local volumes, disks = missing(vm, vmi)
-  if not owned(vm, owner(vmi)) or #volumes == 0 then return nil end -- another VM of that name
+  if obj.uid_conflict(vm, vmi) or #volumes == 0 then return nil end -- another VM of that name
   obj.append(vm, VOLUMES, volumes)
   if #disks > 0 then obj.append(vm, DISKS, disks) end
   return { volumes = volumes, disks = disks }
@@ -47,14 +40,11 @@ end
 
 -- The findings about a VM and its VMI, and "copy" or "complete" when it is in scope.
 local function judge(ctx, vm, vmi, vmis)
-  local ref, phase, key = owner(vmi), obj.get(vmi, "status.phase"), obj.key(vm)
+  local phase, key = obj.get(vmi, "status.phase"), obj.key(vm)
   local volumes, disks, differ = missing(vm, vmi)
   local function say(severity, text, ...) ctx:finding(severity, text:format(...), { vm = vm }) end
-  if not owned(vm, ref) then
-    return vmis:skip(vmi, ("its ownerReference names uid %s but VM %s has uid %s")
-      :format(ref.uid, ref.name, vm.metadata.uid), true)
-  elseif ref and vmi.metadata.name ~= ref.name then -- virt-controller finds a VM's VMI by name
-    return vmis:skip(vmi, "it is not named like its owner VM " .. ref.name, true)
+  if vmi.metadata.name ~= vm.metadata.name then -- virt-controller finds a VM's VMI by name
+    return vmis:skip(vmi, "it is not named like its owner VM " .. vm.metadata.name, true)
   elseif phase ~= "Running" then
     vmis:skip(vmi, ("it is not Running (phase %s): its next start is built from the VM spec")
       :format(phase or "none"))
@@ -100,20 +90,15 @@ return rule {
           .. " VM spec"
       end },
     vmis = { "virtualmachineinstances.kubevirt.io", project = VMI_READS, noun = "VMI",
+      where = function(vmi) return #missing({}, vmi) > 0 end, -- with a hotplug volume
       unserved = "CRD {resource} is absent: no VMI can be running, nothing to copy" },
     kubevirts = { "kubevirts.kubevirt.io", check_only = true, where = { [GATES] = GATE } },
   },
   walk = function(ctx, s)
-    local n, copies = { vms = 0, vmis = 0, volumes = 0, disks = 0, complete = 0 }, ctx:queue()
-    local joined = s.vms:join(s.vmis, { key = function(vmi)
-      if #missing({}, vmi) == 0 then return nil end -- no hotplug volume at all
-      n.vmis = n.vmis + 1
-      local ref = owner(vmi) -- no controller at all: the VMI is its VM's by name
-      if ref or not obj.controller_of(vmi) then
-        return obj.key(vmi):match("^.*/") .. (ref or vmi.metadata).name
-      end
-      s.vmis:skip(vmi, "its controller ownerReference is not of kind VirtualMachine")
-    end })
+    local n, copies = { vms = 0, volumes = 0, disks = 0, complete = 0 }, ctx:queue()
+    -- a VMI by its controller VM, matching by uid too (a VM recreated under that name does
+    -- not own the old VMI); one without a controller is the VM's of its name: adopted
+    local joined = s.vms:join(s.vmis, { owner = true, adopt = true })
     if not joined then return end -- a CRD absent: the finding says which
     for vm, vmis in joined do
       local requests = {}
@@ -132,10 +117,6 @@ return rule {
       end
       n.vms = n.vms + 1
     end
-    for key, vmi in joined:unmatched() do
-      s.vmis:skip(vmi, obj.controller_of(vmi) and "its VM " .. key:match("/(.*)") .. " is gone"
-        or "it has no controller ownerReference and no VM of its name")
-    end
     if copies:len() == 0 then ctx:finding("info", "no running VMI holds a hotplugged volume"
       .. " missing from its VM spec") end
     local done = s.vms:each(copy_into, { items = copies })
@@ -143,8 +124,8 @@ return rule {
       n.volumes, n.disks = n.volumes + #a.volumes, n.disks + #a.disks
     end
     n.complete = n.complete + done.unchanged
-    ctx:outcome { vms = n.vms, vmis_with_hotplug_volumes = n.vmis, already_complete = n.complete,
-      volumes = n.volumes, disks = n.disks }
+    ctx:outcome { vms = n.vms, vmis_with_hotplug_volumes = joined:count(),
+      already_complete = n.complete, volumes = n.volumes, disks = n.disks }
     ctx.log:info(done.changed == 0 and ("nothing to update: no running VMI holds a hotplugged"
       .. " volume missing from its VM spec (%d VMs already complete)"):format(n.complete)
       or ctx:worded("{updated|would update} %d VMs: %d volumes, %d disks copied from their VMIs;"

@@ -122,6 +122,19 @@ function obj.controller_of(o, kind, group)
   return nil
 end
 
+--- The controller ownerReference of o that names owner's kind (and API group) with
+--- another uid than owner's, or nil: an owner recreated under the same name does not
+--- own what the earlier one did. nil too when either uid is unknown.
+---@param owner cozy.Object the would-be owner (its apiVersion, kind and uid)
+---@param o cozy.Object
+---@return table|nil ref the ownerReference naming the other uid
+function obj.uid_conflict(owner, o)
+  local group = type(owner.apiVersion) == "string" and owner.apiVersion:match("^(.*)/") or nil
+  local ref, uid = obj.controller_of(o, owner.kind, group), obj.get(owner, "metadata.uid")
+  if ref and ref.uid ~= nil and uid ~= nil and ref.uid ~= uid then return ref end
+  return nil
+end
+
 --- A table of the items by fn(item) (default: obj.key), for joins; fn may be
 --- a path instead (`"name"`, `"metadata.uid"`). A later item with the same key
 --- replaces an earlier one.

@@ -333,17 +333,71 @@ local function selection(ctx, key, decl, state)
   function s.merge_patch(o, changes) return merge(o, changes, { absent = "skip" }) end
   function s.delete(o) return delete(o, { absent = "skip" }) end
   function s.read_back(written) return resource():read_back(written) end
+  -- The join by owner: each right object under the left object its controller
+  -- ownerReference (of the left's kind and group) names; adopt: one without a
+  -- controller under the left object of its own name. Right objects are skipped, with
+  -- why, when their controller is of another kind, when it names another uid than the
+  -- left object's (notable), and when no left object claims them (at the end).
+  local function owner_join(right, adopt)
+    local kind, noun = lookup(decl[1]).about.kind, decl.noun or lookup(decl[1]).about.kind
+    local _, group = recipe.resource_name(decl[1])
+    group = group ~= "" and group or nil -- core: an apiVersion without a group
+    local counted = 0
+    local function under(o, name)
+      local ns = obj.get(o, "metadata.namespace")
+      return (ns and (ns .. "/") or "") .. tostring(name)
+    end
+    local j = ctx:join(iterate(listing(resource(), {})), right:_listing(), { key = function(o)
+      counted = counted + 1
+      local ref = obj.controller_of(o, kind, group)
+      if ref then return under(o, ref.name) end
+      if not obj.controller_of(o) and adopt then return under(o, o.metadata.name) end
+      right:skip(o, obj.controller_of(o) and ("its controller ownerReference is not of kind %s")
+        :format(kind) or "it has no controller ownerReference")
+    end })
+    local out = {}
+    local function pair()
+      local left, matches = j:next()
+      if left == nil then -- read through: what no left object claimed, left alone
+        for _, o in j:unmatched() do
+          local ref = obj.controller_of(o, kind, group)
+          right:skip(o, ref and ("its %s %s is gone"):format(noun, ref.name)
+            or ("it has no controller ownerReference and no %s of its name"):format(noun))
+        end
+        return nil
+      end
+      local owned = {}
+      for _, o in ipairs(matches) do
+        local other = obj.uid_conflict(left, o)
+        if other then
+          right:skip(o, ("its ownerReference names uid %s but %s %s has uid %s")
+            :format(other.uid, noun, other.name, left.metadata.uid), true)
+        else
+          owned[#owned + 1] = o
+        end
+      end
+      return left, owned
+    end
+    function out.next(_) return pair() end
+    -- how many right objects (of its `where`) the join read: joined:count()
+    function out.count(_) return counted end
+    return setmetatable(out, { __call = pair })
+  end
+
   -- for left, matches in s.vms:join(s.vmis, { key = fn(right) }) do ... end (ctx:join);
+  -- { owner = true[, adopt = true] }: joined by controller ownerReference (owner_join);
   -- nil when a side is not served, its `unserved` text said as an info finding (the
   -- join is the walk's subject: check says why there is nothing to do)
   function s.join(right, opts)
+    validate.arg(2, "join(right, opts)", "opts", opts, "table")
     local ok, name, why = served()
     if not ok then return unserved(name, why, true) end
     ok, name, why = right:_served()
     if not ok then return right:_unserved(name, why, true) end
-    return ctx:join(listing(resource(), {}), right:_listing(), opts)
+    if opts.owner then return owner_join(right, opts.adopt) end
+    return ctx:join(iterate(listing(resource(), {})), right:_listing(), opts)
   end
-  function s._listing() return listing(resource(), {}) end
+  function s._listing() return iterate(listing(resource(), {})) end
   s._served = served
   function s._unserved(name, why, finding) unserved(name, why, finding) end
   -- An object the walk leaves alone, and why: a debug line; notable, also an

@@ -48,7 +48,6 @@ local function patched(h)
 end
 
 describe("a rule's declarations", function()
-  teardown(function() files.rm_rf(dir) end)
   local h = harness.fake { fixtures = { FIXTURE } }
 
   describe("where", function()
@@ -257,5 +256,67 @@ return require("cozy.rule").orphan { "configmaps", description = "orphan the add
         "info would orphan addon ConfigMap cozy-system/addon-b" }, got)
       assert.equal("addon", res.findings[1].fields.chart)
     end)
+  end)
+end)
+
+describe("a join by owner", function()
+  teardown(function() files.rm_rf(dir) end) -- the last describe: the files are written at load
+  local h = harness.fake { fixtures = { FIXTURE } }
+  local JOIN = migration [[
+return require("cozy.rule") {
+  description = "pair secrets with their configmaps",
+  select = { cms = { "configmaps", namespace = "cozy-system", noun = "CM" },
+    secrets = { "secrets", namespace = "cozy-system", noun = "Secret",
+      where = { ["metadata.labels.pair"] = "yes" } } },
+  walk = function(ctx, s)
+    local joined = s.cms:join(s.secrets, { owner = true, adopt = true })
+    for c, secrets in joined do
+      for _, x in ipairs(secrets) do ctx.log:info("pair " .. c.metadata.name .. " " .. x.metadata.name) end
+    end
+    ctx.log:info("read " .. joined:count())
+  end,
+}]]
+
+  it("pairs by controller ownerReference and uid, adopts by name, and says why it leaves each other alone", function()
+    local client = h:client("run")
+    local cms, secrets = client:resource("v1", "configmaps"), client:resource("v1", "secrets")
+    local a = cms:get(NS, "tenant-a")
+    local function secret(name, refs, labels)
+      secrets:create { metadata = { name = name, namespace = NS, ownerReferences = refs,
+        labels = labels or { pair = "yes" } }, data = {} }
+    end
+    local function ref(kind, name, uid, api)
+      return { { apiVersion = api or "v1", kind = kind, name = name, uid = uid, controller = true } }
+    end
+    secret("owned-by-a", ref("ConfigMap", "tenant-a", a.metadata.uid))
+    secret("tenant-b", nil)                                              -- adopted by its name
+    secret("earlier-a", ref("ConfigMap", "tenant-a", "0c2f1c1e-0000-4000-8000-000000000001"))
+    secret("of-a-pod", ref("Pod", "p", "0c2f1c1e-0000-4000-8000-000000000002"))
+    secret("of-gone", ref("ConfigMap", "gone", "0c2f1c1e-0000-4000-8000-000000000003"))
+    secret("lonely", nil)
+    secret("not-mine", ref("ConfigMap", "tenant-a", a.metadata.uid), { pair = "no" })
+    client:close()
+    local res = h:migrate(JOIN, { mode = "check", verbosity = 1 })
+    local pairs_, debug = {}, {}
+    for _, l in ipairs(res.lines) do
+      if l.message:find("^pair ") then pairs_[#pairs_ + 1] = l.message end
+      if l.level == "debug" and l.message:find(" left alone: ") then debug[#debug + 1] = l.message end
+    end
+    table.sort(pairs_)
+    table.sort(debug)
+    assert.same({ "pair tenant-a owned-by-a", "pair tenant-b tenant-b" }, pairs_)
+    assert.same({
+      "Secret cozy-system/earlier-a left alone: its ownerReference names uid"
+        .. " 0c2f1c1e-0000-4000-8000-000000000001 but CM tenant-a has uid " .. a.metadata.uid,
+      "Secret cozy-system/lonely left alone: it has no controller ownerReference and no CM of its name",
+      "Secret cozy-system/of-a-pod left alone: its controller ownerReference is not of kind ConfigMap",
+      "Secret cozy-system/of-gone left alone: its CM gone is gone",
+    }, debug)
+    -- the uid mismatch is the notable one: check names it
+    assert.same({ "Secret cozy-system/earlier-a is left alone: its ownerReference names uid"
+      .. " 0c2f1c1e-0000-4000-8000-000000000001 but CM tenant-a has uid " .. a.metadata.uid },
+      { res.findings[1] and res.findings[1].message })
+    assert.equal(1, #res.findings)
+    assert.is_true(res.log:find("read 6", 1, true) ~= nil)
   end)
 end)
