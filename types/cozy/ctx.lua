@@ -494,10 +494,11 @@ function Selection:delete(o) end
 function Selection:read_back(written) end
 
 --- The selection joined with another: for left, matches in s.x:join(s.y, opts) do; nil
---- when a side is not served (its `unserved` text said as an info finding).
+--- when a side is not served (its `unserved` text said as an info finding). By key, or
+--- by owner ({ owner = true, adopt? = true }: controller ownerReference and uid).
 ---@param right cozy.Selection
----@param opts { key: fun(right_item: any): any, left_key?: fun(left_item: any): any }
----@return cozy.Join|nil
+---@param opts { key?: fun(right_item: any): any, left_key?: fun(left_item: any): any, owner?: boolean, adopt?: boolean }
+---@return cozy.Join|cozy.OwnerJoin|nil
 function Selection:join(right, opts) end
 
 --- An object the walk leaves alone: a debug line naming it and why; notable, also an
@@ -520,3 +521,16 @@ function Selection:_served() end
 ---@param why any
 ---@param finding? boolean
 function Selection:_unserved(name, why, finding) end
+
+---@class cozy.OwnerJoin a join by owner: calling it returns the next left item and what it owns
+---@overload fun(): any, any[]
+local OwnerJoin = {}
+
+--- The next left item and the right items it owns (an array), or nil at the end.
+---@return any left_item
+---@return any[] owned
+function OwnerJoin:next() end
+
+--- How many right items (those its `where` passes) the join read.
+---@return integer
+function OwnerJoin:count() end
