@@ -7,10 +7,6 @@ local VOLUMES, DISKS = "spec.template.spec.volumes", "spec.template.spec.domain.
 local INTERFACES = "spec.template.spec.domain.devices.interfaces"
 local GATES, GATE = "spec.configuration.developerConfiguration.disabledFeatureGates",
   "DeclarativeHotplugVolumes"
-local VM_READS = { VOLUMES, DISKS, INTERFACES, "status.volumeRequests",
-  "spec.updateVolumesStrategy" }
-local VMI_READS = { "metadata.ownerReferences", "spec.domain.devices.disks", "status.phase",
-  "spec.volumes.*.name", "spec.volumes.*.persistentVolumeClaim", "spec.volumes.*.dataVolume" }
 
 -- A volume virt-controller reconciles declaratively (IsDeclarativeHotplugVolume).
 local function is_hotplug(v)
@@ -58,18 +54,16 @@ local function judge(ctx, vm, vmi, vmis)
   end
   for _, name in ipairs(differ) do say("warn", "VM %s: hotplug volume %s differs between the VM"
     .. " and its VMI: it will be unplugged and plugged again", key, name) end
-  local taken = {} -- a copied disk's bootOrder a device already uses: admission refuses it
-  for _, d in ipairs(obj.list(vm, DISKS)) do
-    taken[d.bootOrder or false] = "disk " .. tostring(d.name)
-  end
-  for _, i in ipairs(obj.list(vm, INTERFACES)) do
-    taken[i.bootOrder or false] = "interface " .. tostring(i.name)
-  end
+  -- a copied disk's bootOrder a device already uses: admission refuses it
+  local disk_at = obj.index_by(obj.list(vm, DISKS), "bootOrder")
+  local nic_at = obj.index_by(obj.list(vm, INTERFACES), "bootOrder")
   for _, d in ipairs(disks) do
     local order = math.type(d.bootOrder) and d.bootOrder
-    if order and taken[order] then say("block", "VM %s: disk %s bootOrder %d is already used by %s;"
-      .. " KubeVirt's admission would refuse the copy", key, d.name, order, taken[order]) end
-    if order then taken[order] = "disk " .. d.name end
+    local by = order and (nic_at[order] and "interface " .. tostring(nic_at[order].name)
+      or disk_at[order] and "disk " .. tostring(disk_at[order].name))
+    if by then say("block", "VM %s: disk %s bootOrder %d is already used by %s; KubeVirt's"
+      .. " admission would refuse the copy", key, d.name, order, by) end
+    if order then disk_at[order], nic_at[order] = d, nil end
   end
   for _, v in ipairs(volumes) do
     ctx:finding("info", key .. " " .. v.name, { vm = vm, volume = v.name })
@@ -81,15 +75,15 @@ return rule {
   description = "copy hotplugged volumes that only running VMIs hold into their VM specs,"
     .. " before declarative hotplug unplugs them",
   select = {
-    vms = { "virtualmachines.kubevirt.io", project = VM_READS, edit = true, report = false,
+    vms = { "virtualmachines.kubevirt.io", edit = true, report = false, project = { VOLUMES,
+      DISKS, INTERFACES, "status.volumeRequests", "spec.updateVolumesStrategy" },
       unserved = "CRD {resource} is absent: KubeVirt is not installed, nothing to copy",
       noun = "VM", label = "VMs", gone = "nothing to copy",
       outcome = { updated = "changed", deleted_meanwhile = "absent" },
-      say = function(added)
-        return "{adding|would add} hotplugged volumes " .. obj.names(added.volumes) .. " to the"
-          .. " VM spec"
-      end },
-    vmis = { "virtualmachineinstances.kubevirt.io", project = VMI_READS, noun = "VMI",
+      say = "{adding|would add} hotplugged volumes {volumes} to the VM spec" },
+    vmis = { "virtualmachineinstances.kubevirt.io", noun = "VMI", project = { "status.phase",
+      "metadata.ownerReferences", "spec.domain.devices.disks", "spec.volumes.*.name",
+      "spec.volumes.*.persistentVolumeClaim", "spec.volumes.*.dataVolume" },
       where = function(vmi) return #missing({}, vmi) > 0 end, -- with a hotplug volume
       unserved = "CRD {resource} is absent: no VMI can be running, nothing to copy" },
     kubevirts = { "kubevirts.kubevirt.io", check_only = true, where = { [GATES] = GATE } },

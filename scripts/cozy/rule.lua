@@ -123,6 +123,19 @@ local function passes(where, o)
   return true
 end
 
+-- A change line from `say`: a function of what the edit returned, or a template: its %s
+-- that value; when the edit returned a table, each {field} that field of it (an array
+-- of named items: their names, as obj.names).
+local function said_text(say, said)
+  if type(say) == "function" then return say(said) end
+  if type(said) ~= "table" then return say:format(tostring(said)) end
+  return (say:gsub("{([%w_]+)}", function(field)
+    local v = said[field]
+    if v == nil then return nil end
+    return type(v) == "table" and obj.names(v) or tostring(v)
+  end))
+end
+
 -- Signals a read that failed under reads = "leave": the walk ends there and
 -- the version is left with that reason.
 local LEAVE = setmetatable({}, {
@@ -251,8 +264,7 @@ local function selection(ctx, key, decl, state)
         -- nil: an earlier attempt of its own landed
         if decl.say == nil or said == nil then return end
         landed[#landed + 1] = said
-        local text = type(decl.say) == "function" and decl.say(said)
-          or decl.say:format(tostring(said))
+        local text = said_text(decl.say, said)
         ctx.log:change((("%s %s: %s"):format(noun, obj.key(o), text):gsub("%%", "%%%%")))
       end,
     })

@@ -129,6 +129,29 @@ return require("cozy.rule") {
     end)
   end)
 
+  describe("say", function()
+    it("a template of what the edit returned: each {field}, an array of named items by their names", function()
+      local m = migration [[
+return require("cozy.rule") {
+  description = "tier",
+  select = { cms = { "configmaps", namespace = "cozy-system", edit = true, where = { ["metadata.name"] = "tenant-a" },
+    say = "{setting|would set} {keys} ({n}, {missing})" } },
+  walk = function(_, s)
+    s.cms:each(function(c)
+      c.data.tier = "standard"
+      return { keys = { { name = "tier" }, { name = "zone" } }, n = 2 }
+    end)
+  end,
+}]]
+      local plan = h:migrate(m, { mode = "plan" })
+      assert.is_true(plan.log:find("ConfigMap cozy-system/tenant-a: would set tier,zone (2, {missing})", 1, true) ~= nil,
+        plan.log)
+      local res = h:migrate(m)
+      assert.is_true(res.log:find("ConfigMap cozy-system/tenant-a: setting tier,zone (2, {missing})", 1, true) ~= nil,
+        res.log)
+    end)
+  end)
+
   describe("join and skip", function()
     local JOIN = [[
 return require("cozy.rule") {
