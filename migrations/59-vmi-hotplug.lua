@@ -89,11 +89,11 @@ return rule {
     kubevirts = { "kubevirts.kubevirt.io", check_only = true, where = { [GATES] = GATE } },
   },
   walk = function(ctx, s)
-    local n, copies = { vms = 0, volumes = 0, disks = 0, complete = 0 }, ctx:queue()
     -- a VMI by its controller VM, matching by uid too (a VM recreated under that name does
     -- not own the old VMI); one without a controller is the VM's of its name: adopted
     local joined = s.vms:join(s.vmis, { owner = true, adopt = true })
     if not joined then return end -- a CRD absent: the finding says which
+    local n, copies = { vms = 0, volumes = 0, disks = 0, complete = 0 }, ctx:queue()
     for vm, vmis in joined do
       local requests = {}
       for i, r in ipairs(obj.list(vm, "status.volumeRequests")) do
