@@ -6,7 +6,8 @@
 # the engine. The older ways of doing each job are refused here:
 #   entry        run/check functions, cozy.recipe
 #   iteration    update_each, update_all, lookup, resource(), list, ctx.kube
-#   permissions  a hand-written `permissions` list
+#   permissions  a hand-written `permissions` list; a tool declared without
+#                its access lines (tools = { "name" })
 #   policy       pcall, is_item_error, leave_version (the selection's
 #                writes/reads policy says it)
 #   orphaning    a finalizer list written by hand (rule.orphan)
@@ -17,9 +18,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-migrations}
 status=0
-refuse() { # file, pattern (ERE), what to use instead
+refuse() { # file, pattern (ERE), what to use instead [, an ERE of hits that are not it]
   local hits
-  if hits=$(grep -nE "$2" "$1"); then
+  if hits=$(grep -nE "$2" "$1" | grep -vE "${4:-^$}"); then
     while IFS= read -r hit; do
       echo "$1:${hit%%:*}: $3"
     done <<<"$hits"
@@ -35,7 +36,11 @@ for f in "$dir"/*.lua; do
   refuse "$f" '^[[:space:]]*(run|check)[[:space:]]*=' "run/check: the rule's walk is its one entry"
   refuse "$f" 'cozy\.recipe' "cozy.recipe: a canned rule of cozy.rule (rule.delete)"
   refuse "$f" 'update_each|update_all' "a batch by hand: the selection's :each(edit)"
-  refuse "$f" ':lookup\(|:resource\(|:list[({]|ctx\.kube' "a resource by hand: declare it in select"
+  refuse "$f" ':lookup\(|:resource\(|:list[({]|ctx\.kube' "a resource by hand: declare it in select" \
+    'ctx\.files:list\('
+  # a tool says what it does on the cluster: name -> its access lines, not a bare name
+  refuse "$f" '(^|[^_])tools[[:space:]]*=[[:space:]]*\{[[:space:]]*"' \
+    "a tool without its access: tools = { [\"name\"] = { \"VERBS RESOURCE\" } }"
   refuse "$f" '(^|[^_])permissions[[:space:]]*=' "hand-written permissions: derived from select"
   refuse "$f" 'pcall\(|is_item_error|leave_version' "a failure policy by hand: the selection's writes/reads"
   refuse "$f" 'finalizers[[:space:]]*=' "finalizers by hand: rule.orphan"

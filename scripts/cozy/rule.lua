@@ -10,6 +10,7 @@
 --                             edit = true, writes = "leave" } },
 --     walk = function(ctx, s) s.clusters:each(function(k) ... return changed end) end,
 --   }
+local errors = require "cozy.errors"
 local json = require "cozy.json"
 local kerrors = require "cozy.kube.errors"
 local match = require "cozy.match"
@@ -30,7 +31,8 @@ local FIELDS = {
   label = "string",
   noun = "string", gone = "string", where = "table|function", refused = "string",
 }
-local RULE_FIELDS = { description = true, select = true, walk = true, timeout = true }
+local RULE_FIELDS = { description = true, select = true, walk = true, timeout = true,
+  tools = true, parameters = true, files = true, finally = true }
 
 local function refuse(fmt, ...) error("cozy.rule: " .. fmt:format(...), 3) end
 
@@ -471,25 +473,123 @@ local function settle(ctx, spec, state)
   if state.leave then ctx:leave_version(state.leave) end
 end
 
+-- A rule that orchestrates (docs/engine-api.md, "Rules that orchestrate"):
+-- a selection may also read one object by name (`get = true`), apply objects
+-- server-side (`apply = true`) and wait for one of its objects
+-- (`wait = true`); each adds the verbs it needs to the derived permissions.
+local ORCHESTRATION = {
+  { "get", { "get" } }, { "apply", { "get", "create", "patch" } }, { "wait", { "list", "watch" } },
+}
+for _, o in ipairs(ORCHESTRATION) do FIELDS[o[1]] = "boolean" end
+
+-- The permissions the orchestration fields of a selection add to out (not
+-- those already there), scoped to its namespace when it names one object.
+local function orchestration_permissions(decl, out)
+  local seen = {}
+  local function id(p)
+    return table.concat({ p.verb, p.group, p.resource, p.namespace or "", p.name or "" }, " ")
+  end
+  for _, p in ipairs(out) do seen[id(p)] = true end
+  for _, o in ipairs(ORCHESTRATION) do
+    local field, verbs = o[1], o[2]
+    for _, resource in ipairs(decl[field] and decl or {}) do
+      local plural, group = recipe.resource_name(resource)
+      for _, verb in ipairs(verbs) do
+        local p = { verb = verb, group = group, resource = plural,
+          namespace = decl.name and decl.namespace or nil, check_only = decl.check_only }
+        if not seen[id(p)] then seen[id(p)], out[#out + 1] = true, p end
+      end
+    end
+  end
+end
+
+-- get, apply and wait of selection key: on its (first) resource, and only
+-- when declared (the permissions come from the declaration).
+local function orchestration_methods(ctx, key, decl, s)
+  local res
+  local function resource(what)
+    if not decl[what] then
+      error(("s.%s:%s: declare %s = true in select.%s"):format(key, what, what, key), 3)
+    end
+    if res == nil then
+      local why
+      res, why = ctx.kube:lookup(decl[1])
+      if res == nil then error(("%s is not served (%s)"):format(decl[1], tostring(why)), 0) end
+    end
+    return res
+  end
+  -- the object name (in namespace, for a namespaced resource), or nil
+  function s.get(name, namespace)
+    local r = resource("get")
+    if namespace == nil then return r:find(name) end
+    return r:find(namespace, name)
+  end
+  -- server-side apply (opts: field_manager, force): the object as stored
+  function s.apply(object, opts) return resource("apply"):apply(object, opts) end
+  -- until object name (opts.namespace) meets opts.condition (rule.conditions)
+  -- or is deleted or created, within opts.timeout: cozy.kube.wait. With
+  -- timed_out = "warn" a wait that times out is a warning (`rollout status
+  -- || true`) and returns nil, { met = false }; a stop still raises.
+  function s.wait(name, opts)
+    local r, o = resource("wait"), {}
+    for k, v in pairs(opts or {}) do o[k] = v end
+    local warn = o.timed_out == "warn"
+    o.timed_out = nil
+    local ok, got, info = pcall(function()
+      if o.namespace then return r:wait(o.namespace, name, o) end
+      return r:wait(name, o)
+    end)
+    if ok then return got, info end
+    if not (warn and errors.is(got, "migration") and got.waited) then error(got, 0) end
+    ctx.log:warn(tostring(got.message))
+    return nil, { met = false, waited = got.waited }
+  end
+  return s
+end
+
+-- A tool's declaration as the migration table holds it: name -> its access
+-- lines (cozy.runner.tools: what it may do on the cluster, which no selection
+-- can say), so that the generated RBAC, `list` and `check` show it.
+local function checked_tools(tools)
+  local why = validate.why("tools", tools, "table", { optional = true,
+    says = "name -> its access lines, { [\"etcd-migrate\"] = { \"get,list pods\" } }" })
+  if why then refuse("%s", why) end
+  for name, access in pairs(tools or {}) do
+    if type(name) ~= "string" or type(access) ~= "table" then
+      refuse("tools: a tool is declared with what it may do on the cluster: "
+        .. "tools = { [\"%s\"] = { \"VERBS RESOURCE [-n NAMESPACE]\", ... } }",
+        type(name) == "string" and name or tostring(access))
+    end
+  end
+  return tools
+end
+
 ---@class cozy.RuleSpec
 ---@field description string one line
 ---@field select? table<string, table> the selections, by name (docs/engine-api.md, "Rules")
 ---@field walk fun(ctx: cozy.Ctx, s: table) run, plan and check alike
 ---@field timeout? number seconds
+---@field tools? table<string, string[]> name -> its access lines ("get,list pods")
+---@field parameters? table[] its inputs (docs/engine-api.md, "Parameters")
+---@field files? table<string, string> read-only paths (docs/engine-api.md, "Files")
+---@field finally? fun(ctx: cozy.Ctx, s: table) the compensation, with fresh selections
 
 --- The migration table of a rule: description, timeout, the permissions its
---- selections need, and its walk (run, plan and check alike).
+--- selections need, and its walk (run, plan and check alike); its tools,
+--- parameters, files and finally passed through (finally gets selections too).
 ---@param spec cozy.RuleSpec
 ---@return table migration the table discovery takes (description, permissions, walk, timeout)
 function rule.define(spec)
   if type(spec) ~= "table" then refuse("rule{...}: expected a table, got %s", type(spec)) end
   for k in pairs(spec) do
     if not RULE_FIELDS[k] then refuse("unknown field %q (a rule has description, select, walk,"
-      .. " timeout)", tostring(k)) end
+      .. " timeout, tools, parameters, files, finally)", tostring(k)) end
   end
   for _, field in ipairs { { "select", "table", "a table of named selections" },
-    { "walk", "function", "a function(ctx, s)" } } do
-    local why = validate.why(field[1], spec[field[1]], field[2], { says = field[3] })
+    { "walk", "function", "a function(ctx, s)" },
+    { "finally", "function", "a function(ctx, s)", true } } do
+    local why = validate.why(field[1], spec[field[1]], field[2],
+      { says = field[3], optional = field[4] })
     if why then refuse("%s", why) end
   end
   local permissions, keys = {}, {}
@@ -498,16 +598,23 @@ function rule.define(spec)
   for _, key in ipairs(keys) do
     check_selection(key, spec.select[key])
     permissions_of(key, spec.select[key], permissions)
+    orchestration_permissions(spec.select[key], permissions)
   end
   -- a read may leave the version (reads = "leave"): only then is the walk
   -- run under pcall (elsewhere an error keeps the traceback of where it was raised)
   local may_leave = false
   for _, key in ipairs(keys) do may_leave = may_leave or spec.select[key].reads == "leave" end
-  local function walk(ctx)
-    local state, s = { counts = {} }, {}
+  local function selections(ctx, state)
+    local s = {}
     for _, key in ipairs(keys) do
-      s[key] = methods(key, selection(ctx, key, spec.select[key], state))
+      s[key] = methods(key, orchestration_methods(ctx, key, spec.select[key],
+        selection(ctx, key, spec.select[key], state)))
     end
+    return s
+  end
+  local function walk(ctx)
+    local state = { counts = {} }
+    local s = selections(ctx, state)
     if may_leave then
       local ok, err = pcall(spec.walk, ctx, s)
       if not ok and err ~= LEAVE then error(err, 0) end
@@ -517,8 +624,13 @@ function rule.define(spec)
     settle(ctx, spec, state)
   end
   -- run and check are the walk (discovery: a rule's three are one function)
+  -- finally: selections of its own (its counts are not the walk's)
+  local finally = spec.finally and function(ctx)
+    return spec.finally(ctx, selections(ctx, { counts = {} }))
+  end
   return { description = spec.description, timeout = spec.timeout, permissions = permissions,
-    walk = walk, run = walk, check = walk }
+    walk = walk, run = walk, check = walk, tools = checked_tools(spec.tools),
+    parameters = spec.parameters, files = spec.files, finally = finally }
 end
 
 -- A declared text said as it is (ctx.log:change formats its template).
@@ -571,6 +683,11 @@ function rule.delete(spec)
     end,
   }
 end
+
+-- The ready-made conditions of a selection's wait (docs/engine-api.md,
+-- "Waiting for a condition"): established, rolled_out, alt_names { names },
+-- condition(type [, status]).
+rule.conditions = require("cozy.kube.wait").conditions()
 
 -- Orphans one object: `suspend` (a merge patch: its controller stops acting on
 -- it), its finalizers removed, read back to see that none came back (else the

@@ -127,7 +127,10 @@ sandbox.modules["cozy.recipe"] = function() return copy(require "cozy.recipe") e
 -- data and a walk that reaches the cluster only through the ctx it is given.
 sandbox.modules["cozy.rule"] = function()
   local rule = require "cozy.rule"
-  return setmetatable(copy(rule), getmetatable(rule))
+  local m = setmetatable(copy(rule), getmetatable(rule))
+  -- a table of its own: no migration's assignment reaches another's conditions
+  m.conditions = copy(rule.conditions)
+  return m
 end
 -- base64 (a Secret's data): pure functions of their arguments, in Lua.
 sandbox.modules["cozy.base64"] = function() return copy(require "cozy.base64") end

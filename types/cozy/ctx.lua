@@ -26,13 +26,14 @@ local Ctx = {}
 ---@field dry_run? boolean this invocation is the tool's own dry run: it runs in plan and check too
 ---@field capture? boolean return its stdout (at most 1 MiB)
 ---@field allow_failure? boolean a non-zero exit is returned, not raised
+---@field kubeconfig_flag? string "--kubeconfig" or "--kubeconfig=": the step's kubeconfig path in argv
 
 ---@class cozy.ToolResult
 ---@field status integer its exit status (0 unless allow_failure)
 ---@field stdout? string with capture = true
 ---@field truncated? boolean stdout was cut at 1 MiB
 
---- Runs a tool the migration table declares (`tools = { name }`), with an
+--- Runs a tool the migration table declares (`tools = { [name] = { access } }`), with an
 --- argument vector (no shell), the step's kubeconfig, in its own process group
 --- under the step's time limit; its output logged line by line, redacted.
 ---@param name string a name of the table's `tools`
@@ -507,6 +508,26 @@ function Selection:join(right, opts) end
 ---@param why string
 ---@param notable? boolean
 function Selection:skip(o, why, notable) end
+
+--- The object name (in namespace, for a namespaced resource), or nil (get = true).
+---@param name string
+---@param namespace? string
+---@return any|nil
+function Selection:get(name, namespace) end
+
+--- Server-side apply of object (apply = true): the object as stored.
+---@param object table
+---@param opts? { field_manager?: string, force?: boolean }
+---@return any
+function Selection:apply(object, opts) end
+
+--- Waits until object name meets opts.condition (rule.conditions), or is deleted or
+--- created, within opts.timeout (wait = true); timed_out = "warn": nil, { met = false }.
+---@param name string
+---@param opts? { namespace?: string, condition?: any, deleted?: boolean, created?: boolean, timeout?: number, timed_out?: "warn" }
+---@return any|nil object
+---@return table info { met, waited, ... }
+function Selection:wait(name, opts) end
 
 --- Engine use (join): the selection's list.
 ---@return cozy.Pager

@@ -89,7 +89,7 @@ function discovery.validate_definition(def, file)
     checked("run", "function", { says = "a function(ctx) (or walk, for run and check at once)" })
   end
   checked("finally", "function", { optional = true, says = "a function(ctx) or absent" })
-  tools.validate(def, function(message) invalid(file, message) end)
+  local tool_access = tools.validate(def, function(message) invalid(file, message) end)
   checked("check", "function", { optional = true, says = "a function(ctx) or absent" })
   checked("timeout", function(v) return type(v) == "number" and v > 0 and v < math.huge end,
     { optional = true, says = "a positive number of seconds" })
@@ -112,6 +112,13 @@ function discovery.validate_definition(def, file)
           .. "subresource, namespace, name = string or nil, check_only = true or nil }", { i })
       end
     end
+  end
+  -- what the declared tools do on the cluster is the migration's to ask for
+  -- too: the gate judges a rehearsed tool's requests by them, `rbac` grants
+  -- them, `check` reviews them
+  if #tool_access > 0 then
+    def.permissions = def.permissions or {}
+    for _, p in ipairs(tool_access) do def.permissions[#def.permissions + 1] = p end
   end
   -- parameters and files (cozy.runner.parameters, cozy.runner.files)
   local function invalid_here(message) invalid(file, message) end

@@ -49,28 +49,72 @@ local function bad_name(name)
     or not name:find("^[%w][%w._+-]*$")
 end
 
--- Validates def.tools (raising through invalid(message)); discovery calls it.
-function tools.validate(def, invalid)
-  if def.tools == nil then return end
-  local function is_array(v)
-    if type(v) ~= "table" then return false end
-    for k in pairs(v) do if math.type(k) ~= "integer" or k < 1 then return false end end
-    return true
+-- A tool's access to the cluster: what it does there cannot be derived from
+-- the migration, so its declaration says it, as `kubectl auth can-i` words
+-- a request: "VERBS RESOURCE [-n NAMESPACE]", VERBS comma-separated
+-- lowercase words, RESOURCE plural (core) or plural.group:
+--   tools = { ["etcd-migrate"] = { "get,list,delete etcdclusters.etcd.aenix.io",
+--     "get,patch deployments.apps -n cozy-etcd-operator" } }
+-- Returns the permissions it grants, or nil and why.
+local function access_permissions(line)
+  if type(line) ~= "string" then return nil, "a string \"VERBS RESOURCE [-n NAMESPACE]\"" end
+  local verbs, resource, rest = line:match("^(%S+) +(%S+)(.*)$")
+  local namespace = rest and rest:match("^ +%-n +([%w.-]+)$")
+  if verbs == nil or (rest ~= "" and namespace == nil) then
+    return nil, "\"VERBS RESOURCE [-n NAMESPACE]\" (\"get,list etcdclusters.etcd.aenix.io\")"
   end
-  local why = validate.why("tools", def.tools, is_array, { says = "an array of command names" })
+  local ok, plural, group = pcall(require("cozy.recipe").resource_name, resource)
+  if not ok then return nil, ("a resource name as kubectl takes it: %s"):format(resource) end
+  local out = {}
+  for verb in (verbs .. ","):gmatch("([^,]*),") do
+    if not verb:find("^%l+$") then return nil, ("a verb is a lowercase word: %q"):format(verb) end
+    out[#out + 1] = { verb = verb, group = group, resource = plural, namespace = namespace }
+  end
+  return out
+end
+
+-- The declared names, sorted, of either form: an array of names (a tool
+-- that makes no request of its own) or name -> its access lines.
+local function names_of(declared)
+  local names = {}
+  for k, v in pairs(declared) do names[#names + 1] = math.type(k) == "integer" and v or k end
+  table.sort(names, function(a, b) return tostring(a) < tostring(b) end)
+  return names
+end
+
+-- Validates def.tools (raising through invalid(message)); discovery calls it.
+-- Returns the permissions the tools' access grants (discovery adds them to
+-- the migration's: the gate, `check` and `rbac` take them from there).
+function tools.validate(def, invalid)
+  if def.tools == nil then return {} end
+  local why = validate.why("tools", def.tools, "table",
+    { says = "an array of command names, or name -> its access to the cluster" })
   if why then invalid(why) end
-  local n, seen = 0, {}
-  for _ in pairs(def.tools) do n = n + 1 end
-  if n > tools.MAX_TOOLS then invalid(("tools: at most %d tools"):format(tools.MAX_TOOLS)) end
-  for i = 1, n do
-    local name = def.tools[i]
-    why = validate.why(("tools[%d]"):format(i), name, function(v) return not bad_name(v) end,
+  local n, seen, granted = 0, {}, {}
+  for k, v in pairs(def.tools) do
+    n = n + 1
+    local name, access = v, nil
+    if math.type(k) ~= "integer" then name, access = k, v end
+    local where = math.type(k) == "integer" and ("tools[%d]"):format(k) or "tools." .. tostring(k)
+    why = validate.why(where, name, function(x) return not bad_name(x) end,
       { says = ("a command name (letters, digits, '.', '_', '+', '-'; no '/'; at most %d bytes)")
         :format(tools.MAX_NAME) })
     if why then invalid(why) end
-    if seen[name] then invalid(("tools[%d]: %s is declared twice"):format(i, name)) end
+    if seen[name] then invalid(("%s: %s is declared twice"):format(where, name)) end
     seen[name] = true
+    if access ~= nil then
+      why = validate.why(where, access, "table", { says = "an array of access lines" })
+      if why then invalid(why) end
+      for i, line in pairs(access) do
+        local perms, bad = access_permissions(line)
+        if math.type(i) ~= "integer" then perms, bad = nil, "an array of access lines" end
+        if perms == nil then invalid(("%s[%s]: %s"):format(where, tostring(i), bad)) end
+        for _, p in ipairs(perms) do granted[#granted + 1] = p end
+      end
+    end
   end
+  if n > tools.MAX_TOOLS then invalid(("tools: at most %d tools"):format(tools.MAX_TOOLS)) end
+  return granted
 end
 
 -- Finds migration m's declared tools on PATH: m.tools = { { name =, path = }
@@ -81,17 +125,19 @@ function tools.resolve(m)
   if declared == nil then return end
   m.tools = {}
   local missing = {}
-  for _, name in ipairs(declared) do
+  for _, name in ipairs(names_of(declared)) do
     local path, why = sys.find_command(name)
+    -- its access lines as declared (nil: it makes no request of its own)
+    local access = declared[name]
     if path then
-      m.tools[#m.tools + 1] = { name = name, path = path }
+      m.tools[#m.tools + 1] = { name = name, path = path, access = access }
     else
       local relative = why and why:match("^relative: (.*)$")
       why = relative
         and ("found in PATH as %s, relative to the current directory (an empty or relative PATH "
         .. "element): not run; put its directory in PATH as an absolute path"):format(relative)
         or ("not found in PATH (%s)"):format(text.safe(os.getenv("PATH") or ""))
-      m.tools[#m.tools + 1] = { name = name, missing = why }
+      m.tools[#m.tools + 1] = { name = name, missing = why, access = access }
       missing[#missing + 1] = ("%s %s"):format(name, why)
     end
   end
@@ -101,16 +147,20 @@ function tools.resolve(m)
   end
 end
 
--- "name (path)" or "name (missing: why)", for list and check.
+-- "name (path)" or "name (missing)", then what it may do on the cluster
+-- ("; may get,list etcdclusters.etcd.aenix.io, ..."), for list and check.
 function tools.describe(m)
   local out = {}
   for _, t in ipairs(m.tools or {}) do
-    out[#out + 1] = t.path and ("%s (%s)"):format(t.name, t.path) or ("%s (missing)"):format(t.name)
+    local line = t.path and ("%s (%s)"):format(t.name, t.path) or ("%s (missing)"):format(t.name)
+    if #(t.access or {}) > 0 then line = line .. "; may " .. table.concat(t.access, ", ") end
+    out[#out + 1] = line
   end
   return out
 end
 
-local call_keys = { dry_run = true, capture = true, allow_failure = true }
+local call_keys = { dry_run = true, capture = true, allow_failure = true,
+  kubeconfig_flag = "string" }
 local WHERE = "ctx:tool(name, argv [, opts])"
 
 local function check_call(m, name, argv, o)
@@ -140,10 +190,17 @@ local function check_call(m, name, argv, o)
   local opts = {}
   for k, v in next, o or {} do
     if not call_keys[k] then
-      error(("ctx.tool: unknown option %s (dry_run, capture, allow_failure)")
+      error(("ctx.tool: unknown option %s (dry_run, capture, allow_failure, kubeconfig_flag)")
         :format(text.safe(tostring(k))), 3)
     end
-    validate.arg(3, "ctx:tool", "option " .. k, v, "boolean")
+    if call_keys[k] == "string" then
+      -- an option of the tool: "--kubeconfig" or "--kubeconfig=" ("-k" ...)
+      validate.arg(3, "ctx:tool", "option " .. k, v,
+        function(x) return type(x) == "string" and x:find("^%-%-?[%w][%w-]*=?$") ~= nil end,
+        { says = "a command-line option, as \"--kubeconfig\" or \"--kubeconfig=\"" })
+    else
+      validate.arg(3, "ctx:tool", "option " .. k, v, "boolean")
+    end
     opts[k] = v
   end
   return found, args, opts
@@ -212,6 +269,17 @@ function tools.caller(opts)
     if ep then unset = legacy.REHEARSAL_UNSET end
     local env = legacy.environment({ KUBECONFIG = kubeconfig.path, NAMESPACE = opts.namespace },
       unset)
+    -- a tool that reads only a kubeconfig file named on its command line
+    -- (etcd-migrate's --kubeconfig): the same private kubeconfig, appended to
+    -- argv as "--flag PATH" or, for a flag ending in "=", "--flag=PATH"
+    if o.kubeconfig_flag then
+      local flag = o.kubeconfig_flag
+      if flag:sub(-1) == "=" then
+        args[#args + 1] = flag .. kubeconfig.path
+      else
+        args[#args + 1], args[#args + 2] = flag, kubeconfig.path
+      end
+    end
     local tlog = log:with { tool = name }
     tlog:info("running tool", { argv = table.concat(args, " ", 2), dry_run = o.dry_run or nil,
       isolated = ep and true or nil })

@@ -27,6 +27,17 @@ case "$1" in
     echo "Authorization: Basic dXNlcjpodW50ZXIy" >&2
     echo "endpoint https://admin:hunter2@etcd:2379" ;;
   kubeconfig) echo "server $("$KUBECTL" config view -o jsonpath='{.clusters[0].cluster.server}')"; echo "ns $NAMESPACE" ;;
+  flagged)
+    # as etcd-migrate: only the kubeconfig file its --kubeconfig names, never $KUBECONFIG
+    kc=""; shift
+    while [ $# -gt 0 ]; do
+      case "$1" in --kubeconfig) kc=$2; shift ;; --kubeconfig=*) kc=${1#*=} ;; esac
+      shift
+    done
+    [ -r "$kc" ] || { echo "no kubeconfig file: [$kc]" >&2; exit 5; }
+    unset KUBECONFIG
+    echo "flag server $("$KUBECTL" --kubeconfig="$kc" config view -o jsonpath='{.clusters[0].cluster.server}')"
+    echo "flag reached $("$KUBECTL" --kubeconfig="$kc" -n cozy-system get configmap cozystack-version -o name)" ;;
 esac
 ]]
 
@@ -102,6 +113,95 @@ describe("declared tools", function()
     local c = cli.run(args(srv, dir, "check"), env)
     assert.equal(1, c.code, c.stdout .. c.stderr)
     assert.matches("declared tool etcd%-migrate%-nowhere not found in PATH", c.stdout)
+  end)
+
+  it("kubeconfig_flag puts the step's kubeconfig file in argv: --flag PATH or --flag=PATH", function()
+    local dir, env = setup_dir("flag", PERMS .. [[
+  tools = { "etcd-double" },
+  run = function(ctx)
+    ctx:tool("etcd-double", { "flagged" }, { kubeconfig_flag = "--kubeconfig" })
+    ctx:tool("etcd-double", { "flagged" }, { kubeconfig_flag = "--kubeconfig=" })
+  end,]])
+    finally(function() files.rm_rf(dir) end)
+    local r = cli.run(args(srv, dir, "run"), env)
+    assert.equal(0, r.code, r.stderr)
+    local calls = files.read(dir .. "/calls")
+    local spaced, joined = calls:match("^argv: %[flagged%] %[%-%-kubeconfig%] %[([^]]+)%]\n"
+      .. "argv: %[flagged%] %[%-%-kubeconfig=([^]]+)%]\n$")
+    assert.is_not_nil(spaced, calls)
+    assert.is_not_nil(joined, calls)
+    -- a file of the step's own, which reached the step's server, removed once the tool ended
+    local _, servers = r.stderr:gsub("flag server " .. srv.url:gsub("%p", "%%%0"), "")
+    assert.equal(2, servers, r.stderr)
+    local _, reached = r.stderr:gsub("flag reached configmap/cozystack%-version", "")
+    assert.equal(2, reached, r.stderr)
+    assert.is_nil(files.read(spaced))
+    assert.is_nil(files.read(joined))
+  end)
+
+  it("kubeconfig_flag in a rehearsal: the file names the overlay endpoint, as a legacy script's", function()
+    local dir, env = setup_dir("flagplan", PERMS .. [[
+  tools = { "etcd-double" },
+  run = function(ctx)
+    ctx:tool("etcd-double", { "flagged" }, { dry_run = true, kubeconfig_flag = "--kubeconfig" })
+  end,]])
+    finally(function() files.rm_rf(dir) end)
+    local r = cli.run(args(srv, dir, "plan"), env)
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    local server = r.stderr:match("flag server (%S+)")
+    assert.is_not_nil(server, r.stderr)
+    assert.not_equal(srv.url, server)
+    assert.matches("flag reached configmap/cozystack-version", r.stderr, 1, true)
+  end)
+
+  it("refuses a malformed kubeconfig_flag before the tool runs", function()
+    for _, bad in ipairs { "'--kube config'", "true", "'kubeconfig'", "'--kubeconfig==x'" } do
+      local dir, env = setup_dir("badflag", ([[tools = { "etcd-double" },
+  run = function(ctx) ctx:tool("etcd-double", { "flagged" }, { kubeconfig_flag = %s }) end,]]):format(bad))
+      local r = cli.run(args(srv, dir, "run"), env)
+      assert.equal(1, r.code, r.stderr)
+      assert.matches("option kubeconfig_flag must be a command-line option", r.stderr, 1, true)
+      assert.is_nil(files.read(dir .. "/calls"))
+      files.rm_rf(dir)
+    end
+  end)
+
+  it("a tool's declared access: granted by rbac, shown by list and check, judged in a rehearsal", function()
+    local dir, env = setup_dir("access", [[
+  tools = { ["etcd-double"] = { "get,create configmaps -n cozy-system", "list etcdclusters.etcd.aenix.io" } },
+  run = function(ctx) ctx:tool("etcd-double", { "adopt", "rehearsed" }, { dry_run = true }) end,]])
+    finally(function() files.rm_rf(dir) end)
+    -- the rehearsed tool's create is covered by its access alone (no `permissions`)
+    local r = cli.run(args(srv, dir, "plan"), env)
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("object created: ConfigMap cozy-system/rehearsed", r.stdout, 1, true)
+    local may = "may get,create configmaps -n cozy-system, list etcdclusters.etcd.aenix.io"
+    local l = cli.run(args(srv, dir, "list"), env)
+    assert.equal(0, l.code, l.stderr)
+    assert.matches("     tool etcd-double (" .. dir .. "/bin/etcd-double); " .. may .. "\n", l.stdout, 1, true)
+    local c = cli.run(args(srv, dir, "check"), env)
+    assert.matches("tools: etcd-double (" .. dir .. "/bin/etcd-double); " .. may, c.stdout, 1, true)
+    local rb = cli.run(args(srv, dir, "rbac", "-o", "json"), env)
+    assert.equal(0, rb.code, rb.stderr)
+    assert.matches('"resources":["configmaps"]', rb.stdout:gsub("%s", ""), 1, true)
+    assert.matches('"resources":["etcdclusters"]', rb.stdout:gsub("%s", ""), 1, true)
+  end)
+
+  it("refuses a tool's access line it cannot read, naming it (exit 2)", function()
+    for line, why in pairs {
+      ['"get"'] = 'tools.etcd-double[1]: "VERBS RESOURCE [-n NAMESPACE]"',
+      ['"get pvc"'] = "tools.etcd-double[1]: a resource name as kubectl takes it: pvc",
+      ['"Get pods"'] = 'tools.etcd-double[1]: a verb is a lowercase word: "Get"',
+      ['"get pods in x"'] = 'tools.etcd-double[1]: "VERBS RESOURCE [-n NAMESPACE]"',
+      ["42"] = 'tools.etcd-double[1]: a string "VERBS RESOURCE [-n NAMESPACE]"',
+    } do
+      local dir, env = setup_dir("badaccess", ([[tools = { ["etcd-double"] = { %s } },
+  run = function() end,]]):format(line))
+      local r = cli.run(args(srv, dir, "list"), env)
+      assert.equal(2, r.code, r.stderr)
+      assert.matches(why, r.stderr, 1, true)
+      files.rm_rf(dir)
+    end
   end)
 
   it("refuses a tool found through a relative PATH element, as the exec plugin's lookup does", function()
