@@ -10,6 +10,9 @@
 #                its access lines (tools = { "name" })
 #   policy       pcall, is_item_error, leave_version (the selection's
 #                writes/reads policy says it)
+#   orphaning    a finalizer list written by hand (rule.orphan)
+#   labels       keys checked by hand with obj.key_error (obj.set_labels, the
+#                selection's `refused`)
 # hack/migration-idioms.sh [DIR]  (default migrations/); exit 1 on a finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,5 +43,7 @@ for f in "$dir"/*.lua; do
     "a tool without its access: tools = { [\"name\"] = { \"VERBS RESOURCE\" } }"
   refuse "$f" '(^|[^_])permissions[[:space:]]*=' "hand-written permissions: derived from select"
   refuse "$f" 'pcall\(|is_item_error|leave_version' "a failure policy by hand: the selection's writes/reads"
+  refuse "$f" 'finalizers[[:space:]]*=' "finalizers by hand: rule.orphan"
+  refuse "$f" 'key_error' "label keys checked by hand: obj.set_labels and the selection's refused"
 done
 exit $status

@@ -13,43 +13,30 @@
 -- the version instead (reads = "leave"), so that the next upgrade does the work the
 -- shell would have skipped.
 local obj = require "cozy.obj"
-local match = require "cozy.match"
 local rule = require "cozy.rule"
 
--- The label keys of a tenant namespace, as the shell splits its name at each "-"
--- (an empty part included): every dash-prefix but the bare "tenant".
-local function ancestor_keys(name)
-  local keys, acc = { "tenant.cozystack.io/tenant-root" }, nil
+-- The labels of a tenant namespace, as the shell splits its name at each "-" (an
+-- empty part included): tenant-root and every dash-prefix but the bare "tenant".
+local function ancestor_labels(name)
+  local labels, acc = { ["tenant.cozystack.io/tenant-root"] = "" }, nil
   for part in (name .. "-"):gmatch("([^-]*)-") do
     acc = acc and (acc .. "-" .. part) or part
-    if acc ~= "tenant" then keys[#keys + 1] = "tenant.cozystack.io/" .. acc end
+    if acc ~= "tenant" then labels["tenant.cozystack.io/" .. acc] = "" end
   end
-  return keys
+  return labels
 end
 
 return rule {
   description = "backfill the tenant.cozystack.io/<ancestor> labels on tenant namespaces, best"
     .. " effort",
   select = {
-    namespaces = { "namespaces", edit = true, writes = "warn", reads = "leave", label = "tenant"
-      .. " namespaces",
-      unlisted = "namespaces not listed: %s",
-      outcome = { labelled = "changed", failed = "failed" } },
+    namespaces = { "namespaces", field_selector = "metadata.name!=tenant-root",
+      where = { ["metadata.name"] = "tenant-*" }, edit = true, writes = "warn", reads = "leave",
+      label = "tenant namespaces", outcome = { labelled = "changed", failed = "failed" },
+      -- the shell's one `kubectl label` for all of them is refused whole: no label at all
+      refused = "namespace %s not labelled: %s" },
   },
-  walk = function(ctx, s)
-    s.namespaces:each(function(ns)
-      local name, changed = ns.metadata.name, false
-      if not match.glob("tenant-*", name) or name == "tenant-root" then return false end
-      local keys = ancestor_keys(name)
-      for _, key in ipairs(keys) do
-        -- the shell's one `kubectl label` for all of them is refused whole: no label at all
-        if obj.key_error(key) then
-          ctx.log:warn(("namespace %s not labelled: %s"):format(name, obj.key_error(key)))
-          return false
-        end
-      end
-      for _, key in ipairs(keys) do changed = obj.set_label(ns, key, "") or changed end
-      return changed
-    end)
+  walk = function(_, s)
+    s.namespaces:each(function(ns) return obj.set_labels(ns, ancestor_labels(ns.metadata.name)) end)
   end,
 }

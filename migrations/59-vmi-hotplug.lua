@@ -5,86 +5,65 @@ local obj = require "cozy.obj"
 local rule = require "cozy.rule"
 local VOLUMES, DISKS = "spec.template.spec.volumes", "spec.template.spec.domain.devices.disks"
 local INTERFACES = "spec.template.spec.domain.devices.interfaces"
-local VM_READS = { VOLUMES, DISKS, INTERFACES, "status.volumeRequests",
-  "spec.updateVolumesStrategy" }
-local VMI_READS = { "metadata.ownerReferences", "spec.domain.devices.disks", "status.phase",
-  "spec.volumes.*.name", "spec.volumes.*.persistentVolumeClaim", "spec.volumes.*.dataVolume" }
+local GATES, GATE = "spec.configuration.developerConfiguration.disabledFeatureGates",
+  "DeclarativeHotplugVolumes"
 
 -- A volume virt-controller reconciles declaratively (IsDeclarativeHotplugVolume).
 local function is_hotplug(v)
   return obj.get(v, "dataVolume.hotpluggable") == true
     or obj.get(v, "persistentVolumeClaim.hotpluggable") == true
 end
-local function owner(vmi) return obj.controller_of(vmi, "VirtualMachine", "kubevirt.io") end
--- Owners match by uid too (a VM recreated under that name does not own the old VMI); a VMI
--- without a controller reference is the VM's of its name: virt-controller adopts it.
-local function owned(vm, ref)
-  local uid = obj.get(vm, "metadata.uid")
-  return ref == nil or ref.uid == nil or uid == nil or ref.uid == uid
-end
 -- The VMI's hotplug volumes and disks the VM template lacks, in VMI order; the names of
--- those it has otherwise.
+-- the hotplug volumes it holds otherwise.
 local function missing(vm, vmi)
-  local in_vm = obj.index_by(obj.list(vm, VOLUMES), "name")
-  local vm_disks = obj.index_by(obj.list(vm, DISKS), "name")
-  local volumes, disks, names, differ = {}, {}, {}, {}
-  for _, v in ipairs(obj.list(vmi, "spec.volumes")) do
-    local mine = in_vm[v.name]
-    if is_hotplug(v) and mine == nil then volumes[#volumes + 1], names[v.name] = v, true
-    elseif is_hotplug(v) and is_hotplug(mine) and not obj.equal(mine, v) then
-      differ[#differ + 1] = v.name
-    end
+  local volumes, both = obj.compare(obj.list(vm, VOLUMES), obj.list(vmi, "spec.volumes",
+    is_hotplug), "name")
+  local names, differ = obj.index_by(volumes, "name"), {}
+  for _, pair in ipairs(both) do
+    if is_hotplug(pair[1]) then differ[#differ + 1] = pair[2].name end
   end
-  for _, d in ipairs(obj.list(vmi, "spec.domain.devices.disks")) do
-    if names[d.name] and not vm_disks[d.name] then disks[#disks + 1] = d end
-  end
-  return volumes, disks, differ
+  local disks = obj.list(vmi, "spec.domain.devices.disks", function(d) return names[d.name] end)
+  return volumes, obj.compare(obj.list(vm, DISKS), disks, "name"), differ
 end
 -- The edit of a VM (listed, or re-read after a conflict): appends what its VMI alone holds.
 local function copy_into(vm, _, vmi)
   local volumes, disks = missing(vm, vmi)
-  if not owned(vm, owner(vmi)) or #volumes == 0 then return nil end -- another VM of that name
+  if obj.uid_conflict(vm, vmi) or #volumes == 0 then return nil end -- another VM of that name
   obj.append(vm, VOLUMES, volumes)
   if #disks > 0 then obj.append(vm, DISKS, disks) end
   return { volumes = volumes, disks = disks }
 end
 
 -- The findings about a VM and its VMI, and "copy" or "complete" when it is in scope.
-local function judge(ctx, vm, vmi, left)
-  local ref, phase, key = owner(vmi), obj.get(vmi, "status.phase"), obj.key(vm)
+local function judge(ctx, vm, vmi, vmis)
+  local phase, key = obj.get(vmi, "status.phase"), obj.key(vm)
   local volumes, disks, differ = missing(vm, vmi)
   local function say(severity, text, ...) ctx:finding(severity, text:format(...), { vm = vm }) end
-  if not owned(vm, ref) then
-    return left(vmi, ("its ownerReference names uid %s but VM %s has uid %s")
-      :format(ref.uid, ref.name, vm.metadata.uid), true)
-  elseif ref and vmi.metadata.name ~= ref.name then -- virt-controller finds a VM's VMI by name
-    return left(vmi, "it is not named like its owner VM " .. ref.name, true)
+  if vmi.metadata.name ~= vm.metadata.name then -- virt-controller finds a VM's VMI by name
+    return vmis:skip(vmi, "it is not named like its owner VM " .. vm.metadata.name, true)
   elseif phase ~= "Running" then
-    left(vmi, ("it is not Running (phase %s): its next start is built from the VM spec")
+    vmis:skip(vmi, ("it is not Running (phase %s): its next start is built from the VM spec")
       :format(phase or "none"))
     return phase == "Unknown" and #volumes > 0 and say("warn", "VMI %s is in phase Unknown and"
       .. " holds hotplugged volumes %s missing from its VM spec: they are not copied, and are"
       .. " unplugged if it comes back Running", obj.key(vmi), obj.names(volumes))
   elseif obj.get(vm, "spec.updateVolumesStrategy") == "Migration" and #volumes > 0 then
-    return say("warn", "VM %s has updateVolumesStrategy Migration, which declarative hotplug leaves"
-      .. " alone: hotplugged volumes %s of its VMI are not copied, and are unplugged if the"
-        .. " strategy"
-      .. " changes", key, obj.names(volumes))
+    return say("warn", "VM %s has updateVolumesStrategy Migration, which declarative hotplug"
+      .. " leaves alone: hotplugged volumes %s of its VMI are not copied, and are unplugged if"
+      .. " the strategy changes", key, obj.names(volumes))
   end
   for _, name in ipairs(differ) do say("warn", "VM %s: hotplug volume %s differs between the VM"
     .. " and its VMI: it will be unplugged and plugged again", key, name) end
-  local taken = {} -- a copied disk's bootOrder a device already uses: admission refuses it
-  for _, d in ipairs(obj.list(vm, DISKS)) do
-    taken[d.bootOrder or false] = "disk " .. tostring(d.name)
-  end
-  for _, i in ipairs(obj.list(vm, INTERFACES)) do
-    taken[i.bootOrder or false] = "interface " .. tostring(i.name)
-  end
+  -- a copied disk's bootOrder a device already uses: admission refuses it
+  local disk_at = obj.index_by(obj.list(vm, DISKS), "bootOrder")
+  local nic_at = obj.index_by(obj.list(vm, INTERFACES), "bootOrder")
   for _, d in ipairs(disks) do
     local order = math.type(d.bootOrder) and d.bootOrder
-    if order and taken[order] then say("block", "VM %s: disk %s bootOrder %d is already used by %s;"
-      .. " KubeVirt's admission would refuse the copy", key, d.name, order, taken[order]) end
-    if order then taken[order] = "disk " .. d.name end
+    local by = order and (nic_at[order] and "interface " .. tostring(nic_at[order].name)
+      or disk_at[order] and "disk " .. tostring(disk_at[order].name))
+    if by then say("block", "VM %s: disk %s bootOrder %d is already used by %s; KubeVirt's"
+      .. " admission would refuse the copy", key, d.name, order, by) end
+    if order then disk_at[order], nic_at[order] = d, nil end
   end
   for _, v in ipairs(volumes) do
     ctx:finding("info", key .. " " .. v.name, { vm = vm, volume = v.name })
@@ -96,57 +75,41 @@ return rule {
   description = "copy hotplugged volumes that only running VMIs hold into their VM specs,"
     .. " before declarative hotplug unplugs them",
   select = {
-    vms = { "virtualmachines.kubevirt.io", project = VM_READS, edit = true, report = false,
-      noun = "VM", label = "VMs", gone = "nothing to copy", outcome = {}, say = function(added)
-        return "{adding|would add} hotplugged volumes " .. obj.names(added.volumes) .. " to the"
-          .. " VM spec"
-      end },
-    vmis = { "virtualmachineinstances.kubevirt.io", project = VMI_READS },
-    kubevirts = { "kubevirts.kubevirt.io", check_only = true }, -- its feature gates
+    vms = { "virtualmachines.kubevirt.io", edit = true, report = false, project = { VOLUMES,
+      DISKS, INTERFACES, "status.volumeRequests", "spec.updateVolumesStrategy" },
+      unserved = "CRD {resource} is absent: KubeVirt is not installed, nothing to copy",
+      noun = "VM", label = "VMs", gone = "nothing to copy",
+      outcome = { updated = "changed", deleted_meanwhile = "absent" },
+      say = "{adding|would add} hotplugged volumes {volumes} to the VM spec" },
+    vmis = { "virtualmachineinstances.kubevirt.io", noun = "VMI", project = { "status.phase",
+      "metadata.ownerReferences", "spec.domain.devices.disks", "spec.volumes.*.name",
+      "spec.volumes.*.persistentVolumeClaim", "spec.volumes.*.dataVolume" },
+      where = function(vmi) return #missing({}, vmi) > 0 end, -- with a hotplug volume
+      unserved = "CRD {resource} is absent: no VMI can be running, nothing to copy" },
+    kubevirts = { "kubevirts.kubevirt.io", check_only = true, where = { [GATES] = GATE } },
   },
   walk = function(ctx, s)
-    local absent = not s.vms:served() and "virtualmachines.kubevirt.io is absent: KubeVirt is"
-      .. " not installed"
-      or not s.vmis:served() and "virtualmachineinstances.kubevirt.io is absent: no VMI can be"
-        .. " running"
-    if absent then return ctx:finding("info", "CRD " .. absent .. ", nothing to copy") end
-    local n, copies = { vms = 0, vmis = 0, volumes = 0, disks = 0, complete = 0 }, ctx:queue()
-    local function left(vmi, why, odd)
-      ctx.log:debug(("VMI %s left alone: %s"):format(obj.key(vmi), why))
-      if odd and ctx.mode == "check" then
-        ctx:finding("info", ("VMI %s is left alone: %s"):format(obj.key(vmi), why))
-      end
-    end
-    local joined = s.vms:join(s.vmis, { key = function(vmi)
-      if #missing({}, vmi) == 0 then return nil end -- no hotplug volume at all
-      n.vmis = n.vmis + 1
-      local ref = owner(vmi) -- no controller at all: the VMI is its VM's by name
-      if ref or not obj.controller_of(vmi) then
-        return obj.key(vmi):match("^.*/") .. (ref or vmi.metadata).name
-      end
-      left(vmi, "its controller ownerReference is not of kind VirtualMachine")
-    end })
+    -- a VMI by its controller VM, matching by uid too (a VM recreated under that name does
+    -- not own the old VMI); one without a controller is the VM's of its name: adopted
+    local joined = s.vms:join(s.vmis, { owner = true, adopt = true })
+    if not joined then return end -- a CRD absent: the finding says which
+    local n, copies = { vms = 0, volumes = 0, disks = 0, complete = 0 }, ctx:queue()
     for vm, vmis in joined do
       local requests = {}
       for i, r in ipairs(obj.list(vm, "status.volumeRequests")) do
-        requests[i] = obj.get(r, "addVolumeOptions.name") and ("add " .. r.addVolumeOptions.name)
-          or obj.get(r, "removeVolumeOptions.name") and ("remove " .. r.removeVolumeOptions.name)
-          or "?"
+        local add = obj.get(r, "addVolumeOptions.name")
+        local remove = obj.get(r, "removeVolumeOptions.name")
+        requests[i] = add and ("add " .. add) or remove and ("remove " .. remove) or "?"
       end
       if #requests > 0 then ctx:finding("warn", ("VM %s has pending status.volumeRequests (%s):"
-        .. " it can"
-        .. " get stuck once the HotplugVolumes gate is off"):format(obj.key(vm),
+        .. " it can get stuck once the HotplugVolumes gate is off"):format(obj.key(vm),
         table.concat(requests, ", ")), { vm = vm }) end
       for _, vmi in ipairs(vmis) do
-        local verdict = judge(ctx, vm, vmi, left)
+        local verdict = judge(ctx, vm, vmi, s.vmis)
         if verdict == "copy" then copies:push(vm, vmi)
         elseif verdict then n.complete = n.complete + 1 end
       end
       n.vms = n.vms + 1
-    end
-    for key, vmi in joined:unmatched() do
-      left(vmi, obj.controller_of(vmi) and "its VM " .. key:match("/(.*)") .. " is gone"
-        or "it has no controller ownerReference and no VM of its name")
     end
     if copies:len() == 0 then ctx:finding("info", "no running VMI holds a hotplugged volume"
       .. " missing from its VM spec") end
@@ -155,22 +118,15 @@ return rule {
       n.volumes, n.disks = n.volumes + #a.volumes, n.disks + #a.disks
     end
     n.complete = n.complete + done.unchanged
-    ctx:outcome { vms = n.vms, vmis_with_hotplug_volumes = n.vmis, already_complete = n.complete,
-      deleted_meanwhile = done.absent, updated = done.changed, volumes = n.volumes,
-      disks = n.disks }
+    ctx:outcome { vms = n.vms, vmis_with_hotplug_volumes = joined:count(),
+      already_complete = n.complete, volumes = n.volumes, disks = n.disks }
     ctx.log:info(done.changed == 0 and ("nothing to update: no running VMI holds a hotplugged"
-      .. " volume"
-      .. " missing from its VM spec (%d VMs already complete)"):format(n.complete)
-      or ctx:worded("{updated|would"
-      .. " update} %d VMs: %d volumes, %d disks copied from their VMIs; %d VMs already complete")
-      :format(done.changed, n.volumes, n.disks, n.complete))
-    s.kubevirts:each(function(kv)
-      local gates = obj.list(kv, "spec.configuration.developerConfiguration.disabledFeatureGates")
-      for _, gate in ipairs(gates) do
-        if gate == "DeclarativeHotplugVolumes" then ctx:finding("block", ("KubeVirt %s lists %s in"
-          .. " disabledFeatureGates: with HotplugVolumes gone it is the only hotplug path")
-          :format(obj.key(kv), gate), { name = kv, gate = gate }) end
-      end
+      .. " volume missing from its VM spec (%d VMs already complete)"):format(n.complete)
+      or ctx:worded("{updated|would update} %d VMs: %d volumes, %d disks copied from their VMIs;"
+      .. " %d VMs already complete"):format(done.changed, n.volumes, n.disks, n.complete))
+    s.kubevirts:each(function(kv) -- with HotplugVolumes gone, declarative hotplug is the only path
+      ctx:finding("block", ("KubeVirt %s lists %s in disabledFeatureGates: with HotplugVolumes gone"
+        .. " it is the only hotplug path"):format(obj.key(kv), GATE), { name = kv, gate = GATE })
     end)
   end,
 }

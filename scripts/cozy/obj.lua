@@ -67,14 +67,21 @@ function obj.get(o, path)
   return o
 end
 
---- The array at a dotted path, or an empty one: `for _, v in ipairs(obj.list(vm, "..."))`.
+--- The array at a dotted path, or an empty one: `for _, v in ipairs(obj.list(vm, "..."))`;
+--- with `keep`, a new array of only the items keep(item) is true of, in order.
 ---@param o any
 ---@param path cozy.Path
+---@param keep? fun(item: any): any which items to keep
 ---@return any[] array the array there, or a new empty one
-function obj.list(o, path)
+function obj.list(o, path, keep)
   local v = obj.get(o, path)
   if type(v) ~= "table" then return {} end
-  return v
+  if keep == nil then return v end
+  local out = {}
+  for _, item in ipairs(v) do
+    if keep(item) then out[#out + 1] = item end
+  end
+  return out
 end
 
 --- "namespace/name" (or "name" for a cluster-scoped object).
@@ -112,6 +119,19 @@ function obj.controller_of(o, kind, group)
       return ref
     end
   end
+  return nil
+end
+
+--- The controller ownerReference of o that names owner's kind (and API group) with
+--- another uid than owner's, or nil: an owner recreated under the same name does not
+--- own what the earlier one did. nil too when either uid is unknown.
+---@param owner cozy.Object the would-be owner (its apiVersion, kind and uid)
+---@param o cozy.Object
+---@return table|nil ref the ownerReference naming the other uid
+function obj.uid_conflict(owner, o)
+  local group = type(owner.apiVersion) == "string" and owner.apiVersion:match("^(.*)/") or nil
+  local ref, uid = obj.controller_of(o, owner.kind, group), obj.get(owner, "metadata.uid")
+  if ref and ref.uid ~= nil and uid ~= nil and ref.uid ~= uid then return ref end
   return nil
 end
 
@@ -157,6 +177,25 @@ function obj.equal(a, b)
     if a[k] == nil and not obj.equal(nil, v) then return false end
   end
   return true
+end
+
+--- Two arrays of named items compared by a key path (as `kubectl diff` pairs list
+--- entries by their merge key): the items of `theirs` whose key `mine` lacks, and
+--- those `mine` holds otherwise (not obj.equal), as { mine, theirs } pairs; both in
+--- the order of `theirs`.
+---@param mine any[]
+---@param theirs any[]
+---@param key string a dotted path of an item ("name")
+---@return any[] lacking items of theirs with no counterpart in mine
+---@return any[][] differing { mine_item, theirs_item } pairs that are not equal
+function obj.compare(mine, theirs, key)
+  local by_key, lacking, differing = obj.index_by(mine, key), {}, {}
+  for _, item in ipairs(theirs) do
+    local own = by_key[obj.get(item, key)]
+    if own == nil then lacking[#lacking + 1] = item
+    elseif not obj.equal(own, item) then differing[#differing + 1] = { own, item } end
+  end
+  return lacking, differing
 end
 
 --- Appends items to the array at a dotted path (or an array of steps) of o (a copy being edited),
@@ -307,6 +346,28 @@ function obj.set_label(o, key, value)
   if map[key] == value then return false end
   map[key] = value
   return true
+end
+
+--- Sets the labels of o (a copy being edited) from a map key = value, all or none, as
+--- one `kubectl label` the API server refuses whole: when a key or value is invalid no
+--- label is set and it returns false and why (the first such key, in key order) — what
+--- a rule's edit returns to refuse the object (docs/engine-api.md, "Rules").
+---@param o cozy.Object
+---@param labels table<string, string>
+---@return boolean changed
+---@return string|nil why the invalid key or value, when nothing was set
+function obj.set_labels(o, labels)
+  validate.arg(2, "cozy.obj", "labels", labels, "table", { says = "a map key = value" })
+  local keys = {}
+  for key in pairs(labels) do keys[#keys + 1] = tostring(key) end
+  table.sort(keys)
+  for _, key in ipairs(keys) do
+    local why = obj.key_error(key) or obj.label_value_error(labels[key])
+    if why then return false, why end
+  end
+  local changed = false
+  for _, key in ipairs(keys) do changed = obj.set_label(o, key, labels[key]) or changed end
+  return changed
 end
 
 --- Sets annotation `key` of o (a copy being edited); raises on a key the API server would refuse.

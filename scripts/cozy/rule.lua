@@ -11,7 +11,9 @@
 --     walk = function(ctx, s) s.clusters:each(function(k) ... return changed end) end,
 --   }
 local errors = require "cozy.errors"
+local json = require "cozy.json"
 local kerrors = require "cozy.kube.errors"
+local match = require "cozy.match"
 local obj = require "cozy.obj"
 local patch = require "cozy.kube.patch"
 local recipe = require "cozy.recipe"
@@ -27,7 +29,7 @@ local FIELDS = {
   report = "boolean", writes = "string", reads = "string", failed = "string", unlisted = "string",
   unserved = "string", outcome = "table", say = "string|function", retry = "table",
   label = "string",
-  noun = "string", gone = "string",
+  noun = "string", gone = "string", where = "table|function", refused = "string",
 }
 local RULE_FIELDS = { description = true, select = true, walk = true, timeout = true,
   tools = true, parameters = true, files = true, finally = true }
@@ -81,6 +83,59 @@ local function check_selection(key, decl)
   if decl.name and not decl.namespace then
     refuse("select.%s: a named object needs its namespace", key)
   end
+  if type(decl.where) == "table" then
+    for path, globs in pairs(decl.where) do
+      checked(("select.%s.where key"):format(key), path, "string", { says = "a dotted path" })
+      checked(("select.%s.where[%q]"):format(key, path), globs, { "string", "table" },
+        { says = "a glob or an array of globs" })
+      for _, glob in ipairs(type(globs) == "table" and globs or { globs }) do
+        local ok, why = pcall(match.check, glob)
+        if not ok then refuse("select.%s.where[%q]: %s", key, path, tostring(why)) end
+      end
+    end
+  end
+end
+
+-- The projection a selection lists: its declared paths and those its `where`
+-- reads (an undeclared projection stays whole objects).
+local function projection_of(decl)
+  if decl.project == nil or type(decl.where) ~= "table" then return decl.project end
+  local paths, seen = {}, {}
+  for _, path in ipairs(decl.project) do paths[#paths + 1], seen[path] = path, true end
+  local extra = {}
+  for path in pairs(decl.where) do if not seen[path] then extra[#extra + 1] = path end end
+  table.sort(extra)
+  for _, path in ipairs(extra) do paths[#paths + 1] = path end
+  return paths
+end
+
+-- Does o pass the selection's `where`: a function of it, or dotted paths whose
+-- (string) value, or one element of whose array value, matches a glob (or one
+-- of an array of globs), each?
+local function passes(where, o)
+  if where == nil then return true end
+  if type(where) == "function" then return where(o) end
+  for path, globs in pairs(where) do
+    local v, any = obj.get(o, path), false
+    for _, each in ipairs(type(v) == "table" and v or { v }) do
+      any = any or type(each) == "string" and match.any(globs, each)
+    end
+    if not any then return false end
+  end
+  return true
+end
+
+-- A change line from `say`: a function of what the edit returned, or a template: its %s
+-- that value; when the edit returned a table, each {field} that field of it (an array
+-- of named items: their names, as obj.names).
+local function said_text(say, said)
+  if type(say) == "function" then return say(said) end
+  if type(said) ~= "table" then return say:format(tostring(said)) end
+  return (say:gsub("{([%w_]+)}", function(field)
+    local v = said[field]
+    if v == nil then return nil end
+    return type(v) == "table" and obj.names(v) or tostring(v)
+  end))
 end
 
 -- Signals a read that failed under reads = "leave": the walk ends there and
@@ -94,6 +149,7 @@ local function selection(ctx, key, decl, state)
   local s, found = {}, {}
   state.counts[key] = { changed = 0, unchanged = 0, absent = 0, failed = 0, names = {} }
   local tally = state.counts[key]
+  local project = projection_of(decl)
   local function lookup(name)
     if found[name] == nil then
       local res, about = ctx.kube:lookup(name)
@@ -109,7 +165,7 @@ local function selection(ctx, key, decl, state)
     end
     return true
   end
-  local function unserved(name, why)
+  local function unserved(name, why, finding)
     if decl.unserved == "stop" then
       error(kerrors.new { code = 404, reason = "NotFound", absent = "type",
         message = ("the server doesn't have a resource type %s (%s)"):format(name, tostring(why)),
@@ -118,6 +174,7 @@ local function selection(ctx, key, decl, state)
     local line = (decl.unserved or "{resource} not served ({why}): nothing to change")
       :gsub("{resource}", (name:gsub("%%", "%%%%")))
       :gsub("{why}", (tostring(why):gsub("%%", "%%%%")))
+    if finding then return ctx:finding("info", line) end
     ctx.log:info(line)
   end
   -- a read that failed after the engine's retries, under the declared policy
@@ -131,7 +188,7 @@ local function selection(ctx, key, decl, state)
     error(LEAVE, 0)
   end
   local function listing(res, opts)
-    return res:list { namespace = opts.namespace or decl.namespace, project = decl.project,
+    return res:list { namespace = opts.namespace or decl.namespace, project = project,
       label_selector = opts.label_selector or decl.label_selector,
       field_selector = decl.field_selector }
   end
@@ -152,39 +209,55 @@ local function selection(ctx, key, decl, state)
   -- the list failed under reads = "warn".
   -- objects already held: an array, a queue, or a function returning the next
   local function iterate(items)
-    if type(items) == "function" then return items end
-    if type(items.drain) == "function" then return items:drain() end
-    if type(items.next) == "function" then return function() return items:next() end end
-    local i = 0
-    return function() i = i + 1 return items[i] end
+    local pull
+    if type(items) == "function" then pull = items
+    elseif type(items.drain) == "function" then pull = items:drain()
+    elseif type(items.next) == "function" then pull = function() return items:next() end
+    else
+      local i = 0
+      pull = function() i = i + 1 return items[i] end
+    end
+    if decl.where == nil then return pull end
+    return function() -- the objects the selection's `where` passes, with their values
+      local o, value = pull()
+      while o ~= nil and not passes(decl.where, o) do o, value = pull() end
+      return o, value
+    end
   end
   -- an edit, on a copy of its own: the copy it is handed changes only when
   -- the edit says it changed something
-  local function edit_with(fn)
+  -- (an edit that returns false and a reason refuses the object: one warning,
+  -- the `refused` template with its name and the reason, and nothing is sent)
+  local warned = {}
+  local function edit_with(fn, noun)
     return function(copy, item, value)
       local work = patch.deepcopy(copy)
-      local said = fn(work, item, value)
+      local said, why = fn(work, item, value)
       if said then
         for k in pairs(copy) do copy[k] = nil end
         for k, v in pairs(work) do copy[k] = v end
+      elseif why ~= nil and not warned[obj.key(copy)] then
+        warned[obj.key(copy)] = true
+        ctx.log:warn((decl.refused or (noun .. " %s left as it is: %s"))
+          :format(obj.key(copy), tostring(why)))
       end
       return said
     end
   end
   local function edit_pass(res, kind, resource, fn, opts, pass, landed)
-    local items = opts.items and iterate(opts.items) or listing(res, opts)
+    local items = iterate(opts.items or listing(res, opts))
+    local policy, noun = decl.writes or "stop", decl.noun or (#decl > 1 and resource or kind)
     if ctx.mode == "check" and decl.report == false then
       -- check without listing the writes (the migration's findings say them):
       -- the edit on a copy, counted
-      for o, value in iterate(items) do
-        local n = fn(patch.deepcopy(o), o, value) and "changed" or "unchanged"
+      for o, value in items do
+        local n = edit_with(fn, noun)(patch.deepcopy(o), o, value) and "changed" or "unchanged"
         pass[n] = pass[n] + 1
       end
       return
     end
-    local policy, noun = decl.writes or "stop", decl.noun or (#decl > 1 and resource or kind)
-    local counts, failures = res:update_each(items, edit_with(fn), {
-      label = opts.label or decl.label or (kind .. "s"), absent = "skip", project = decl.project,
+    local counts, failures = res:update_each(items, edit_with(fn, noun), {
+      label = opts.label or decl.label or (kind .. "s"), absent = "skip", project = project,
       on_error = policy == "stop" and "stop" or "continue", retry = decl.retry,
       absent_note = decl.gone,
       total = opts.items and type(opts.items.len) == "function" and opts.items:len() or nil,
@@ -193,8 +266,7 @@ local function selection(ctx, key, decl, state)
         -- nil: an earlier attempt of its own landed
         if decl.say == nil or said == nil then return end
         landed[#landed + 1] = said
-        local text = type(decl.say) == "function" and decl.say(said)
-          or decl.say:format(tostring(said))
+        local text = said_text(decl.say, said)
         ctx.log:change((("%s %s: %s"):format(noun, obj.key(o), text):gsub("%%", "%%%%")))
       end,
     })
@@ -275,11 +347,82 @@ local function selection(ctx, key, decl, state)
   function s.merge_patch(o, changes) return merge(o, changes, { absent = "skip" }) end
   function s.delete(o) return delete(o, { absent = "skip" }) end
   function s.read_back(written) return resource():read_back(written) end
-  -- for left, matches in s.vms:join(s.vmis, { key = fn(right) }) do ... end (ctx:join)
-  function s.join(right, opts)
-    return ctx:join(listing(resource(), {}), right:_listing(), opts)
+  -- The join by owner: each right object under the left object its controller
+  -- ownerReference (of the left's kind and group) names; adopt: one without a
+  -- controller under the left object of its own name. Right objects are skipped, with
+  -- why, when their controller is of another kind, when it names another uid than the
+  -- left object's (notable), and when no left object claims them (at the end).
+  local function owner_join(right, adopt)
+    local kind, noun = lookup(decl[1]).about.kind, decl.noun or lookup(decl[1]).about.kind
+    local _, group = recipe.resource_name(decl[1])
+    group = group ~= "" and group or nil -- core: an apiVersion without a group
+    local counted = 0
+    local function under(o, name)
+      local ns = obj.get(o, "metadata.namespace")
+      return (ns and (ns .. "/") or "") .. tostring(name)
+    end
+    local j = ctx:join(iterate(listing(resource(), {})), right:_listing(), { key = function(o)
+      counted = counted + 1
+      local ref = obj.controller_of(o, kind, group)
+      if ref then return under(o, ref.name) end
+      if not obj.controller_of(o) and adopt then return under(o, o.metadata.name) end
+      right:skip(o, obj.controller_of(o) and ("its controller ownerReference is not of kind %s")
+        :format(kind) or "it has no controller ownerReference")
+    end })
+    local out = {}
+    local function pair()
+      local left, matches = j:next()
+      if left == nil then -- read through: what no left object claimed, left alone
+        for _, o in j:unmatched() do
+          local ref = obj.controller_of(o, kind, group)
+          right:skip(o, ref and ("its %s %s is gone"):format(noun, ref.name)
+            or ("it has no controller ownerReference and no %s of its name"):format(noun))
+        end
+        return nil
+      end
+      local owned = {}
+      for _, o in ipairs(matches) do
+        local other = obj.uid_conflict(left, o)
+        if other then
+          right:skip(o, ("its ownerReference names uid %s but %s %s has uid %s")
+            :format(other.uid, noun, other.name, left.metadata.uid), true)
+        else
+          owned[#owned + 1] = o
+        end
+      end
+      return left, owned
+    end
+    function out.next(_) return pair() end
+    -- how many right objects (of its `where`) the join read: joined:count()
+    function out.count(_) return counted end
+    return setmetatable(out, { __call = pair })
   end
-  function s._listing() return listing(resource(), {}) end
+
+  -- for left, matches in s.vms:join(s.vmis, { key = fn(right) }) do ... end (ctx:join);
+  -- { owner = true[, adopt = true] }: joined by controller ownerReference (owner_join);
+  -- nil when a side is not served, its `unserved` text said as an info finding (the
+  -- join is the walk's subject: check says why there is nothing to do)
+  function s.join(right, opts)
+    validate.arg(2, "join(right, opts)", "opts", opts, "table")
+    local ok, name, why = served()
+    if not ok then return unserved(name, why, true) end
+    ok, name, why = right:_served()
+    if not ok then return right:_unserved(name, why, true) end
+    if opts.owner then return owner_join(right, opts.adopt) end
+    return ctx:join(iterate(listing(resource(), {})), right:_listing(), opts)
+  end
+  function s._listing() return iterate(listing(resource(), {})) end
+  s._served = served
+  function s._unserved(name, why, finding) unserved(name, why, finding) end
+  -- An object the walk leaves alone, and why: a debug line; notable, also an
+  -- info finding in check (`noun`, else the kind, names it).
+  function s.skip(o, why, notable)
+    local line = ("%s %s left alone: %s"):format(decl.noun or o.kind, obj.key(o), why)
+    ctx.log:debug(line)
+    if notable and ctx.mode == "check" then
+      ctx:finding("info", (line:gsub(" left alone: ", " is left alone: ", 1)))
+    end
+  end
   return s
 end
 
@@ -490,24 +633,52 @@ function rule.define(spec)
     parameters = spec.parameters, files = spec.files, finally = finally }
 end
 
+-- A declared text said as it is (ctx.log:change formats its template).
+local function literal(text) return (text:gsub("%%", "%%%%")) end
+
+---@class cozy.DeleteRule
+---@field [1] string the resource, as select's
+---@field namespace? string
+---@field name string
+---@field description string
+---@field timeout? number
+---@field unless? table a selection that keeps the object while it lists any
+---@field absent? string said when the object is absent
+---@field kept? string said when `unless` keeps it
+---@field deleting? string said when it is deleted ({run|plan} wording)
+
 --- A canned rule: delete one object if it is there, as `kubectl delete
 --- <resource> <name> --namespace <ns> --ignore-not-found`; check lists the
---- delete only when there is something to delete.
+--- delete only when there is something to delete. `unless` is a selection
+--- (as in select) that keeps the object while it lists any object; `absent`,
+--- `kept` and `deleting` are the lines said when the object is absent, kept,
+--- or deleted (a `{run|plan}` wording).
 ---   return rule.delete { "deployments.apps", namespace = "ns", name = "x", description = "..." }
----@param spec { [1]: string, namespace?: string, name: string, description: string }
+---@param spec cozy.DeleteRule
 ---@return table migration
 function rule.delete(spec)
   if type(spec) ~= "table" then refuse("delete{...}: expected a table, got %s", type(spec)) end
+  for _, field in ipairs { "absent", "kept", "deleting" } do
+    local why = validate.why("delete." .. field, spec[field], "string", true)
+    if why then refuse("%s", why) end
+  end
   local where = ("%s/%s"):format(tostring(spec.namespace), tostring(spec.name))
   return rule.define {
     description = spec.description, timeout = spec.timeout,
-    select = { object = { spec[1], namespace = spec.namespace, name = spec.name, delete = true } },
+    select = { object = { spec[1], namespace = spec.namespace, name = spec.name, delete = true },
+      unless = spec.unless },
     walk = function(ctx, s)
       local found = s.object:find()
       if found == nil then
-        return ctx.log:info(("%s %s absent: nothing to delete"):format(spec[1], where))
+        return ctx.log:info(spec.absent
+          or ("%s %s absent: nothing to delete"):format(spec[1], where))
       end
-      ctx.log:change(("{Deleting|Would delete} %s %s"):format(found.kind or spec[1], where))
+      if s.unless and s.unless:first() then
+        return ctx.log:info(spec.kept or ("%s %s kept: %s still lists objects")
+          :format(spec[1], where, spec.unless[1]))
+      end
+      ctx.log:change(spec.deleting and literal(spec.deleting)
+        or ("{Deleting|Would delete} %s %s"):format(found.kind or spec[1], where))
       s.object:delete(found)
     end,
   }
@@ -517,5 +688,100 @@ end
 -- "Waiting for a condition"): established, rolled_out, alt_names { names },
 -- condition(type [, status]).
 rule.conditions = require("cozy.kube.wait").conditions()
+
+-- Orphans one object: `suspend` (a merge patch: its controller stops acting on
+-- it), its finalizers removed, read back to see that none came back (else the
+-- step stops: a delete now would run the finalizer), deleted. "gone" when it
+-- was deleted by someone else before its finalizers were removed; else
+-- "orphaned", gone or not (with no finalizer left, a deleted object goes at once).
+local function orphan_one(objects, o, spec)
+  if spec.suspend and objects:merge_patch(o, spec.suspend) == nil then return "gone" end
+  local patched = objects:merge_patch(o, { metadata = { finalizers = json.null } })
+  if patched == nil then return "gone" end
+  -- what the controller would see on delete (in a plan, what the patch would have left)
+  local current = objects:read_back(patched)
+  if current == nil then return "orphaned" end
+  local left = obj.list(current, "metadata.finalizers")
+  if #left > 0 then
+    error((spec.readded or "%s %s still has finalizers [%s] after they were removed: something"
+      .. " re-added them; deleting it now would run them, so it stops here"):format(o.kind,
+      obj.key(o), table.concat(left, ", ")), 0)
+  end
+  objects:delete(o) -- without waiting: with no finalizer the object goes at once
+  return "orphaned"
+end
+
+---@class cozy.OrphanRule
+---@field [1] string the resource, as select's
+---@field description string
+---@field timeout? number
+---@field where? table|function which objects, as a selection's `where`
+---@field suspend? table the merge patch sent first
+---@field noun? string what the objects are called in lines and findings
+---@field fields? table<string, string> name = dotted path, logged and reported with each
+---@field project? string[] more paths to read
+---@field unserved? string said when the resource is not served, as a selection's
+---@field readded? string the error when a finalizer is back: kind, name, finalizers
+---@field deleting? string why an object already being deleted matters
+
+--- A canned rule: orphan the objects of a resource (those its `where` passes)
+--- without running their finalizers: per object, in this order, `suspend` (a
+--- merge patch, optional), finalizers removed, read back (one re-added stops
+--- the step before the delete: the `readded` text, with the kind, the name and
+--- the finalizers), deleted. Check lists each object it would orphan (an info
+--- finding; a warning when it is already being deleted, `deleting` saying
+--- why that matters); run and plan say each, then the summary, and record
+--- `{ orphaned, gone }`. `noun` names the objects in lines and findings,
+--- `fields` (name = dotted path) are logged and reported with each.
+---   return rule.orphan { "helmreleases.helm.toolkit.fluxcd.io", where = { ["spec.chart"] = "x" },
+---     suspend = { spec = { suspend = true } }, noun = "HelmRelease", description = "..." }
+---@param spec cozy.OrphanRule
+---@return table migration
+function rule.orphan(spec)
+  if type(spec) ~= "table" then refuse("orphan{...}: expected a table, got %s", type(spec)) end
+  for _, field in ipairs { { "noun", "string" }, { "readded", "string" },
+    { "deleting", "string" }, { "suspend", "table" }, { "fields", "table" } } do
+    local why = validate.why("orphan." .. field[1], spec[field[1]], field[2], true)
+    if why then refuse("%s", why) end
+  end
+  local noun, fields = spec.noun or spec[1], spec.fields or {}
+  local project = { "metadata.deletionTimestamp" }
+  for _, path in pairs(fields) do project[#project + 1] = path end
+  for _, path in ipairs(spec.project or {}) do project[#project + 1] = path end
+  return rule.define {
+    description = spec.description, timeout = spec.timeout,
+    select = { objects = { spec[1], patch = true, delete = true, project = project,
+      where = spec.where, unserved = spec.unserved } },
+    walk = function(ctx, s)
+      local counts = { orphaned = 0, gone = 0 }
+      s.objects:each(function(o)
+        local said = {}
+        for name, path in pairs(fields) do said[name] = obj.get(o, path) end
+        if ctx.mode == "check" then
+          said.name = o
+          ctx:finding("info", ("would orphan %s %s"):format(noun, obj.key(o)), said)
+          local since = obj.get(o, "metadata.deletionTimestamp")
+          if since then
+            ctx:finding("warn", ("%s %s is already being deleted (deletionTimestamp %s)%s")
+              :format(o.kind, obj.key(o), since, spec.deleting and (": " .. spec.deleting) or ""),
+              { name = o })
+          end
+          return
+        end
+        ctx.log:with(said):change("{Orphaning|Would orphan} %s %s", noun, obj.key(o))
+        local result = orphan_one(s.objects, o, spec)
+        counts[result] = counts[result] + 1
+        if result == "gone" then
+          ctx.log:info(("%s %s was deleted meanwhile: nothing to orphan")
+            :format(o.kind, obj.key(o)))
+        end
+      end)
+      if ctx.mode == "check" then return end
+      ctx:outcome(counts)
+      ctx.log:change("{Orphaned|Would orphan} %d %s(s), %d already gone", counts.orphaned,
+        noun, counts.gone)
+    end,
+  }
+end
 
 return setmetatable(rule, { __call = function(_, spec) return rule.define(spec) end })

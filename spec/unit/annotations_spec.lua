@@ -179,6 +179,12 @@ describe("LuaCATS annotations of ctx (types/cozy/ctx.lua)", function()
     { "a progress bar (ctx.progress)", ctx:progress("x", 1), "cozy.Progress" },
     { "a queue (ctx.queue)", ctx:queue(), "cozy.Queue" },
     { "a join (ctx.join)", ctx:join({}, {}, { key = function() end }), "cozy.Join" },
+    { "a rule's selection (s.name)", (function()
+      local held
+      require "cozy.rule" { description = "d", select = { x = { "configmaps" } },
+        walk = function(_, s) held = s.x end }.walk(ctx)
+      return held
+    end)(), "cozy.Selection" },
   }
   for _, case in ipairs(tables) do
     it(("%s: each field declared, each function annotated (%s)"):format(case[1], case[3]), function()

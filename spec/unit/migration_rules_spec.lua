@@ -179,4 +179,26 @@ return rule {
     r = cli.shell("hack/migration-idioms.sh " .. files.quote(dir))
     assert.equal(0, r.code, r.stdout)
   end)
+
+  it("refuses an orphaning and a label check written by hand (rule.orphan, obj.set_labels)", function()
+    local dir = files.tmpdir()
+    files.write(dir .. "/55-old.lua", [[
+local json = require "cozy.json"
+local obj = require "cozy.obj"
+return require("cozy.rule") {
+  description = "old",
+  select = { hrs = { "helmreleases.helm.toolkit.fluxcd.io", patch = true, delete = true } },
+  walk = function(ctx, s)
+    s.hrs:each(function(hr)
+      if obj.key_error("x/" .. hr.metadata.name) then return end
+      s.hrs:merge_patch(hr, { metadata = { finalizers = json.null } })
+    end)
+  end,
+}
+]])
+    local r = cli.shell("hack/migration-idioms.sh " .. files.quote(dir))
+    assert.equal(1, r.code, r.stdout)
+    assert.matches("55-old.lua:8: label keys checked by hand", r.stdout, 1, true)
+    assert.matches("55-old.lua:9: finalizers by hand: rule.orphan", r.stdout, 1, true)
+  end)
 end)

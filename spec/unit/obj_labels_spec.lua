@@ -109,3 +109,47 @@ describe("cozy.obj labels and annotations", function()
     assert.same({ "x" }, obj.get(o, { "metadata", "annotations", "example.io/list.v1" }))
   end)
 end)
+
+describe("obj.set_labels", function()
+  it("sets every label of the map, and says whether any changed", function()
+    local o = { metadata = { labels = { keep = "me", a = "1" } } }
+    assert.is_true(obj.set_labels(o, { a = "2", ["x.io/b"] = "" }))
+    assert.same({ keep = "me", a = "2", ["x.io/b"] = "" }, o.metadata.labels)
+    assert.is_false(obj.set_labels(o, { a = "2" }))
+  end)
+
+  it("is all or none, as one kubectl label: a bad key or value sets nothing and says why", function()
+    for _, case in ipairs {
+      { { ["x.io/ok"] = "", ["tenant.cozystack.io/tenant-"] = "" }, "name part must consist of" },
+      { { ["x.io/ok"] = "", ["x.io/v"] = "bad-" }, "a label value must be empty or consist of" },
+      -- several bad keys: the first in key order is named, whatever the map's order
+      { { ["b-"] = "", ["a-"] = "", ok = "" }, '"a-"' },
+    } do
+      local o = { metadata = { labels = { keep = "me" } } }
+      local changed, why = obj.set_labels(o, case[1])
+      assert.is_false(changed)
+      assert.matches(case[2], why, 1, true)
+      assert.same({ keep = "me" }, o.metadata.labels)
+    end
+  end)
+end)
+
+describe("obj.compare and obj.list's keep", function()
+  it("pairs two arrays by a key: the items the first lacks and those it holds otherwise, in the second's order", function()
+    local mine = { { name = "a", v = 1 }, { name = "b", v = 1 }, { name = "c", flag = false } }
+    local theirs = { { name = "d" }, { name = "b", v = 2 }, { name = "c" }, { name = "a", v = 1 }, { name = "e" } }
+    local lacking, differing = obj.compare(mine, theirs, "name")
+    assert.same({ { name = "d" }, { name = "e" } }, lacking)
+    -- c's false equals its absence (obj.equal): only b differs
+    assert.same({ { { name = "b", v = 1 }, { name = "b", v = 2 } } }, differing)
+    assert.same({ theirs[1], theirs[5] }, (obj.compare({}, { theirs[1], theirs[5] }, "name")))
+  end)
+
+  it("keep: a new array of the items kept, in order; the array itself without it", function()
+    local o = { spec = { v = { { n = 1 }, { n = 2 }, { n = 3 } } } }
+    local odd = obj.list(o, "spec.v", function(x) return x.n % 2 == 1 end)
+    assert.same({ { n = 1 }, { n = 3 } }, odd)
+    assert.equal(o.spec.v, obj.list(o, "spec.v"))
+    assert.same({}, obj.list(o, "spec.none", function() return true end))
+  end)
+end)

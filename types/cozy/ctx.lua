@@ -452,3 +452,106 @@ function Join:next() end
 --- An iterator over the right items no left item claimed.
 ---@return fun(): any
 function Join:unmatched() end
+
+---@class cozy.Selection one declared selection of a rule (docs/engine-api.md, "Rules"): s.name
+local Selection = {}
+
+--- The one iteration: fn for every object of the selection (its `where` passing). Edited
+--- (edit = true): fn(copy, item, value) edits the copy and returns whether it changed it,
+--- or false and why to refuse the object (the `refused` warning); read: fn(object).
+---@param fn fun(o: any, item?: any, value?: any): any, string?
+---@param opts? { namespace?: string, label_selector?: string, items?: any, label?: string }
+---@return { changed: integer, unchanged: integer, absent: integer, failed: integer, landed: any[] }|nil
+function Selection:each(fn, opts) end
+
+--- Every resource of the selection served: true, or false, the first one not served and why.
+---@return boolean served
+---@return string? resource
+---@return any why
+function Selection:served() end
+
+--- The one object a named selection declares, or nil.
+---@return any|nil
+function Selection:find() end
+
+--- The first object listed (label_selector, namespace), or nil.
+---@param opts? { namespace?: string }
+---@return any|nil
+function Selection:first(opts) end
+
+--- A merge patch of an object held: the patched object, or nil when it is gone.
+---@param o any
+---@param changes table
+---@return any|nil
+function Selection:merge_patch(o, changes) end
+
+--- Deletes an object held (one gone already is done).
+---@param o any
+function Selection:delete(o) end
+
+--- The object a write returned, as stored now (a plan: the write's answer).
+---@param written any
+---@return any|nil
+function Selection:read_back(written) end
+
+--- The selection joined with another: for left, matches in s.x:join(s.y, opts) do; nil
+--- when a side is not served (its `unserved` text said as an info finding). By key, or
+--- by owner ({ owner = true, adopt? = true }: controller ownerReference and uid).
+---@param right cozy.Selection
+---@param opts { key?: fun(right_item: any): any, left_key?: fun(left_item: any): any, owner?: boolean, adopt?: boolean }
+---@return cozy.Join|cozy.OwnerJoin|nil
+function Selection:join(right, opts) end
+
+--- An object the walk leaves alone: a debug line naming it and why; notable, also an
+--- info finding in check.
+---@param o any
+---@param why string
+---@param notable? boolean
+function Selection:skip(o, why, notable) end
+
+--- The object name (in namespace, for a namespaced resource), or nil (get = true).
+---@param name string
+---@param namespace? string
+---@return any|nil
+function Selection:get(name, namespace) end
+
+--- Server-side apply of object (apply = true): the object as stored.
+---@param object table
+---@param opts? { field_manager?: string, force?: boolean }
+---@return any
+function Selection:apply(object, opts) end
+
+--- Waits until object name meets opts.condition (rule.conditions), or is deleted or
+--- created, within opts.timeout (wait = true); timed_out = "warn": nil, { met = false }.
+---@param name string
+---@param opts? { namespace?: string, condition?: any, deleted?: boolean, created?: boolean, timeout?: number, timed_out?: "warn" }
+---@return any|nil object
+---@return table info { met, waited, ... }
+function Selection:wait(name, opts) end
+
+--- Engine use (join): the selection's list.
+---@return cozy.Pager
+function Selection:_listing() end
+
+--- Engine use (join): as served.
+---@return boolean served
+function Selection:_served() end
+
+--- Engine use (join): says the selection's `unserved` text.
+---@param name string
+---@param why any
+---@param finding? boolean
+function Selection:_unserved(name, why, finding) end
+
+---@class cozy.OwnerJoin a join by owner: calling it returns the next left item and what it owns
+---@overload fun(): any, any[]
+local OwnerJoin = {}
+
+--- The next left item and the right items it owns (an array), or nil at the end.
+---@return any left_item
+---@return any[] owned
+function OwnerJoin:next() end
+
+--- How many right items (those its `where` passes) the join read.
+---@return integer
+function OwnerJoin:count() end
