@@ -5,23 +5,20 @@ local obj = require "cozy.obj"
 local rule = require "cozy.rule"
 local VOLUMES, DISKS = "spec.template.spec.volumes", "spec.template.spec.domain.devices.disks"
 local INTERFACES = "spec.template.spec.domain.devices.interfaces"
-local GATES, GATE = "spec.configuration.developerConfiguration.disabledFeatureGates",
-  "DeclarativeHotplugVolumes"
+local GATES = "spec.configuration.developerConfiguration.disabledFeatureGates"
+local GATE = "DeclarativeHotplugVolumes"
 
 -- A volume virt-controller reconciles declaratively (IsDeclarativeHotplugVolume).
 local function is_hotplug(v)
   return obj.get(v, "dataVolume.hotpluggable") == true
     or obj.get(v, "persistentVolumeClaim.hotpluggable") == true
 end
--- The VMI's hotplug volumes and disks the VM template lacks, in VMI order; the names of
--- the hotplug volumes it holds otherwise.
+-- The VMI's hotplug volumes and disks the VM template lacks, in VMI order; the { VM's,
+-- VMI's } pairs of the hotplug volumes both hold but not alike.
 local function missing(vm, vmi)
-  local volumes, both = obj.compare(obj.list(vm, VOLUMES), obj.list(vmi, "spec.volumes",
+  local volumes, differ = obj.compare(obj.list(vm, VOLUMES), obj.list(vmi, "spec.volumes",
     is_hotplug), "name")
-  local names, differ = obj.index_by(volumes, "name"), {}
-  for _, pair in ipairs(both) do
-    if is_hotplug(pair[1]) then differ[#differ + 1] = pair[2].name end
-  end
+  local names = obj.index_by(volumes, "name")
   local disks = obj.list(vmi, "spec.domain.devices.disks", function(d) return names[d.name] end)
   return volumes, obj.compare(obj.list(vm, DISKS), disks, "name"), differ
 end
@@ -30,10 +27,14 @@ local function copy_into(vm, _, vmi)
   local volumes, disks = missing(vm, vmi)
   if obj.uid_conflict(vm, vmi) or #volumes == 0 then return nil end -- another VM of that name
   obj.append(vm, VOLUMES, volumes)
-  if #disks > 0 then obj.append(vm, DISKS, disks) end
+  obj.append(vm, DISKS, disks)
   return { volumes = volumes, disks = disks }
 end
-
+-- A pending status.volumeRequests entry, as "add x" or "remove y".
+local function request(r)
+  local add, remove = obj.get(r, "addVolumeOptions.name"), obj.get(r, "removeVolumeOptions.name")
+  return add and ("add " .. add) or remove and ("remove " .. remove) or "?"
+end
 -- The findings about a VM and its VMI, and "copy" or "complete" when it is in scope.
 local function judge(ctx, vm, vmi, vmis)
   local phase, key = obj.get(vmi, "status.phase"), obj.key(vm)
@@ -52,9 +53,10 @@ local function judge(ctx, vm, vmi, vmis)
       .. " leaves alone: hotplugged volumes %s of its VMI are not copied, and are unplugged if"
       .. " the strategy changes", key, obj.names(volumes))
   end
-  for _, name in ipairs(differ) do say("warn", "VM %s: hotplug volume %s differs between the VM"
-    .. " and its VMI: it will be unplugged and plugged again", key, name) end
-  -- a copied disk's bootOrder a device already uses: admission refuses it
+  for _, pair in ipairs(differ) do
+    if is_hotplug(pair[1]) then say("warn", "VM %s: hotplug volume %s differs between the VM"
+      .. " and its VMI: it will be unplugged and plugged again", key, pair[2].name) end
+  end
   local disk_at = obj.index_by(obj.list(vm, DISKS), "bootOrder")
   local nic_at = obj.index_by(obj.list(vm, INTERFACES), "bootOrder")
   for _, d in ipairs(disks) do
@@ -75,58 +77,44 @@ return rule {
   description = "copy hotplugged volumes that only running VMIs hold into their VM specs,"
     .. " before declarative hotplug unplugs them",
   select = {
-    vms = { "virtualmachines.kubevirt.io", edit = true, report = false, project = { VOLUMES,
-      DISKS, INTERFACES, "status.volumeRequests", "spec.updateVolumesStrategy" },
+    vms = { "virtualmachines.kubevirt.io", edit = true, report = false, noun = "VM", project = {
+      VOLUMES, DISKS, INTERFACES, "status.volumeRequests", "spec.updateVolumesStrategy" },
       unserved = "CRD {resource} is absent: KubeVirt is not installed, nothing to copy",
-      noun = "VM", label = "VMs", gone = "nothing to copy",
-      outcome = { updated = "changed", deleted_meanwhile = "absent" },
+      gone = "nothing to copy", outcome = { updated = "changed", deleted_meanwhile = "absent" },
       say = "{adding|would add} hotplugged volumes {volumes} to the VM spec" },
     vmis = { "virtualmachineinstances.kubevirt.io", noun = "VMI", project = { "status.phase",
       "metadata.ownerReferences", "spec.domain.devices.disks", "spec.volumes.*.name",
       "spec.volumes.*.persistentVolumeClaim", "spec.volumes.*.dataVolume" },
       where = function(vmi) return #missing({}, vmi) > 0 end, -- with a hotplug volume
       unserved = "CRD {resource} is absent: no VMI can be running, nothing to copy" },
-    kubevirts = { "kubevirts.kubevirt.io", check_only = true, where = { [GATES] = GATE } },
+    kubevirts = { "kubevirts.kubevirt.io", check_only = true, where = { [GATES] = GATE },
+      finding = { "block", "KubeVirt {key} lists " .. GATE .. " in disabledFeatureGates: with"
+        .. " HotplugVolumes gone it is the only hotplug path" } },
   },
   walk = function(ctx, s)
-    -- a VMI by its controller VM, matching by uid too (a VM recreated under that name does
-    -- not own the old VMI); one without a controller is the VM's of its name: adopted
-    local joined = s.vms:join(s.vmis, { owner = true, adopt = true })
+    local joined = s.vms:join(s.vmis, { owner = true, adopt = true }) -- by owner, else name
     if not joined then return end -- a CRD absent: the finding says which
-    local n, copies = { vms = 0, volumes = 0, disks = 0, complete = 0 }, ctx:queue()
+    local complete, copies = 0, ctx:queue()
     for vm, vmis in joined do
-      local requests = {}
-      for i, r in ipairs(obj.list(vm, "status.volumeRequests")) do
-        local add = obj.get(r, "addVolumeOptions.name")
-        local remove = obj.get(r, "removeVolumeOptions.name")
-        requests[i] = add and ("add " .. add) or remove and ("remove " .. remove) or "?"
-      end
+      local requests = obj.list(vm, "status.volumeRequests")
       if #requests > 0 then ctx:finding("warn", ("VM %s has pending status.volumeRequests (%s):"
         .. " it can get stuck once the HotplugVolumes gate is off"):format(obj.key(vm),
-        table.concat(requests, ", ")), { vm = vm }) end
+        table.concat(obj.map(requests, request), ", ")), { vm = vm }) end
       for _, vmi in ipairs(vmis) do
-        local verdict = judge(ctx, vm, vmi, s.vmis)
-        if verdict == "copy" then copies:push(vm, vmi)
-        elseif verdict then n.complete = n.complete + 1 end
+        local judged = judge(ctx, vm, vmi, s.vmis)
+        if judged == "copy" then copies:push(vm, vmi) elseif judged then complete = complete + 1 end
       end
-      n.vms = n.vms + 1
     end
     if copies:len() == 0 then ctx:finding("info", "no running VMI holds a hotplugged volume"
       .. " missing from its VM spec") end
     local done = s.vms:each(copy_into, { items = copies })
-    for _, a in ipairs(done.landed) do
-      n.volumes, n.disks = n.volumes + #a.volumes, n.disks + #a.disks
-    end
-    n.complete = n.complete + done.unchanged
-    ctx:outcome { vms = n.vms, vmis_with_hotplug_volumes = joined:count(),
-      already_complete = n.complete, volumes = n.volumes, disks = n.disks }
+    local volumes, disks = done:sum("volumes"), done:sum("disks")
+    complete = complete + done.unchanged
+    ctx:outcome { vms = joined:count("left"), vmis_with_hotplug_volumes = joined:count(),
+      already_complete = complete, volumes = volumes, disks = disks }
     ctx.log:info(done.changed == 0 and ("nothing to update: no running VMI holds a hotplugged"
-      .. " volume missing from its VM spec (%d VMs already complete)"):format(n.complete)
+      .. " volume missing from its VM spec (%d VMs already complete)"):format(complete)
       or ctx:worded("{updated|would update} %d VMs: %d volumes, %d disks copied from their VMIs;"
-      .. " %d VMs already complete"):format(done.changed, n.volumes, n.disks, n.complete))
-    s.kubevirts:each(function(kv) -- with HotplugVolumes gone, declarative hotplug is the only path
-      ctx:finding("block", ("KubeVirt %s lists %s in disabledFeatureGates: with HotplugVolumes gone"
-        .. " it is the only hotplug path"):format(obj.key(kv), GATE), { name = kv, gate = GATE })
-    end)
+      .. " %d VMs already complete"):format(done.changed, volumes, disks, complete))
   end,
 }

@@ -199,13 +199,14 @@ function obj.compare(mine, theirs, key)
 end
 
 --- Appends items to the array at a dotted path (or an array of steps) of o (a copy being edited),
---- creating the array and any object above it that is absent (or null).
---- Returns the array.
+--- creating the array and any object above it that is absent (or null); no items: o is left
+--- as it is (nothing created). Returns the array (nil when none is there and nothing was added).
 ---@param o cozy.Object a copy being edited
 ---@param path cozy.Path
 ---@param items any[]
----@return any[] array the array, items appended
+---@return any[]|nil array the array, items appended
 function obj.append(o, path, items)
+  if #items == 0 then return obj.get(o, path) end
   local parts = {}
   if type(path) == "table" then
     parts = path -- an array of steps, as obj.get takes
@@ -465,6 +466,17 @@ end
 function obj.walk(v, fn)
   validate.arg(2, "obj.walk(v, fn)", "fn", fn, "function", { says = "a function(value, path)" })
   return walk(v, fn, {})
+end
+
+--- Each item of an array through fn, in order: { fn(items[1]), fn(items[2]), ... }.
+---@param items any[]
+---@param fn fun(item: any): any
+---@return any[] mapped
+function obj.map(items, fn)
+  validate.arg(2, "obj.map(items, fn)", "fn", fn, "function")
+  local out = {}
+  for i, item in ipairs(items) do out[i] = fn(item) end
+  return out
 end
 
 --- The names of the items ("a,b,c"), for log lines.

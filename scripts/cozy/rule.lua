@@ -30,6 +30,7 @@ local FIELDS = {
   unserved = "string", outcome = "table", say = "string|function", retry = "table",
   label = "string",
   noun = "string", gone = "string", where = "table|function", refused = "string",
+  finding = "table",
 }
 local RULE_FIELDS = { description = true, select = true, walk = true, timeout = true,
   tools = true, parameters = true, files = true, finally = true }
@@ -52,7 +53,7 @@ local function permissions_of(key, decl, out)
         seen[verb] = true
         out[#out + 1] = { verb = verb, group = group, resource = plural,
           namespace = decl.name and decl.namespace or nil, name = decl.name,
-          check_only = decl.check_only }
+          check_only = decl.check_only or nil }
       end
     end
   end
@@ -82,6 +83,13 @@ local function check_selection(key, decl)
     { one_of = { "stop", "warn", "leave" } }, true)
   if decl.name and not decl.namespace then
     refuse("select.%s: a named object needs its namespace", key)
+  end
+  if decl.finding then
+    checked(("select.%s.finding[1]"):format(key), decl.finding[1],
+      { one_of = { "info", "warn", "block" } })
+    checked(("select.%s.finding[2]"):format(key), decl.finding[2], "string",
+      { says = "the finding's text ({key}: the object's namespace/name)" })
+    if decl.edit then refuse("select.%s: a selection that edits declares no finding", key) end
   end
   if type(decl.where) == "table" then
     for path, globs in pairs(decl.where) do
@@ -257,15 +265,16 @@ local function selection(ctx, key, decl, state)
       return
     end
     local counts, failures = res:update_each(items, edit_with(fn, noun), {
-      label = opts.label or decl.label or (kind .. "s"), absent = "skip", project = project,
-      on_error = policy == "stop" and "stop" or "continue", retry = decl.retry,
+      label = opts.label or decl.label or ((decl.noun or kind) .. "s"), absent = "skip",
+      project = project, on_error = policy == "stop" and "stop" or "continue", retry = decl.retry,
       absent_note = decl.gone,
       total = opts.items and type(opts.items.len) == "function" and opts.items:len() or nil,
       describe = function(o) return noun .. " " .. obj.key(o) end,
       on_change = function(o, said)
         -- nil: an earlier attempt of its own landed
-        if decl.say == nil or said == nil then return end
+        if said == nil then return end
         landed[#landed + 1] = said
+        if decl.say == nil then return end
         local text = said_text(decl.say, said)
         ctx.log:change((("%s %s: %s"):format(noun, obj.key(o), text):gsub("%%", "%%%%")))
       end,
@@ -307,8 +316,17 @@ local function selection(ctx, key, decl, state)
     end)
     if not done then return unread(err) end
     for k, v in pairs(pass) do tally[k] = tally[k] + v end
-    -- what each edit that landed returned, for a migration's own summary
+    -- what each edit that landed returned, for a migration's own summary;
+    -- pass:sum("volumes"): the lengths (or numbers) of that field of each, added
     pass.landed = landed
+    function pass.sum(_, field)
+      local n = 0
+      for _, said in ipairs(landed) do
+        local v = type(said) == "table" and said[field]
+        n = n + (type(v) == "table" and #v or math.type(v) and v or 0)
+      end
+      return n
+    end
     return any and pass or nil
   end
 
@@ -369,9 +387,10 @@ local function selection(ctx, key, decl, state)
       right:skip(o, obj.controller_of(o) and ("its controller ownerReference is not of kind %s")
         :format(kind) or "it has no controller ownerReference")
     end })
-    local out = {}
+    local out, lefts = {}, 0
     local function pair()
       local left, matches = j:next()
+      if left ~= nil then lefts = lefts + 1 end
       if left == nil then -- read through: what no left object claimed, left alone
         for _, o in j:unmatched() do
           local ref = obj.controller_of(o, kind, group)
@@ -393,8 +412,9 @@ local function selection(ctx, key, decl, state)
       return left, owned
     end
     function out.next(_) return pair() end
-    -- how many right objects (of its `where`) the join read: joined:count()
-    function out.count(_) return counted end
+    -- how many right objects (of its `where`) the join read: joined:count();
+    -- how many left objects it has handed out so far: joined:count("left")
+    function out.count(_, which) return which == "left" and lefts or counted end
     return setmetatable(out, { __call = pair })
   end
 
@@ -454,6 +474,24 @@ local function outcome_of(decl, tally, out)
   end
 end
 
+-- After the walk, each object a selection declaring `finding = { severity,
+-- text }` selects (its where; check_only: in check alone) is that finding,
+-- `{key}` in the text its namespace/name, in the order of the selections' keys.
+local function declared_findings(ctx, spec, s)
+  local keys = {}
+  for key, decl in pairs(spec.select) do
+    if decl.finding then keys[#keys + 1] = key end
+  end
+  table.sort(keys)
+  for _, key in ipairs(keys) do
+    local severity, text = spec.select[key].finding[1], spec.select[key].finding[2]
+    s[key]:each(function(o)
+      local k = obj.key(o)
+      ctx:finding(severity, (text:gsub("{key}", function() return k end)), { name = o })
+    end)
+  end
+end
+
 -- The failure policies at the walk's end: "fail" raises, "leave" leaves the
 -- version, naming the objects that failed.
 local function settle(ctx, spec, state)
@@ -496,7 +534,7 @@ local function orchestration_permissions(decl, out)
       local plural, group = recipe.resource_name(resource)
       for _, verb in ipairs(verbs) do
         local p = { verb = verb, group = group, resource = plural,
-          namespace = decl.name and decl.namespace or nil, check_only = decl.check_only }
+          namespace = decl.name and decl.namespace or nil, check_only = decl.check_only or nil }
         if not seen[id(p)] then seen[id(p)], out[#out + 1] = true, p end
       end
     end
@@ -621,6 +659,7 @@ function rule.define(spec)
     else
       spec.walk(ctx, s)
     end
+    declared_findings(ctx, spec, s)
     settle(ctx, spec, state)
   end
   -- run and check are the walk (discovery: a rule's three are one function)

@@ -153,3 +153,23 @@ describe("obj.compare and obj.list's keep", function()
     assert.same({}, obj.list(o, "spec.none", function() return true end))
   end)
 end)
+
+describe("obj.append and obj.map", function()
+  it("append of nothing leaves the object as it is: no list, no parent created", function()
+    local o = { spec = {} }
+    assert.is_nil(obj.append(o, "spec.template.disks", {}))
+    assert.same({ spec = {} }, o)
+    local held = obj.append(o, "spec.list", { 1 })
+    assert.equal(held, obj.append(o, "spec.list", {}))
+    assert.same({ 1 }, o.spec.list)
+  end)
+
+  it("map gives each item through fn, in order, and refuses a fn that is none", function()
+    assert.same({ "add a", "remove b" }, obj.map({ { "add", "a" }, { "remove", "b" } },
+      function(r) return r[1] .. " " .. r[2] end))
+    assert.same({}, obj.map({}, tostring))
+    local ok, err = pcall(obj.map, { 1 }, "tostring")
+    assert.is_false(ok)
+    assert.matches("obj.map(items, fn): fn must be a function", tostring(err), 1, true)
+  end)
+end)

@@ -461,8 +461,21 @@ local Selection = {}
 --- or false and why to refuse the object (the `refused` warning); read: fn(object).
 ---@param fn fun(o: any, item?: any, value?: any): any, string?
 ---@param opts? { namespace?: string, label_selector?: string, items?: any, label?: string }
----@return { changed: integer, unchanged: integer, absent: integer, failed: integer, landed: any[] }|nil
+---@return cozy.EachCounts|nil
 function Selection:each(fn, opts) end
+
+---@class cozy.EachCounts what one `each` pass did
+---@field changed integer
+---@field unchanged integer
+---@field absent integer
+---@field failed integer
+---@field landed any[] what each edit that landed returned
+local EachCounts = {}
+
+--- That field of each edit that landed, added: an array by its length, a number as it is.
+---@param field string
+---@return integer
+function EachCounts:sum(field) end
 
 --- Every resource of the selection served: true, or false, the first one not served and why.
 ---@return boolean served
@@ -552,6 +565,8 @@ local OwnerJoin = {}
 ---@return any[] owned
 function OwnerJoin:next() end
 
---- How many right items (those its `where` passes) the join read.
+--- How many right items (those its `where` passes) the join read; with "left", how
+--- many left items it has handed out so far.
+---@param which? "left"|"right"
 ---@return integer
-function OwnerJoin:count() end
+function OwnerJoin:count(which) end

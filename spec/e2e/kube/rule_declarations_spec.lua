@@ -104,6 +104,77 @@ return require("cozy.rule") {
     end)
   end)
 
+  describe("finding", function()
+    local FLAG = [[
+return require("cozy.rule") {
+  description = "flag red teams",
+  select = { red = { "configmaps", namespace = "cozy-system", check_only = %s,
+    where = { ["metadata.labels.team"] = "red" }, finding = { "warn", "ConfigMap {key} is red" } } },
+  walk = function(ctx) ctx:finding("info", "walked") end,
+}]]
+    it("each object the selection selects is the declared finding, after the walk", function()
+      h:reset { FIXTURE }
+      local res = h:migrate(migration(FLAG:format("false")), { mode = "check" })
+      local got = {}
+      for i, f in ipairs(res.findings) do got[i] = f.severity .. " " .. f.message end
+      assert.same({ "info walked", "warn ConfigMap cozy-system/tenant-b is red" }, got)
+      assert.equal("tenant-b", res.findings[2].fields.name)
+      assert.same({}, h:writes())
+      -- in a run, a warning line
+      assert.same({ "finding: ConfigMap cozy-system/tenant-b is red" },
+        messages(h:migrate(migration(FLAG:format("false"))), "warn"))
+    end)
+
+    it("check_only: said in check alone", function()
+      h:reset { FIXTURE }
+      local m = migration(FLAG:format("true"))
+      assert.equal(2, #h:migrate(m, { mode = "check" }).findings)
+      assert.same({}, messages(h:migrate(m), "warn"))
+    end)
+
+    it("is checked at load time: its severity, its text, and never on a selection that edits", function()
+      local rule = require "cozy.rule"
+      for _, case in ipairs {
+        { { finding = { "fatal", "x" } }, "select.x.finding[1]" },
+        { { finding = { "warn" } }, "select.x.finding[2] must be" },
+        { { edit = true, finding = { "warn", "x" } }, "select.x: a selection that edits declares no finding" },
+      } do
+        local decl = { "configmaps" }
+        for k, v in pairs(case[1]) do decl[k] = v end
+        local ok, err = pcall(rule, { description = "d", walk = function() end, select = { x = decl } })
+        assert.is_false(ok)
+        assert.matches(case[2], tostring(err), 1, true)
+      end
+    end)
+  end)
+
+  describe("what the edits landed", function()
+    it("counts:sum adds a field of each: an array by its length, a number as it is", function()
+      h:reset { FIXTURE }
+      local m = migration [[
+return require("cozy.rule") {
+  description = "tier",
+  select = { cms = { "configmaps", namespace = "cozy-system", edit = true,
+    where = { ["metadata.name"] = "tenant-*" } } },
+  walk = function(ctx, s)
+    local done = s.cms:each(function(c)
+      if c.metadata.name == "tenant-c" then return nil end
+      c.data.tier = "standard"
+      return { names = { c.metadata.name, "x" }, weight = 3 }
+    end)
+    ctx.log:info(("sum %d %d %d"):format(done:sum("names"), done:sum("weight"), done:sum("none")))
+  end,
+}]]
+      assert.same({ "sum 4 6 0" }, (function()
+        local out = {}
+        for _, l in ipairs(messages(h:migrate(m), "info")) do
+          if l:find("^sum ") then out[#out + 1] = l end
+        end
+        return out
+      end)())
+    end)
+  end)
+
   describe("refused", function()
     it("an edit returning false and why: one warning from the template, nothing sent, the others edited", function()
       local m = migration [[
@@ -296,7 +367,7 @@ return require("cozy.rule") {
     for c, secrets in joined do
       for _, x in ipairs(secrets) do ctx.log:info("pair " .. c.metadata.name .. " " .. x.metadata.name) end
     end
-    ctx.log:info("read " .. joined:count())
+    ctx.log:info("read " .. joined:count() .. ", left " .. joined:count("left"))
   end,
 }]]
 
@@ -340,6 +411,6 @@ return require("cozy.rule") {
       .. " 0c2f1c1e-0000-4000-8000-000000000001 but CM tenant-a has uid " .. a.metadata.uid },
       { res.findings[1] and res.findings[1].message })
     assert.equal(1, #res.findings)
-    assert.is_true(res.log:find("read 6", 1, true) ~= nil)
+    assert.is_true(res.log:find("read 6, left 4", 1, true) ~= nil, res.log)
   end)
 end)
