@@ -25,6 +25,20 @@ function files.write(path, data)
   assert(f:close())
 end
 
+-- The JSON text of bench/fleet.lua's fleet of n VMs (a List: the VMs, their
+-- VMIs and the rest of migration 59's benchmark fleet), made by the engine's
+-- binary ($COZY_MIGRATE_BIN); raises when it cannot be made.
+function files.fleet_json(n)
+  local dir = files.tmpdir("fleet")
+  local path = dir .. "/fleet.json"
+  local bin = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
+  local code = files.sh(("%s lua bench/fleet.lua %s %d >/dev/null"):format(q(bin), q(path), n))
+  local text = files.read(path)
+  files.rm_rf(dir)
+  assert(code == 0 and text, "bench/fleet.lua did not write a fleet of " .. n .. " VMs")
+  return text
+end
+
 -- Runs a shell command; returns its exit status (128 + N for signal N).
 function files.sh(cmd)
   local ok, how, code = os.execute(cmd)

@@ -9,7 +9,6 @@ local files = require("spec.helpers").files
 local json = require "cozy.json"
 local yaml = require "cozy.yaml"
 
-local BIN = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
 -- Random rounds: the plain build runs them all (equality is its job); under
 -- AddressSanitizer (hack/test.sh sets ASAN_OPTIONS) a tenth, enough to walk
 -- every path of the C with the sanitizer watching, at a tenth of its time.
@@ -82,11 +81,7 @@ describe("cozy.line_diff", function()
   end)
 
   it("diffs the YAML of migration 59's fleet as the Lua diff does: a VM against the next, and against itself changed", function()
-    local dir = files.tmpdir("line-diff")
-    local path = dir .. "/fleet.json"
-    assert.equal(0, files.sh(files.quote(BIN) .. " lua bench/fleet.lua " .. files.quote(path) .. " 400 >/dev/null"))
-    local list = json.decode(files.read(path))
-    files.rm_rf(dir)
+    local list = json.decode(files.fleet_json(400))
     local differ = {}
     local previous
     for _, o in ipairs(list.items) do

@@ -8,7 +8,6 @@ local files = require("spec.helpers").files
 local json = require "cozy.json"
 local yaml = require "cozy.yaml"
 
-local BIN = os.getenv("COZY_MIGRATE_BIN") or "build/cozy-migrate"
 -- Random rounds: the plain build runs them all (equality is its job); under
 -- AddressSanitizer (hack/test.sh sets ASAN_OPTIONS) a tenth, enough to walk
 -- every path of the C with the sanitizer watching, at a tenth of its time.
@@ -37,11 +36,7 @@ end
 
 describe("cozy.yaml_emitter on migration 59's fleet", function()
   it("writes every VM and VMI of a 2,000-VM fleet as the Lua emitter does, whole and as a plan shows them", function()
-    local dir = files.tmpdir("yaml-emitter")
-    local path = dir .. "/fleet.json"
-    assert.equal(0, files.sh(files.quote(BIN) .. " lua bench/fleet.lua " .. files.quote(path) .. " 2000 >/dev/null"))
-    local list = json.decode(files.read(path))
-    files.rm_rf(dir)
+    local list = json.decode(files.fleet_json(2000))
     assert.is_true(#list.items > 4000) -- the VMs, their VMIs and more
     local differ = {}
     for _, o in ipairs(list.items) do
