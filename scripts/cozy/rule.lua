@@ -206,15 +206,6 @@ local function selection(ctx, key, decl, state)
 
   function s.served() return served() end
 
-  -- The one iteration: fn for every object of the selection. Edited
-  -- (edit = true): fn(copy, item, value) edits the copy and returns whether
-  -- it changed it (a value other than true is what the change line says);
-  -- the engine sends the difference, counts, names and applies the failure
-  -- policy. Read: fn(object) for each. opts: namespace, label_selector
-  -- (narrowing the declared ones), items (objects already held: an array or
-  -- a queue, instead of a list), label (of the progress and summary lines).
-  -- Returns the counts of this pass, or nil when the API is not served or
-  -- the list failed under reads = "warn".
   -- objects already held: an array, a queue, or a function returning the next
   local function iterate(items)
     local pull
@@ -292,8 +283,9 @@ local function selection(ctx, key, decl, state)
   -- policy. Read: fn(object) for each. opts: namespace, label_selector
   -- (narrowing the declared ones), items (objects already held: an array or
   -- a queue, instead of a list), label (of the progress and summary lines).
-  -- Returns the counts of this pass, or nil when the API is not served, the
-  -- selection is check_only outside check, or a read failed under reads = "warn".
+  -- Returns the counts of this pass (with landed, what each edit that landed
+  -- returned, and sum), or nil when the API is not served, the selection is
+  -- check_only outside check, or a read failed under reads = "warn".
   function s.each(fn, opts)
     validate.arg(2, "each(fn, opts)", "fn", fn, "function")
     opts = opts or {}
