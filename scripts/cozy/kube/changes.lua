@@ -64,7 +64,7 @@ end
 -- One object's report (the event `object` of a plan).
 local function report(ov, e, action)
   local secret = e.group == "" and e.plural == "secrets"
-  local after_raw = action ~= "deleted" and ov:object(e) or nil
+  local after_raw = action ~= "deleted" and ov:object(e, overlay.WITHOUT_MANAGED_FIELDS) or nil
   -- (before shown changes it)
   local terminating = after_raw ~= nil and type(after_raw.metadata) == "table"
     and after_raw.metadata.deletionTimestamp ~= nil or nil
