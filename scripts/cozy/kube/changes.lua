@@ -93,7 +93,10 @@ local function report(ov, e, action)
     return r
   end
   local name = label(api_version, kind, e.ns, e.name)
-  r.diff = diff.unified(before and yaml.lines(before) or {}, after and yaml.lines(after) or {},
+  -- (the before shares the after's tables: its YAML mostly the after's)
+  local memo = yaml.memo()
+  local after_lines = after and yaml.lines(after, memo) or {}
+  r.diff = diff.unified(before and yaml.lines(before, memo) or {}, after_lines,
     "live/" .. name, "planned/" .. name)
   return r
 end
