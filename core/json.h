@@ -98,7 +98,8 @@ typedef struct CozyJsonProj CozyJsonProj;
 typedef struct CozyJsonProjKey {
   const char *name; /* a key of the projection table, which holds it */
   size_t len;
-  const CozyJsonProj *sub; /* its projection: COZY_JSON_KEEP for true, else its table's node */
+  const CozyJsonProj *sub; /* its projection: COZY_JSON_KEEP for true, NULL for false (left
+                           ** out even where "*" would keep it), else its table's node */
 } CozyJsonProjKey;
 
 struct CozyJsonProj {

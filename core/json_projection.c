@@ -14,6 +14,10 @@
 /* The projection `true`: the whole value is built. */
 const CozyJsonProj cozy_json_keep = {NULL, 0, NULL};
 
+/* While compiling, the mark of a key whose value is `false` (its sub is
+** NULL once compiled: left out), told apart from a table still waiting. */
+static const CozyJsonProj cozy_json_skip = {NULL, 0, NULL};
+
 static int compare_keys(const void *a, const void *b) {
   const CozyJsonProjKey *x = a, *y = b;
   if (x->len != y->len) return x->len < y->len ? -1 : 1;
@@ -48,13 +52,14 @@ static const CozyJsonProj *compile_projection(lua_State *L, int idx, ProjSpace *
       lua_insert(L, -2);
       luaL_checkstack(L, 3, "cozy.json: projection");
     } else {
-      keys[n].sub = COZY_JSON_KEEP;
+      keys[n].sub = lua_toboolean(L, -1) ? COZY_JSON_KEEP : &cozy_json_skip;
       lua_pop(L, 1);
     }
   }
   space->key += n;
   for (i = 0; i < n; i++)
     if (!keys[i].sub) keys[i].sub = compile_projection(L, ++waiting, space);
+    else if (keys[i].sub == &cozy_json_skip) keys[i].sub = NULL; /* false: left out */
   lua_settop(L, top);
   node->star = NULL;
   for (i = 0; i < n; i++) {
@@ -71,7 +76,8 @@ static const CozyJsonProj *compile_projection(lua_State *L, int idx, ProjSpace *
 }
 
 /* Checks the projection at idx (a table) before any byte is decoded: keys
-** are strings, values true or tables, nesting at most COZY_JSON_MAX_DEPTH
+** are strings, values true, false (left out: in an object with "*", all
+** but these keys) or tables, nesting at most COZY_JSON_MAX_DEPTH
 ** (which also stops a cycle). On a fault, returns what is wrong and leaves
 ** the path of the offending entry (e.g. "items.*.spec") on the stack. */
 static const char *check_projection(lua_State *L, int idx, int depth, ProjSpace *space) {
@@ -100,9 +106,9 @@ static const char *check_projection(lua_State *L, int idx, int depth, ProjSpace 
         lua_settop(L, key);
         return fault;
       }
-    } else if (!(t == LUA_TBOOLEAN && lua_toboolean(L, -1))) {
+    } else if (t != LUA_TBOOLEAN) {
       lua_settop(L, key);
-      return t == LUA_TBOOLEAN ? "false, expected true or a table" : "not true or a table";
+      return "not true, false or a table";
     }
     lua_pop(L, 1);
   }

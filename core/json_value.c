@@ -1,5 +1,6 @@
 /*
-** cozy.json, values part: json.copy(v) and json.diff(a, b), the deep copy
+** cozy.json, values part: json.copy(v), json.diff(a, b [, exact]) and
+** json.holds(v, key, value, max_depth): the deep copy
 ** and the RFC 6902 difference behind every change cozy.kube sends (the
 ** engine edits a copy of the object and sends what differs). Both walk the
 ** whole object for every write, which made them a tenth of a fleet run's
@@ -34,6 +35,17 @@
 **    array elements by their 0-based index.
 ** Values in the ops are copies: the ops can be kept while b changes.
 **
+** json.diff(a, b, true), the exact mode: the same ops, or nil when they
+** would not give b back exactly as json.encode prints it, because the
+** equality above took two values for one that print apart: 1 and 1.0,
+** 0.0 and -0.0, an empty [] and {}; or a table kept from a where b's has
+** another metatable, or an object with a key that is not a string. It is
+** conservative (an unmarked table against a marked one that prints alike
+** is nil too): nil costs the caller a fallback, never a wrong answer. The
+** rehearsal keeps an object's before as the patch from the object back to
+** it only when this gives one (a patch back and two encodes to check it
+** were most of a write's cost in a plan).
+**
 ** json.holds(v, key, value, max_depth): whether some table in v (v
 ** included) has t[key] raw-equal to value, or v holds a table deeper than
 ** max_depth (v itself at depth 0): there the caller cannot know. The
@@ -51,6 +63,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "lua.h"
 #include "lauxlib.h"
@@ -68,6 +81,8 @@ typedef struct Differ {
   int ops; /* stack index of the result */
   lua_Integer nops;
   int depth;
+  int exact; /* the exact mode: */
+  int inexact; /* the ops would not give b back exactly */
 } Differ;
 
 static void too_deep(lua_State *L, const char *what) {
@@ -222,6 +237,23 @@ static int is_empty(lua_State *L, int idx) {
 
 static void diff_value(Differ *D, int a, int b);
 
+/* The exact mode's checks, of values diff takes as one. */
+static int same_number(lua_State *L, int a, int b) {
+  lua_Number x, y;
+  if (lua_isinteger(L, a) != lua_isinteger(L, b)) return 0;
+  if (lua_isinteger(L, a)) return 1; /* raw-equal integers */
+  x = lua_tonumber(L, a);
+  y = lua_tonumber(L, b);
+  return memcmp(&x, &y, sizeof x) == 0; /* 0.0 and -0.0 print apart */
+}
+
+static int same_metatable(lua_State *L, int a, int b) {
+  int ma = lua_getmetatable(L, a), mb = lua_getmetatable(L, b), same = ma == mb;
+  if (ma && mb) same = lua_rawequal(L, -1, -2);
+  lua_pop(L, ma + mb);
+  return same;
+}
+
 static void diff_array(Differ *D, int a, int b) {
   lua_State *L = D->L;
   lua_Integer na = (lua_Integer)lua_rawlen(L, a), nb = (lua_Integer)lua_rawlen(L, b);
@@ -275,6 +307,7 @@ static void diff_object(Differ *D, int a, int b) {
     lua_pushvalue(L, -2);
     lua_rawget(L, b);
     same = lua_rawequal(L, -1, -2);
+    if (same && D->exact && lua_type(L, -1) == LUA_TNUMBER && !same_number(L, -1, -2)) D->inexact = 1;
     lua_pop(L, 2);
     if (!same) {
       strings = strings && lua_type(L, -1) == LUA_TSTRING;
@@ -302,6 +335,7 @@ static void diff_object(Differ *D, int a, int b) {
     }
     k->s = lua_tolstring(L, strings ? k->slot : -1, &k->len);
   }
+  if (!strings) D->inexact = 1; /* (only the exact mode reads it) */
   if (n > 1) qsort(w->keys + k0, n, sizeof *w->keys, cozy_json_key_cmp);
   w->nkeys = k0 + n; /* nested objects stack their keys above ours */
   for (i = 0; i < n; i++) {
@@ -330,15 +364,27 @@ static void diff_value(Differ *D, int a, int b) {
   lua_State *L = D->L;
   int kind;
   luaL_checkstack(L, 8, "cozy.json: nesting");
-  if (lua_rawequal(L, a, b)) return;
+  if (D->exact && D->inexact) return; /* the answer is nil: no more to do */
+  if (lua_rawequal(L, a, b)) {
+    if (D->exact && lua_type(L, a) == LUA_TNUMBER && !same_number(L, a, b)) D->inexact = 1;
+    return;
+  }
   if (lua_type(L, a) != LUA_TTABLE || lua_type(L, b) != LUA_TTABLE) {
     emit(D, "replace", b);
     return;
   }
-  if (is_empty(L, a) && is_empty(L, b)) return;
+  if (is_empty(L, a) && is_empty(L, b)) {
+    if (D->exact && !same_metatable(L, a, b)) D->inexact = 1; /* [] and {} */
+    return;
+  }
   kind = table_kind(L, a);
   if (kind != table_kind(L, b)) {
     emit(D, "replace", b);
+    return;
+  }
+  /* from here a's table is kept: exact only where b's is marked alike */
+  if (D->exact && !same_metatable(L, a, b)) {
+    D->inexact = 1;
     return;
   }
   if (++D->depth > COZY_JSON_MAX_DEPTH) too_deep(L, "diff");
@@ -347,11 +393,13 @@ static void diff_value(Differ *D, int a, int b) {
   D->depth--;
 }
 
-/* json.diff(a, b) */
+/* json.diff(a, b [, exact]) */
 int cozy_json_diff(lua_State *L) {
   Differ D;
   luaL_checkany(L, 1);
   luaL_checkany(L, 2);
+  D.exact = lua_toboolean(L, 3);
+  D.inexact = 0;
   lua_settop(L, 2);
   D.w = cozy_json_push_scratch(L); /* 3: freed however the call ends */
   lua_newtable(L);
@@ -362,5 +410,6 @@ int cozy_json_diff(lua_State *L) {
   D.nops = 0;
   D.depth = 0;
   diff_value(&D, 1, 2);
+  if (D.exact && D.inexact) lua_pushnil(L);
   return 1;
 }

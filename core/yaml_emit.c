@@ -5,10 +5,16 @@
 ** the YAML of both sides of every object changed was most of the
 ** rehearsal's Lua (bench/README.md).
 **
-** emit(out, v, scalar, key_text, sorted_keys) appends to array `out` the
-** lines of v (a mapping or a sequence with at least one entry) as
+** emit(out, v, scalar, key_text, sorted_keys [, memo]) appends to array
+** `out` the lines of v (a mapping or a sequence with at least one entry) as
 ** scripts/cozy/yaml.lua's `emit(out, v, 0, nil, 0)` appends them, and
-** returns whether one of them holds a line break. That module stays the
+** returns whether one of them holds a line break. memo (from memo()), kept
+** by the caller across calls, remembers the lines of every mapping and
+** sequence emitted with it, and a table met again at the same indentation
+** is not emitted again (yaml.lines_lua's `seen`): the plan's two sides of
+** an object share every subtree its writes left alone, so the before's
+** YAML is mostly the after's. The tables must not change while it is in
+** use. That module stays the
 ** definition: the three functions are its own, called here for what this
 ** file does not decide itself, so the output is the same by construction
 ** there:
@@ -62,11 +68,31 @@
 
 typedef enum { KIND_SCALAR, KIND_SEQ, KIND_MAP } Kind;
 
+/* A memo (emitter.memo()): where the lines of each mapping and sequence
+** emitted with it are, so that the same table met again at the same
+** indentation is not emitted again. A record per table; its uservalues
+** are `seen` (table -> record number: the tables it names stay alive, so
+** none can be another table by then) and `outs` (the out arrays of the
+** calls that used it, which hold the lines). */
+typedef struct MemoRecord {
+  lua_Integer first, last; /* its lines: outs[out_no][first .. last] */
+  int out_no, indent, depth, has_break;
+} MemoRecord;
+
+typedef struct Memo {
+  MemoRecord *r;
+  size_t n, cap;
+} Memo;
+
+#define MEMO_MT "cozy.yaml_emitter.memo"
+
 typedef struct Emitter {
   lua_State *L;
   CozyJsonScratch *line; /* the line being built */
   lua_Integer n; /* #out */
   int has_break; /* a line written by a callback holds a "\n" */
+  Memo *memo; /* NULL: none */
+  int seen, outs, out_no; /* the memo's uservalues' stack slots; out's number in outs */
 } Emitter;
 
 /* yaml.lua's kind_of: the value at idx. */
@@ -841,21 +867,85 @@ static void emit_seq(Emitter *e, int v, int indent, int lead, int depth) {
   }
 }
 
+/* The lines the memo holds of the table at v emitted at indent, no
+** deeper than depth (so never past the depth limit where it was not),
+** appended to out; returns whether it held them. */
+static int memo_replay(Emitter *e, int v, int indent, int depth) {
+  lua_State *L = e->L;
+  const MemoRecord *r;
+  lua_Integer i;
+  luaL_checkstack(L, 4, "cozy.yaml: nested too deep");
+  lua_pushvalue(L, v);
+  if (lua_rawget(L, e->seen) != LUA_TNUMBER) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  r = &e->memo->r[lua_tointeger(L, -1) - 1];
+  lua_pop(L, 1);
+  if (r->indent != indent || depth > r->depth) return 0;
+  lua_rawgeti(L, e->outs, r->out_no);
+  for (i = r->first; i <= r->last; i++) {
+    lua_rawgeti(L, -1, i);
+    lua_rawseti(L, OUT, ++e->n);
+  }
+  lua_pop(L, 1);
+  if (r->has_break) e->has_break = 1;
+  return 1;
+}
+
+/* Records that the table at v, emitted at indent and depth, is out's lines
+** first .. e->n, has_break saying whether one of them holds a line break. */
+static void memo_record(Emitter *e, int v, lua_Integer first, int indent, int depth) {
+  lua_State *L = e->L;
+  Memo *m = e->memo;
+  MemoRecord *r;
+  if (m->n == m->cap) {
+    size_t cap = m->cap ? 2 * m->cap : 64;
+    MemoRecord *grown = (MemoRecord *)realloc(m->r, cap * sizeof *grown);
+    if (grown == NULL) luaL_error(L, "cozy.yaml: out of memory for the memo");
+    m->r = grown;
+    m->cap = cap;
+  }
+  r = &m->r[m->n++];
+  r->first = first;
+  r->last = e->n;
+  r->out_no = e->out_no;
+  r->indent = indent;
+  r->depth = depth;
+  r->has_break = e->has_break;
+  lua_pushvalue(L, v);
+  lua_pushinteger(L, (lua_Integer)m->n);
+  lua_rawset(L, e->seen);
+}
+
 /* yaml.lua's emit: v (a mapping or a sequence) at `indent`, its first line
 ** begun by the string at index lead instead of the indentation when lead is
-** not 0. */
+** not 0. With a memo, a table emitted with no lead is looked up and
+** recorded (one begun by a lead, the first item of a sequence, is not:
+** its first line is the lead's, and its own mappings and sequences are
+** recorded anyway). */
 static void emit(Emitter *e, int v, int indent, int lead, int depth) {
   lua_State *L = e->L;
+  lua_Integer first = e->n + 1;
+  int outer_break = e->has_break, memo = e->memo != NULL && lead == 0;
   if (depth > COZY_JSON_MAX_DEPTH) {
     lua_pushstring(L, "cozy.yaml: a table nested deeper than " COZY_JSON_STR(COZY_JSON_MAX_DEPTH) " levels");
     lua_error(L);
   }
+  if (memo) {
+    if (memo_replay(e, v, indent, depth)) return;
+    e->has_break = 0; /* this table's own, for its record */
+  }
   if (kind_of(L, v) == KIND_MAP) emit_map(e, v, indent, lead, depth);
   else emit_seq(e, v, indent, lead, depth);
+  if (memo) {
+    memo_record(e, v, first, indent, depth);
+    e->has_break |= outer_break;
+  }
 }
 
-/* emit(out, v, scalar, key_text, sorted_keys) -> whether a line holds a
-** line break */
+/* emit(out, v, scalar, key_text, sorted_keys [, memo]) -> whether a line
+** holds a line break */
 static int yaml_emit(lua_State *L) {
   Emitter e;
   luaL_checktype(L, OUT, LUA_TTABLE);
@@ -863,7 +953,18 @@ static int yaml_emit(lua_State *L) {
   luaL_checktype(L, SCALAR, LUA_TFUNCTION);
   luaL_checktype(L, KEY_TEXT, LUA_TFUNCTION);
   luaL_checktype(L, SORTED_KEYS, LUA_TFUNCTION);
-  lua_settop(L, SORTED_KEYS);
+  e.memo = lua_isnoneornil(L, 6) ? NULL : (Memo *)luaL_checkudata(L, 6, MEMO_MT);
+  lua_settop(L, 6);
+  e.seen = e.outs = e.out_no = 0;
+  if (e.memo != NULL) {
+    lua_getiuservalue(L, 6, 1);
+    e.seen = lua_gettop(L);
+    lua_getiuservalue(L, 6, 2);
+    e.outs = lua_gettop(L);
+    e.out_no = (int)lua_rawlen(L, e.outs) + 1;
+    lua_pushvalue(L, OUT);
+    lua_rawseti(L, e.outs, e.out_no);
+  }
   e.L = L;
   e.line = cozy_json_push_scratch(L);
   cozy_json_text_room(L, e.line, 256); /* a buffer from the start: no copy to or from NULL */
@@ -874,8 +975,31 @@ static int yaml_emit(lua_State *L) {
   return 1;
 }
 
+static int memo_gc(lua_State *L) {
+  Memo *m = (Memo *)luaL_checkudata(L, 1, MEMO_MT);
+  free(m->r);
+  memset(m, 0, sizeof *m);
+  return 0;
+}
+
+/* memo() -> a new memo for emit */
+static int yaml_memo(lua_State *L) {
+  Memo *m = (Memo *)lua_newuserdatauv(L, sizeof *m, 2);
+  memset(m, 0, sizeof *m);
+  if (luaL_newmetatable(L, MEMO_MT)) {
+    lua_pushcfunction(L, memo_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  lua_newtable(L);
+  lua_setiuservalue(L, -2, 1);
+  lua_newtable(L);
+  lua_setiuservalue(L, -2, 2);
+  return 1;
+}
+
 int luaopen_cozy_yaml_emitter(lua_State *L) {
-  static const luaL_Reg funcs[] = {{"emit", yaml_emit}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"emit", yaml_emit}, {"memo", yaml_memo}, {NULL, NULL}};
   luaL_newlibtable(L, funcs);
   luaL_requiref(L, "cozy.json", luaopen_cozy_json, 0);
   lua_getfield(L, -1, "array_mt");

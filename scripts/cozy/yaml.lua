@@ -671,7 +671,7 @@ end
 -- sorted_keys above for all but the common cases; with `lua` set, by emit,
 -- the definition the C one is checked against
 -- (spec/unit/yaml_emitter_spec.lua).
-local function document(v, lua)
+local function document(v, lua, lines_memo)
   local out = {}
   local k = kind_of(v)
   if k == "scalar" then
@@ -681,7 +681,7 @@ local function document(v, lua)
   elseif lua then
     emit(out, v, 0, nil, 0)
   else
-    return out, emitter.emit(out, v, scalar, key_text, sorted_keys)
+    return out, emitter.emit(out, v, scalar, key_text, sorted_keys, lines_memo)
   end
   return out, true
 end
@@ -694,11 +694,19 @@ end
 -- v's YAML as lines (no newlines at their ends): the emitter's own, without
 -- joining and splitting them again (an entry holding a line break, which
 -- the emitter does not write, would be split as encode's text would be).
-function yaml.lines(v)
-  local out, may_break = document(v)
+-- lines_memo (optional, from yaml.memo(), kept by the caller between calls):
+-- the lines of every mapping and sequence emitted are remembered in it,
+-- and a table met again at the same indentation is not emitted again (the
+-- plan's two sides of an object share every subtree its writes left
+-- alone). The tables must not change while it is in use.
+function yaml.lines(v, lines_memo)
+  local out, may_break = document(v, false, lines_memo)
   if may_break then return split_lines(out) end
   return out
 end
+
+-- A memo for yaml.lines.
+yaml.memo = emitter.memo
 
 -- yaml.lines by the Lua emitter alone: the definition of the C one. seen
 -- (optional, a table the caller keeps between calls): the lines of every

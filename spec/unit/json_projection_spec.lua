@@ -42,7 +42,7 @@ local function prune(v, proj)
   if proj == true or type(v) ~= "table" then return v end
   if getmetatable(v) == json.array_mt then
     local each = proj["*"]
-    if each == nil then error("no * for an array") end
+    if not each then error("no * for an array") end
     local out = json.array()
     for i = 1, #v do out[i] = prune(v[i], each) end
     return out
@@ -51,13 +51,14 @@ local function prune(v, proj)
   for k, e in pairs(v) do
     local sub = proj[k]
     if sub == nil then sub = proj["*"] end
-    if sub ~= nil then out[k] = prune(e, sub) end
+    if sub then out[k] = prune(e, sub) end -- false: left out
   end
   return out
 end
 
 -- A random projection shaped by v: some keys kept whole, some descended
--- into, some left out, sometimes a "*" for the rest, sometimes keys v lacks.
+-- into, some left out (by absence or by false), sometimes a "*" for the
+-- rest, sometimes keys v lacks.
 local function random_projection(v, rand, depth)
   if type(v) ~= "table" or rand(4) == 1 or depth > 4 then return true end
   local proj = {}
@@ -68,7 +69,8 @@ local function random_projection(v, rand, depth)
   for k, e in pairs(v) do
     local c = rand(3)
     if c == 1 then proj[k] = true
-    elseif c == 2 then proj[k] = random_projection(e, rand, depth + 1) end
+    elseif c == 2 then proj[k] = random_projection(e, rand, depth + 1)
+    elseif rand(2) == 1 then proj[k] = false end
   end
   if rand(4) == 1 then proj["*"] = random_projection(v, rand, depth + 1) end
   if rand(3) == 1 then proj["not-in-the-document"] = true end
@@ -121,6 +123,20 @@ describe("json.decode with a projection", function()
       assert.is_nil(got.items[1].metadata.annotations)
       assert.is_nil(got.items[1].apiVersion)
       assert.is_string(got.items[1].metadata.name)
+    end)
+
+    it("leaves out a key whose projection is false, even where \"*\" keeps the rest", function()
+      local list = klist.generate(64 * 1024)
+      local text = json.encode(json.decode(list).items[1])
+      local got = json.decode(text, { ["*"] = true, metadata = { ["*"] = true, managedFields = false } })
+      local full = json.decode(text)
+      assert.is_table(full.metadata.managedFields)
+      assert.is_nil(got.metadata.managedFields)
+      full.metadata.managedFields = nil
+      assert_same(full, got)
+      -- false in an array's place is no "*": refused, not an empty array
+      assert.equal('cozy.json: projection has no "*" entry for this array at byte 1',
+        error_of(json.decode, "[1]", { ["*"] = false }))
     end)
 
     it("builds the whole value for `true` and for no projection at all", function()
@@ -301,10 +317,8 @@ describe("json.decode with a projection", function()
       local function argerr(proj)
         return error_of(json.decode, '{"a":1}', proj)
       end
-      assert.equal("bad argument #2 to 'cozy.json.decode' (projection: items.*.spec is not true or a table)",
+      assert.equal("bad argument #2 to 'cozy.json.decode' (projection: items.*.spec is not true, false or a table)",
         argerr({ items = { ["*"] = { spec = "yes" } } }))
-      assert.equal("bad argument #2 to 'cozy.json.decode' (projection: a is false, expected true or a table)",
-        argerr({ a = false }))
       assert.equal("bad argument #2 to 'cozy.json.decode' (projection: a.[number] is a key that is not a string)",
         argerr({ a = { true } }))
       assert.equal("bad argument #2 to 'cozy.json.decode' (projection table or true expected, got string)",
@@ -315,7 +329,7 @@ describe("json.decode with a projection", function()
       cycle.a = cycle
       assert.matches("projection: a%.a%.a.-%.%.%. is nested deeper than 1000%)$", argerr(cycle))
       -- even when the document would not reach the faulty entry
-      assert.matches("projection: z is not true or a table", error_of(json.decode, "[", { z = 1 }))
+      assert.matches("projection: z is not true, false or a table", error_of(json.decode, "[", { z = 1 }))
     end)
   end)
 

@@ -211,6 +211,14 @@ describe("lean lists", function()
     assert.is_nil(lean.spec.template.spec.domain.devices.interfaces)
   end)
 
+  it("prunes as the decoder projects: \"*\" keeps an object's other keys, false leaves one out", function()
+    local tree = { ["*"] = true, metadata = { ["*"] = true, managedFields = false } }
+    local lean = kube.prune(vm, tree)
+    assert.is_nil(lean.metadata.managedFields)
+    assert.equal("x", lean.metadata.annotations.big)
+    assert.equal(json.encode(json.decode(json.encode(vm), tree)), json.encode(lean))
+  end)
+
   it("gives the same difference as the full object for what it keeps", function()
     local lean = kube.prune(vm, kube.projection({ "spec.template.spec.volumes", "spec.template.spec.domain.devices.disks" }))
     local function edit(o)

@@ -6,6 +6,7 @@
 -- error where the Lua one raises.
 local files = require("spec.helpers").files
 local json = require "cozy.json"
+local patch = require "cozy.kube.patch"
 local yaml = require "cozy.yaml"
 
 -- Random rounds: the plain build runs them all (equality is its job); under
@@ -171,5 +172,83 @@ describe("cozy.yaml_emitter on random documents", function()
       assert.equal("cozy.yaml: a table nested deeper than " .. json.max_depth .. " levels", err)
       assert.is_nil(first_difference(doc))
     end
+  end)
+end)
+
+-- The memo (yaml.memo): a table met again at the same indentation is not
+-- emitted again, its lines taken from where it was first written. ------
+
+-- lines without a memo, then with one shared by both documents, must agree
+local function memo_difference(first, second)
+  local memo = yaml.memo()
+  for n, doc in ipairs { first, second } do
+    local with, without = yaml.lines(doc, memo), yaml.lines_lua(doc)
+    for i = 1, math.max(#with, #without) do
+      if with[i] ~= without[i] then
+        return ("document %d, line %d: memo %q, Lua %q"):format(n, i, tostring(with[i]), tostring(without[i]))
+      end
+    end
+  end
+  return nil
+end
+
+describe("cozy.yaml_emitter's memo", function()
+  it("writes a plan's before, which shares the after's tables, as without it, for a 400-VM fleet", function()
+    local list = json.decode(files.fleet_json(400))
+    local differ, vms = {}, 0
+    for _, o in ipairs(list.items) do
+      if o.kind == "VirtualMachine" then
+        vms = vms + 1
+        for _, k in ipairs { "managedFields", "resourceVersion", "uid", "creationTimestamp", "generation" } do
+          o.metadata[k] = nil
+        end
+        -- the before as the plan makes it: the after patched back, its
+        -- untouched subtrees the after's own tables
+        local after = json.copy(o)
+        table.insert(after.spec.template.spec.volumes, json.object { name = "copied", dataVolume = { name = "x" } })
+        local ops = json.diff(after, o)
+        local before = patch.json_patch(after, ops, true)
+        assert.equal(after.spec.template.spec.domain, before.spec.template.spec.domain)
+        local d = memo_difference(after, before)
+        if d ~= nil and #differ < 5 then differ[#differ + 1] = o.metadata.name .. ": " .. d end
+      end
+    end
+    assert.is_true(vms >= 400)
+    assert.same({}, differ)
+  end)
+
+  it("writes random documents whose subtrees recur at other indentations and in sequences as without it", function()
+    math.randomseed(5959)
+    local differ = {}
+    for i = 1, ROUNDS // 10 do
+      local t = random_table(1)
+      if next(t) ~= nil then
+        local literal = json.object { text = "line one\nline two\n", t = t }
+        local first = json.object { a = t, b = json.object { c = t, d = json.object { e = literal } },
+          l = json.array { t, json.object { x = t }, json.array { literal } } }
+        local second = json.array { json.object { a = t }, literal, t, json.object { deeper = first } }
+        local d = memo_difference(first, second)
+        if d ~= nil and #differ < 5 then differ[#differ + 1] = ("round %d: %s"):format(i, d) end
+      end
+    end
+    assert.same({}, differ)
+  end)
+
+  it("takes a table's lines from where it was first written (so it must not change meanwhile)", function()
+    -- the contract's edge shows that the lines are taken, not made again
+    local shared = json.object { key = "first" }
+    local memo = yaml.memo()
+    assert.same({ "a:", "  key: first" }, yaml.lines(json.object { a = shared }, memo))
+    shared.key = "changed"
+    assert.same({ "b:", "  key: first" }, yaml.lines(json.object { b = shared }, memo))
+    -- at another indentation it is written anew
+    assert.same({ "c:", "  d:", "    key: changed" }, yaml.lines(json.object { c = json.object { d = shared } }, memo))
+    assert.same({ "b:", "  key: changed" }, yaml.lines(json.object { b = shared }))
+  end)
+
+  it("refuses a memo that is not one", function()
+    local ok, err = pcall(yaml.lines, json.object { a = 1 }, {})
+    assert.is_false(ok)
+    assert.matches("cozy.yaml_emitter.memo expected", err, 1, true)
   end)
 end)

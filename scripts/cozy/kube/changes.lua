@@ -64,7 +64,7 @@ end
 -- One object's report (the event `object` of a plan).
 local function report(ov, e, action)
   local secret = e.group == "" and e.plural == "secrets"
-  local after_raw = action ~= "deleted" and ov:object(e) or nil
+  local after_raw = action ~= "deleted" and ov:object(e, overlay.WITHOUT_MANAGED_FIELDS) or nil
   -- (before shown changes it)
   local terminating = after_raw ~= nil and type(after_raw.metadata) == "table"
     and after_raw.metadata.deletionTimestamp ~= nil or nil
@@ -93,7 +93,10 @@ local function report(ov, e, action)
     return r
   end
   local name = label(api_version, kind, e.ns, e.name)
-  r.diff = diff.unified(before and yaml.lines(before) or {}, after and yaml.lines(after) or {},
+  -- (the before shares the after's tables: its YAML mostly the after's)
+  local memo = yaml.memo()
+  local after_lines = after and yaml.lines(after, memo) or {}
+  r.diff = diff.unified(before and yaml.lines(before, memo) or {}, after_lines,
     "live/" .. name, "planned/" .. name)
   return r
 end

@@ -29,8 +29,8 @@
 -- metadata the server sets (SERVER_SET, which the plan never shows) as the
 -- JSON patch that turns the object into it (before_ops): the few fields a
 -- write changed. Where that patch would not give back exactly the before's
--- JSON (json.diff takes [] for {} and 1 for 1.0), the before is kept as
--- JSON whole (before_text). Every read decodes a fresh copy: what the
+-- JSON (json.diff takes [] for {} and 1 for 1.0: its exact mode says so),
+-- the before is kept as JSON whole (before_text). Every read decodes a fresh copy: what the
 -- step gets is its own, as a run's answers are.
 --
 -- Pure data: no requests. Lookups by identity are O(1); a list page is
@@ -46,13 +46,28 @@ local overlay = {}
 overlay.SERVER_SET = { "resourceVersion", "uid", "managedFields", "generation", "creationTimestamp",
   "deletionTimestamp", "selfLink" }
 
--- A copy of obj without the metadata the server sets.
-local function without_server_set(obj)
-  local c = json.copy(obj)
-  if type(c.metadata) == "table" then
-    for _, k in ipairs(overlay.SERVER_SET) do c.metadata[k] = nil end
+-- A decoder's projection (cozy.json): the object without its
+-- managedFields, most of a typical object's bytes and tables (a VM of
+-- migration 59: about half its JSON). For what only the plan's diff reads
+-- (a write's live before, the end's report), which leaves every
+-- SERVER_SET field out anyway; the others are scalars and kept, so that a
+-- saved plan still records the resourceVersion it read.
+overlay.WITHOUT_MANAGED_FIELDS = { ["*"] = true,
+  metadata = { ["*"] = true, managedFields = false } }
+
+-- obj's SERVER_SET metadata taken out in place; returns what was there,
+-- for put_back.
+local function take_server_set(obj)
+  local md, held = type(obj) == "table" and obj.metadata, {}
+  if type(md) ~= "table" then return held end
+  for _, k in ipairs(overlay.SERVER_SET) do
+    held[k], md[k] = md[k], nil
   end
-  return c
+  return held
+end
+
+local function put_back(obj, held)
+  for k, v in pairs(held) do obj.metadata[k] = v end
 end
 
 local Overlay = {}
@@ -110,17 +125,20 @@ function Overlay:entry(group, plural, ns, name)
   return self._entries[overlay.identity(group, plural, ns, name)]
 end
 
--- A fresh copy of the object an entry holds, or nil when deleted.
-function Overlay.object(_, e)
+-- A fresh copy of the object an entry holds, or nil when deleted; with a
+-- decoder's projection (cozy.json), only those parts of it.
+function Overlay.object(_, e, proj)
   if e.text == nil then return nil end
-  return json.decode(e.text)
+  return json.decode(e.text, proj)
 end
 
 -- A fresh copy of an entry's before (without SERVER_SET), or nil.
 function Overlay:before(e)
   if e.before_text ~= nil then return json.decode(e.before_text) end
   if e.before_ops ~= nil then
-    return patch.json_patch(without_server_set(self:object(e)), json.decode(e.before_ops))
+    local obj = self:object(e, overlay.WITHOUT_MANAGED_FIELDS)
+    take_server_set(obj)
+    return patch.json_patch(obj, json.decode(e.before_ops), true)
   end
   return nil
 end
@@ -136,27 +154,27 @@ function Overlay.before_over(_, e, after)
   return nil
 end
 
--- Keeps before (nil, or an object) in e against its object now (after, a
--- table, or nil): the patch from after to it when that gives it back
--- exactly, else its JSON.
+-- Keeps before (nil, or an object the caller gives away: its SERVER_SET
+-- metadata is taken out) in e against its object now (after, a table the
+-- caller keeps, or nil): the patch from after to it when that gives it
+-- back exactly (json.diff's exact mode), else its JSON. Nothing is
+-- copied: after's SERVER_SET metadata is set aside for the diff and put
+-- back (a copy of each side, a patch back and two encodes to check it
+-- were most of a write's cost in a rehearsal: bench/README.md).
 local function keep_before(e, before, after)
   e.before_ops, e.before_text = nil, nil
   if before == nil then return end
-  local shown = without_server_set(before)
-  local text = json.encode(shown)
+  take_server_set(before)
   if after ~= nil then
-    local base = without_server_set(after)
-    local ok, ops = pcall(json.diff, base, shown)
-    if ok then
-      -- (base is this function's own copy: the patch need not copy it again)
-      local back_ok, back = pcall(patch.json_patch, base, ops, true)
-      if back_ok and json.encode(back) == text then
-        e.before_ops = json.encode(ops)
-        return
-      end
+    local held = take_server_set(after)
+    local ok, ops = pcall(json.diff, after, before, true)
+    put_back(after, held)
+    if ok and ops ~= nil then
+      e.before_ops = json.encode(ops)
+      return
     end
   end
-  e.before_text = text
+  e.before_text = json.encode(before)
 end
 
 local function keep_object(e, obj)
@@ -188,9 +206,10 @@ end
 -- object of this identity, live_rv = its resourceVersion, created = this
 -- object is not that one changed, api_version =, inexact = why, before =
 -- the live object as found before this first write, before_unknown = why
--- it could not be read }. The
--- overlay keeps its own copy, with its own resourceVersion; returns a copy
--- of what it keeps.
+-- it could not be read, which put takes as its own }. The overlay keeps
+-- obj's text with a resourceVersion of its own, set in obj, which it
+-- returns: obj is the caller's, changed only there (no copy: each is a
+-- whole object, and a rehearsal puts one per write).
 function Overlay:put(group, plural, obj, o)
   o = o or {}
   local md = obj.metadata
@@ -208,14 +227,13 @@ function Overlay:put(group, plural, obj, o)
     before = self:before(e)
   end
   self._serial = self._serial + 1
-  local kept = patch.deepcopy(obj)
-  kept.metadata.resourceVersion = ("rehearsal-%d"):format(self._serial)
-  keep_object(e, kept)
-  keep_before(e, before, kept)
+  md.resourceVersion = ("rehearsal-%d"):format(self._serial)
+  keep_object(e, obj)
+  keep_before(e, before, obj)
   e.state, e.api_version = "present", o.api_version or obj.apiVersion
   if o.inexact then e.inexact = o.inexact end
-  -- the overlay keeps text: the table is the caller's
-  return kept
+  -- the overlay keeps text: the table stays the caller's
+  return obj
 end
 
 -- Marks an object deleted (live: the live server holds one of that

@@ -32,18 +32,27 @@ end
 
 -- The lean copy of v that a projection tree keeps: a kept path is present
 -- exactly when it is present in v, with its parents (each holding only what
--- the projection names).
+-- the projection names, or, under "*", all but what it sets false), as the
+-- decoder's projection builds it (docs/engine-api.md, "cozy.json").
 local function prune(v, tree)
   if tree == true or type(v) ~= "table" then return v end
   if patch.is_array(v) then
-    if tree["*"] == nil then return v end
+    if not tree["*"] then return v end
     local out = json.array {}
     for i = 1, #v do out[i] = prune(v[i], tree["*"]) end
     return out
   end
-  local out = json.object {}
+  local out, star = json.object {}, tree["*"]
+  if star then
+    for k, x in pairs(v) do
+      local sub = tree[k]
+      if sub == nil then sub = star end
+      if sub then out[k] = prune(x, sub) end
+    end
+    return out
+  end
   for k, sub in pairs(tree) do
-    if k ~= "*" and v[k] ~= nil then out[k] = prune(v[k], sub) end
+    if k ~= "*" and sub and v[k] ~= nil then out[k] = prune(v[k], sub) end
   end
   return out
 end
