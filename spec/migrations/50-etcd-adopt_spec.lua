@@ -140,10 +140,18 @@ describe("migration 50-etcd-adopt", function()
       if first then run(first) end
       local res = run(extra or {})
       -- the controller double's work on a scale made as the run ended (finally's, the
-      -- shell's EXIT trap) done before it stops: the operator's status at its spec
+      -- shell's EXIT trap) done before it stops: the operator's status at its spec, as
+      -- written by a pass begun after the run ended. The status alone does not say so:
+      -- a pass that read the scale-down can write its stale status after a poll saw the
+      -- old one match (the fake gives a Deployment no generation to tell them apart),
+      -- which failed this spec once in CI. Passes are counted at their ends, so the
+      -- second one to end from now began after the run.
+      local passes = dir .. "/controllers-stop.passes"
+      local now = tonumber(files.read(passes)) or 0
       assert(cli.poll(30, function()
         local o = h:object(OPERATOR[1], OPERATOR[2], OPERATOR[3])
-        return o and o.status and o.status.replicas == o.spec.replicas
+        return (tonumber(files.read(passes)) or 0) >= now + 2
+          and o and o.status and o.status.replicas == o.spec.replicas
           and (o.status.observedGeneration or 0) >= (o.metadata.generation or 0)
       end), "the controller double did not settle the operator's status")
       stop_controllers()
