@@ -14,6 +14,16 @@ local yaml = require "cozy.yaml"
 -- every path of the C with the sanitizer watching, at a tenth of its time.
 local ROUNDS = os.getenv("ASAN_OPTIONS") and 2000 or 20000
 
+-- The first line where lines a and b differ ("line N: NAME_A %q, NAME_B %q"), or nil.
+local function line_apart(a, b, name_a, name_b)
+  for i = 1, math.max(#a, #b) do
+    if a[i] ~= b[i] then
+      return ("line %d: %s %q, %s %q"):format(i, name_a, tostring(a[i]), name_b, tostring(b[i]))
+    end
+  end
+  return nil
+end
+
 -- The first line where the two emitters differ, or nil.
 local function first_difference(v)
   local ok_c, c = pcall(yaml.lines, v)
@@ -26,9 +36,8 @@ local function first_difference(v)
     if c ~= l then return ("errors differ: %q / %q"):format(c, l) end
     return nil
   end
-  for i = 1, math.max(#c, #l) do
-    if c[i] ~= l[i] then return ("line %d: C %q, Lua %q"):format(i, tostring(c[i]), tostring(l[i])) end
-  end
+  local apart = line_apart(c, l, "C", "Lua")
+  if apart then return apart end
   if yaml.encode(v) ~= table.concat(l, "\n") .. "\n" then
     return "encode differs from the Lua lines"
   end
@@ -183,11 +192,8 @@ local function memo_difference(first, second)
   local memo = yaml.memo()
   for n, doc in ipairs { first, second } do
     local with, without = yaml.lines(doc, memo), yaml.lines_lua(doc)
-    for i = 1, math.max(#with, #without) do
-      if with[i] ~= without[i] then
-        return ("document %d, line %d: memo %q, Lua %q"):format(n, i, tostring(with[i]), tostring(without[i]))
-      end
-    end
+    local apart = line_apart(with, without, "memo", "Lua")
+    if apart then return ("document %d, %s"):format(n, apart) end
   end
   return nil
 end
