@@ -45,6 +45,7 @@ local legacy = lazy "cozy.runner.legacy"
 local parameters = lazy "cozy.runner.parameters"
 local binding = lazy "cozy.kube.binding"
 local planfile = lazy "cozy.runner.planfile"
+local rehearsal = lazy "cozy.kube.rehearsal"
 local stamp = lazy "cozy.runner.stamp"
 local step = lazy "cozy.runner.step"
 local steps = lazy "cozy.runner.steps"
@@ -574,6 +575,8 @@ function Run:migrate()
   self.at = decision.current
   for _, m in ipairs(decision.steps) do cm = self:each_step(m, cm) end
   self:left_behind()
+  -- a rehearsal's live befores of what it patched, for the plan's diffs
+  if self.client.rehearsal then rehearsal.read_befores(self.client) end
 end
 
 -- After the last step: the steps that did not stamp, and what the next

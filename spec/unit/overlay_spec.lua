@@ -318,6 +318,36 @@ describe("cozy.kube.overlay", function()
       assert.equal("three", ov:object(ov:entry("", "configmaps", "a", "x")).data.v)
     end)
 
+    it("awaits the before of a write that named only its live version, through later writes and a delete", function()
+      local ov = overlay.new()
+      local due = { live = true, live_rv = "7", before_due = "v1" }
+      ov:put("", "configmaps", cm("b", "y", nil, { data = json.object { v = "one" } }), due)
+      ov:put("", "configmaps", cm("a", "x", nil, { data = json.object { v = "one", w = "1" } }), due)
+      ov:put("", "configmaps", cm("a", "x", nil, { data = json.object { v = "two" } }), { live = true })
+      ov:put("", "configmaps", cm("a", "kept", nil, { data = json.object { v = "one" } }),
+        { live = true, before = cm("a", "kept") })
+      ov:delete("", "configmaps", "b", "y", true)
+      local awaiting = {}
+      for _, e in ipairs(ov:awaiting_before()) do awaiting[#awaiting + 1] = e.key end
+      assert.same({ "a/x", "b/y" }, awaiting)
+      local x, y = ov:entry("", "configmaps", "a", "x"), ov:entry("", "configmaps", "b", "y")
+      assert.is_nil(ov:before(x))
+      assert.equal("v1", x.before_due)
+      assert.equal("7", x.live_rv)
+      -- read at the end: the before is kept against the object as the later writes left it
+      local live = cm("a", "x", nil, { data = json.object { v = "live", w = "1" } })
+      live.metadata.managedFields = json.array { json.object { manager = "m" } }
+      ov:settle_before(x, live)
+      ov:settle_before(y, nil, "the live object was deleted during the rehearsal")
+      assert.same({}, ov:awaiting_before())
+      assert.equal('{"v":"live","w":"1"}', json.encode(ov:before(x).data))
+      assert.is_nil(ov:before(x).metadata.managedFields)
+      assert.is_nil(ov:before(x).metadata.resourceVersion)
+      assert.equal("two", ov:object(x).data.v)
+      assert.is_nil(ov:before(y))
+      assert.equal("the live object was deleted during the rehearsal", y.before_unknown)
+    end)
+
     it("hands out copies: changing what put or get returned leaves the overlay's object as it was", function()
       local ov = overlay.new()
       local kept = ov:put("", "configmaps", cm("a", "x", nil, { data = json.object { v = "one" } }), { live = true })

@@ -213,6 +213,16 @@ end
 
 -- A read answered by the live server (a rehearsal's step under way):
 -- method, path, encoded query, whether it succeeded and the answer.
+-- The object at path read at resourceVersion rv (false: absent; nil: an
+-- object that names none): the first read of it is the one bound. Also for
+-- a rehearsed write, whose answer names the live version it was applied to
+-- (the engine reads the object itself only at the plan's end).
+function Binding:read_object(path, rv)
+  if self.mode ~= "record" or self.step == nil or self.reads[path] ~= nil then return end
+  self.reads[path] = rv
+  self.read_order[#self.read_order + 1] = path
+end
+
 function Binding:read(path, qs, ok, body)
   if self.mode ~= "record" or self.step == nil then return end
   local q = {}
@@ -226,18 +236,12 @@ function Binding:read(path, qs, ok, body)
   -- answers none (a pod's log, text) cannot be bound, nor a 404 of one
   local other = a.subresource ~= nil and a.subresource ~= "status"
   if a.name ~= nil then
-    if self.reads[path] ~= nil then return end
-    local rv
     if ok and type(body) == "table" and type(body.metadata) == "table"
         and (not other or type(body.metadata.resourceVersion) == "string") then
-      rv = body.metadata.resourceVersion
+      self:read_object(path, body.metadata.resourceVersion)
     elseif not ok and not other and type(body) == "table" and body.code == 404 then
-      rv = false -- absent
-    else
-      return
+      self:read_object(path, false) -- absent
     end
-    self.reads[path] = rv
-    self.read_order[#self.read_order + 1] = path
     return
   end
   if other or not ok or type(body) ~= "table" then return end

@@ -18,8 +18,12 @@
 -- (live_rv): the write sent to the server for validation carries that one.
 --
 -- For the plan's per-object diff, an entry keeps the live object as the
--- rehearsal first found it (before), as the write that first placed it
--- brought it: only objects the rehearsal wrote are kept, once each.
+-- rehearsal first found it (before): only objects the rehearsal wrote are
+-- kept, once each. A delete brings it along (the engine reads the object
+-- first); a patch or update of a live object does not: the server's
+-- answer names the live resourceVersion it was applied to (live_rv), and
+-- the object at that version is read once the steps are done, many at a
+-- time (cozy.kube.rehearsal.read_befores; before_due until then).
 --
 -- What it keeps is text, not tables: a rehearsal of migration 59 at
 -- 20,000 VMs writes 10,000 of them, and their decoded before and after
@@ -102,6 +106,13 @@ end
 local function le(a, b) return compare(a, b) <= 0 end
 local function lt(a, b) return compare(a, b) < 0 end
 
+-- entries by group, resource, then key
+local function in_order(a, b)
+  if a.group ~= b.group then return lt(a.group, b.group) end
+  if a.plural ~= b.plural then return lt(a.plural, b.plural) end
+  return lt(a.key, b.key)
+end
+
 -- The 404 the API server answers for an absent object.
 function overlay.not_found(group, plural, name)
   local details = { name = name, kind = plural }
@@ -120,7 +131,9 @@ end
 -- re-created after a delete), inexact (why the overlay's version may not
 -- be what the run would make), before_ops or before_text (the live object
 -- as first found, without SERVER_SET; Overlay:before decodes it; neither
--- when absent or not known), before_unknown (why it is not known) }.
+-- when absent or not known), before_unknown (why it is not known),
+-- before_due (the API version to read the before at, while it is still to
+-- be read: Overlay:awaiting_before) }.
 function Overlay:entry(group, plural, ns, name)
   return self._entries[overlay.identity(group, plural, ns, name)]
 end
@@ -206,7 +219,8 @@ end
 -- object of this identity, live_rv = its resourceVersion, created = this
 -- object is not that one changed, api_version =, inexact = why, before =
 -- the live object as found before this first write, before_unknown = why
--- it could not be read, which put takes as its own }. The overlay keeps
+-- it could not be read, which put takes as its own, before_due = the API
+-- version to read it at later instead (the live object at live_rv) }. The overlay keeps
 -- obj's text with a resourceVersion of its own, set in obj, which it
 -- returns: obj is the caller's, changed only there (no copy: each is a
 -- whole object, and a rehearsal puts one per write).
@@ -217,7 +231,7 @@ function Overlay:put(group, plural, obj, o)
   local before
   if e.state == nil then
     e.live, e.live_rv, e.created = o.live == true, o.live_rv, o.created == true
-    before, e.before_unknown = o.before, o.before_unknown
+    before, e.before_unknown, e.before_due = o.before, o.before_unknown, o.before_due
   else
     -- a later write keeps what is known of the live object; a create after
     -- a delete makes the object a new one
@@ -247,6 +261,25 @@ function Overlay:delete(group, plural, ns, name, live, before, before_unknown)
   end
   keep_before(e, before, nil)
   e.state, e.text, e.md = "deleted", nil, nil
+end
+
+-- The entries whose before is still to be read (before_due), in the
+-- order Overlay:changes gives.
+function Overlay:awaiting_before()
+  local due = {}
+  for _, e in pairs(self._entries) do
+    if e.before_due ~= nil then due[#due + 1] = e end
+  end
+  table.sort(due, in_order)
+  return due
+end
+
+-- Settles an awaiting entry's before: the live object read for it (which
+-- the caller gives away, decoded without managedFields), or nil and why it
+-- is not known.
+function Overlay:settle_before(e, live, unknown)
+  e.before_due, e.before_unknown = nil, unknown
+  keep_before(e, live, e.text ~= nil and self:object(e, overlay.WITHOUT_MANAGED_FIELDS) or nil)
 end
 
 -- Marks an object the overlay holds inexact: its version may differ from
@@ -473,14 +506,9 @@ function Overlay:changes()
       deleted[#deleted + 1] = e
     end
   end
-  local function order(a, b)
-    if a.group ~= b.group then return lt(a.group, b.group) end
-    if a.plural ~= b.plural then return lt(a.plural, b.plural) end
-    return lt(a.key, b.key)
-  end
-  table.sort(created, order)
-  table.sort(changed, order)
-  table.sort(deleted, order)
+  table.sort(created, in_order)
+  table.sort(changed, in_order)
+  table.sort(deleted, in_order)
   return { created = created, changed = changed, deleted = deleted }
 end
 

@@ -30,9 +30,13 @@
 -- refused with 403 (credentials that may read but not write) is applied
 -- here where it can be, and said "not validated by the server".
 --
--- Before the first write of a live object the engine reads it whole (its
--- own GET): the overlay keeps it as the object's before, for the plan's
--- per-object diff (cozy.kube.changes).
+-- The overlay keeps the live object as the rehearsal first found it (its
+-- before), for the plan's per-object diff (cozy.kube.changes). Of a
+-- delete, the engine reads it first (its own GET). Of a patch or update,
+-- it does not: the server's answer names the resourceVersion the write
+-- was applied to, and once the steps are done read_befores reads the
+-- objects at those versions, a namespace's many in a list (a read per
+-- write was half a rehearsal's requests: bench/README.md).
 local json = require "cozy.json"
 local errors = require "cozy.kube.errors"
 local overlay = require "cozy.kube.overlay"
@@ -150,32 +154,126 @@ local function live_original(client, t)
   end))
 end
 
--- A write of a batch (cozy.kube.update) reads its live original beside the
--- other writes in flight rather than before them, which would hold every
--- one of them back for a round trip: before_read gives the prepared GET
--- when the write (method, path, its spec) will need one (the first write
--- of a live object), else nil; took_before judges its answer, as
--- live_original does, into what the batch puts in the write's spec
--- (spec.rehearsal_before), where prepare takes it instead of reading.
-function rehearsal.before_read(client, method, path, spec)
-  local state = client.rehearsal
-  if state == nil or spec.rehearsal_before ~= nil then return nil end
-  if method ~= "PATCH" and method ~= "PUT" and method ~= "DELETE" then return nil end
-  local t = target_of(method, path, "")
-  if t == nil or t.name == nil or (t.subresource ~= nil and t.subresource ~= "status") then
-    return nil
+-- The befores still to be read (Overlay:awaiting_before), read once the
+-- steps are done. The live server holds each object at the
+-- resourceVersion the write's answer named, unless something else wrote it
+-- since: then the version the rehearsal started from is gone, and the
+-- object's before is not known (never a later version shown as the one
+-- the plan changed). A namespace (or cluster-scoped resource) with
+-- BEFORES_LISTED or more awaited is listed, in the client's pages, for as
+-- long as at least one in LISTED_DENSITY of what it has listed is awaited
+-- (a list page costs the server about what a few dozen reads of one object
+-- do); the rest are read one by one, up to the client's concurrency at
+-- once. These are the engine's own reads, to the live server as they are
+-- (not through the overlay, not recorded, not bound); a list that fails
+-- (403, 410) leaves its objects to be read one by one.
+local BEFORES_LISTED, LISTED_DENSITY = 32, 16
+
+local BEFORES_LIST_PROJECTION = { kind = true, apiVersion = true, metadata = true,
+  items = { ["*"] = overlay.WITHOUT_MANAGED_FIELDS } }
+
+local function settle_before(ov, e, live, unknown)
+  local md = type(live) == "table" and type(live.metadata) == "table" and live.metadata or nil
+  if md and e.live_rv ~= nil and md.resourceVersion ~= e.live_rv then
+    live, unknown = nil, ("the live object changed during the rehearsal "
+      .. "(resourceVersion %s when written, %s when read for the diff)")
+      :format(e.live_rv, tostring(md.resourceVersion))
+  elseif live == nil and unknown == nil then
+    unknown = "the live object was deleted during the rehearsal"
   end
-  if state.overlay:entry(t.group, t.plural, t.ns, t.name) ~= nil then return nil end
-  return client:_internally(function()
-    return client:prepare("GET", live_path(t), { projection = overlay.WITHOUT_MANAGED_FIELDS })
-  end)
+  ov:settle_before(e, live, unknown)
 end
 
-function rehearsal.took_before(client, req, code, body, attempts, warnings, decode_error)
-  local before, unknown = original_of(pcall(client._internally, client, function()
-    return (client:finish(req, code, body, attempts, warnings, decode_error))
-  end))
-  return { before = before, unknown = unknown }
+-- Lists a namespace's (or a cluster-scoped resource's) awaited befores:
+-- g = { t, ns, due = key -> entry, n }; settles what it finds, leaves the rest in g.due.
+local function list_befores(live, ov, g)
+  local path, cont, listed, found = collection(g.t, g.ns), nil, 0, 0
+  repeat
+    local query = { { "limit", tostring(live.page_limit) }, { "continue", cont } }
+    local ok, page = pcall(live._internally, live, function()
+      return (live:call("GET", path, { query = query, projection = BEFORES_LIST_PROJECTION }))
+    end)
+    if not ok then
+      if not errors.is_item_error(page) then error(page, 0) end
+      return
+    end
+    local items = type(page) == "table" and type(page.items) == "table" and page.items or {}
+    -- a built-in kind's items name no kind: the list's does
+    local kind = type(page.kind) == "string" and page.kind:match("^(.*)List$") or nil
+    for _, o in ipairs(items) do
+      local md = type(o) == "table" and o.metadata
+      local e = type(md) == "table" and type(md.name) == "string"
+        and g.due[md.namespace and (md.namespace .. "/" .. md.name) or md.name] or nil
+      if e ~= nil then
+        if o.kind == nil then o.kind, o.apiVersion = kind, page.apiVersion end
+        settle_before(ov, e, o)
+        g.due[e.key], g.n, found = nil, g.n - 1, found + 1
+      end
+    end
+    listed = listed + #items
+    cont = type(page) == "table" and type(page.metadata) == "table" and page.metadata["continue"]
+      or nil
+  until cont == nil or cont == "" or g.n == 0 or found * LISTED_DENSITY < listed
+end
+
+-- Reads each entry's before by itself, up to the client's concurrency at once.
+local function get_befores(live, ov, entries)
+  if #entries == 0 then return end
+  local concurrency = math.max(1, math.min(64, math.tointeger(live.concurrency) or 1))
+  local m <close> = live._t:multi { concurrency = concurrency }
+  local held, next_i = {}, 1
+  local function submit()
+    local e = entries[next_i]
+    next_i = next_i + 1
+    local t = { group = e.group, version = e.before_due, plural = e.plural, ns = e.ns,
+      name = e.name }
+    local req = live:_internally(function()
+      return live:prepare("GET", live_path(t), { projection = overlay.WITHOUT_MANAGED_FIELDS })
+    end)
+    held[m:submit(req.method, req.path, req.options)] = { req = req, e = e }
+  end
+  while next_i <= #entries and m:pending() < 2 * concurrency do submit() end
+  while true do
+    local id, code, body, attempts, warnings, decode_error = m:wait()
+    if id == nil then break end
+    local h = held[id]
+    held[id] = nil
+    settle_before(ov, h.e, original_of(pcall(live._internally, live, function()
+      return (live:finish(h.req, code, body, attempts, warnings, decode_error))
+    end)))
+    if next_i <= #entries then submit() end
+  end
+end
+
+-- Reads every awaited before (above): once the last step is done, before
+-- the plan's objects are shown.
+function rehearsal.read_befores(client)
+  local state = client.rehearsal
+  if state == nil then return end
+  local due = state.overlay:awaiting_before()
+  if #due == 0 then return end
+  local live = setmetatable({ dry_run = "server", record = false, binding = false, _internal = 0 },
+    { __index = client })
+  local groups, order = {}, {}
+  for _, e in ipairs(due) do
+    local k = table.concat({ e.group, e.before_due, e.plural, e.ns or "" }, "\0")
+    local g = groups[k]
+    if g == nil then
+      g = { t = { group = e.group, version = e.before_due, plural = e.plural }, ns = e.ns,
+        due = {}, n = 0 }
+      groups[k], order[#order + 1] = g, k
+    end
+    g.due[e.key], g.n = e, g.n + 1
+  end
+  for _, k in ipairs(order) do
+    local g = groups[k]
+    if g.n >= BEFORES_LISTED then list_befores(live, state.overlay, g) end
+  end
+  local rest = {}
+  for _, e in ipairs(due) do
+    if e.before_due ~= nil then rest[#rest + 1] = e end
+  end
+  get_befores(live, state.overlay, rest)
 end
 
 -- Where an object to be created in namespace ns is sent for validation:
@@ -465,14 +563,9 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
   if e and e.state == "deleted" then
     refuse(method, shown, overlay.not_found(t.group, t.plural, t.name))
   end
-  if e == nil and (method == "DELETE" or method == "PUT" or method == "PATCH") then
+  if e == nil and method == "DELETE" then
     -- the first write of a live object: what it was, for the plan's diff
-    local read = spec.rehearsal_before
-    if read ~= nil then
-      send.before, send.before_unknown = read.before, read.unknown
-    else
-      send.before, send.before_unknown = live_original(client, t)
-    end
+    send.before, send.before_unknown = live_original(client, t)
   end
   if method == "DELETE" then
     send.op = "delete"
@@ -488,8 +581,9 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
   end
   send.op = "put"
   if e == nil then
-    -- the live object is the base: the server applies the write to it, exactly
-    send.live, send.from_live = true, true
+    -- the live object is the base: the server applies the write to it,
+    -- exactly; what it was is read at the end (read_befores)
+    send.live, send.from_live, send.before_due = true, true, t.version
     return send
   end
   local cur = ov:object(e)
@@ -541,11 +635,16 @@ local function take(client, send, obj)
     local held = state.overlay:object(e).metadata
     obj.metadata.uid, obj.metadata.creationTimestamp = held.uid, held.creationTimestamp
   end
+  local live_rv = send.from_live and obj.metadata.resourceVersion or nil
+  if send.before_due and client.binding then
+    -- the live object this write was applied to: read, as far as a saved plan is concerned
+    client.binding:read_object(live_path(t), live_rv)
+  end
   local kept = state.overlay:put(t.group, t.plural, obj, {
-    live = send.live or (e and e.live) or false, created = send.created,
-    live_rv = send.from_live and obj.metadata.resourceVersion or nil,
+    live = send.live or (e and e.live) or false, created = send.created, live_rv = live_rv,
     api_version = t.group == "" and t.version or (t.group .. "/" .. t.version),
-    inexact = send.inexact, before = send.before, before_unknown = send.before_unknown })
+    inexact = send.inexact, before = send.before, before_unknown = send.before_unknown,
+    before_due = send.before_due })
   if type(send.projection) == "table" then kept = projection.prune(kept, send.projection) end
   return kept
 end
@@ -595,7 +694,7 @@ function rehearsal.apply_locally(client, send, why)
           object_path({ group = t.group, version = t.version, plural = t.plural }, t.ns, t.name)))
       end)
       if send.before == nil and send.before_unknown == nil then
-        send.before = patch.deepcopy(base)
+        send.before, send.before_due = patch.deepcopy(base), nil
       end
       local r, inexact = apply_here(t, base, o.method, o.content_type, o.body, send.shown)
       result, send.inexact = r, send.inexact or inexact
@@ -634,6 +733,10 @@ function rehearsal.finish(client, send, ok, body, st, attempts)
     if errors.is_error(body) and body.code == 403 then
       return rehearsal.apply_locally(client, send,
         "the dry-run write was refused (403): " .. body.message), 200, attempts or {}
+    end
+    if send.before_due then
+      -- what the refused write names: its kind (the object was not read before it)
+      send.before, send.before_unknown = live_original(client, send.t)
     end
     send.kind = object_kind(send.before)
     verdict(client, send, "refused", errors.is_error(body) and body.message or tostring(body))

@@ -26,7 +26,6 @@ local sys = require "cozy.sys"
 local transport = require "cozy.transport"
 local errors = require "cozy.kube.errors"
 local patch = require "cozy.kube.patch"
-local rehearsal = require "cozy.kube.rehearsal"
 
 local update = {}
 
@@ -165,22 +164,8 @@ end
 -- gate). Returns the batch id when a request is in flight.
 local function start(client, m, ch)
   local ok, res = pcall(function()
-    local method, path, spec
-    if ch.held ~= nil then
-      -- its live original read (a rehearsal): now the write itself
-      method, path, spec = ch.held[1], ch.held[2], ch.held[3]
-      ch.held = nil
-    else
-      method, path, spec = ch:request()
-      if method == nil then return nil end
-      -- a rehearsal reads the object's live original first, in flight
-      -- beside the others (cozy.kube.rehearsal.before_read)
-      local read = client.rehearsal and rehearsal.before_read(client, method, path, spec)
-      if read then
-        ch.held, ch.before_req = { method, path, spec }, read
-        return m:submit(read.method, read.path, read.options)
-      end
-    end
+    local method, path, spec = ch:request()
+    if method == nil then return nil end
     local req, kept_back = client:prepare(method, path, spec)
     if req == nil then
       ch:settle(true, kept_back)
@@ -253,30 +238,9 @@ function update.run(client, pull, concurrency, ended)
       if id == nil then break end
       local ch = inflight[id]
       inflight[id], pending = nil, pending - 1
-      local read = ch.before_req
-      if read ~= nil then
-        -- the live original of a rehearsed write: into its spec, then the write
-        ch.before_req = nil
-        local ok, got = pcall(rehearsal.took_before, client, read, status, body, attempts, warnings,
-          decode_error)
-        local next_id
-        if ok then
-          ch.held[3].rehearsal_before = got
-          next_id = start(client, m, ch)
-        else
-          ch.held = nil
-          ch:settle(false, got)
-        end
-        if next_id ~= nil then
-          inflight[next_id], pending = ch, pending + 1
-        else
-          advance(ch)
-        end
-      else
-        ch.settle(ch,
-          pcall(client.finish, client, ch.req, status, body, attempts, warnings, decode_error))
-        advance(ch)
-      end
+      ch.settle(ch,
+        pcall(client.finish, client, ch.req, status, body, attempts, warnings, decode_error))
+      advance(ch)
     end
     resume_due(sys.monotime())
   end

@@ -1,24 +1,28 @@
 -- A plan of a step whose changes go out as a batch (update_each at
--- --concurrency 8): each object's live original is read beside the other
--- writes in flight (cozy.kube.rehearsal.before_read), and the plan shows
--- the same as when each was read before its write: a diff per object
--- changed, and "no diff" with the server's reason for one it may not read.
+-- --concurrency 8): no object is read before its write; once the steps
+-- are done the rehearsal reads each changed object's live original at the
+-- resourceVersion its write was applied to (cozy.kube.rehearsal.
+-- read_befores): one by one for a few, in a list for a namespace's many.
+-- Either way the plan shows a diff per object changed, "no diff" with the
+-- server's reason for one it may not read, and "no diff" for one that
+-- changed on the live server after its write.
 local harness = require "spec.helpers"
 local json = require "cozy.json"
 local cli = require("spec.helpers").cli
 
-local N = 12
+local N, MANY = 12, 60
 
 local MIGRATION = [[
 return {
-  description = "labels every ConfigMap named item-*",
+  description = "labels the first ConfigMaps named item-*",
   permissions = { { verb = "list", group = "", resource = "configmaps" },
     { verb = "get", group = "", resource = "configmaps" }, { verb = "patch", group = "", resource = "configmaps" } },
   run = function(ctx)
     local cms = ctx.kube:resource("v1", "configmaps")
     local items = {}
     for cm in cms:list { namespace = ctx.namespace } do
-      if cm.metadata.name:match("^item%-") then items[#items + 1] = cm end
+      local n = tonumber(cm.metadata.name:match("^item%-(%d+)$"))
+      if n and n >= FIRST and n <= LAST then items[#items + 1] = cm end
     end
     cms:update_each(items, function(cm)
       cm.metadata.labels = cm.metadata.labels or {}
@@ -29,9 +33,15 @@ return {
 }
 ]]
 
+-- labels item-<first> .. item-<last>
+local function migration(first, last)
+  return cli.migration_dir { ["1-items.lua"] = (MIGRATION:gsub("FIRST", tostring(first))
+    :gsub("LAST", tostring(last))) }
+end
+
 local function fixture()
   local cms = {}
-  for i = 1, N do
+  for i = 1, MANY do
     cms[#cms + 1] = cli.configmap(("item-%02d"):format(i), { v = "old", keep = "same" })
   end
   return cli.fixture(1, cms)
@@ -47,44 +57,130 @@ local function block(stdout, header)
   return out
 end
 
+-- item-NN's diff as the plan shows it
+local function labelled(name)
+  return { "object changed: ConfigMap cozy-system/" .. name,
+    "--- live/v1.ConfigMap.cozy-system." .. name, "+++ planned/v1.ConfigMap.cozy-system." .. name,
+    "@@ -1,8 +1,10 @@", " apiVersion: v1", " data:", "   keep: same", "-  v: old", "+  v: new-" .. name,
+    " kind: ConfigMap", " metadata:", "+  labels:", "+    touched: \"yes\"", "   name: " .. name,
+    "   namespace: cozy-system" }
+end
+
+-- The plan's requests: reads of one item by name, reads of the collection
+-- (lists), the index of the last dry-run write, and writes not dry-run.
+local function requests(h)
+  local c = { item_reads = {}, lists = {}, last_write = 0, real_writes = 0 }
+  for i, e in ipairs(h:requests()) do
+    if e.method == "GET" and e.path:match("/configmaps/item%-%d+$") then
+      c.item_reads[#c.item_reads + 1] = i
+    elseif e.method == "GET" and e.path == "/api/v1/namespaces/cozy-system/configmaps" then
+      c.lists[#c.lists + 1] = i
+    elseif cli.is_write(e) then
+      if (e.query or ""):match("dryRun=All") then c.last_write = i else c.real_writes = c.real_writes + 1 end
+    end
+  end
+  return c
+end
+
 describe("a plan of batched changes", function()
   local h = harness.fake { fixtures = { fixture() } }
-  local dir = cli.migration_dir { ["1-items.lua"] = MIGRATION }
+  local few, many = migration(1, N), migration(1, MANY)
 
-  it("shows each object's diff against its live original, every write admitted", function()
-    local r = h:cli(cli.args(h.srv, dir, "plan", "--concurrency", "8"))
+  it("reads a few objects' live originals one by one once the step is done, and diffs each", function()
+    h:mark()
+    local r = h:cli(cli.args(h.srv, few, "plan", "--concurrency", "8"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.matches(("writes %d admitted, 0 refused, 0 not validated; objects 0 created, %d changed, 0 deleted")
       :format(N + 1, N + 1), r.stdout)
     for i = 1, N do
       local name = ("item-%02d"):format(i)
-      assert.same({ "object changed: ConfigMap cozy-system/" .. name,
-        "--- live/v1.ConfigMap.cozy-system." .. name, "+++ planned/v1.ConfigMap.cozy-system." .. name,
-        "@@ -1,8 +1,10 @@", " apiVersion: v1", " data:", "   keep: same", "-  v: old", "+  v: new-" .. name,
-        " kind: ConfigMap", " metadata:", "+  labels:", "+    touched: \"yes\"", "   name: " .. name,
-        "   namespace: cozy-system" }, block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
+      assert.same(labelled(name), block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
     end
-    -- one live read of each object before its first write, nothing written
-    local reads, writes = 0, 0
-    for _, e in ipairs(h:requests()) do
-      if e.method == "GET" and e.path:match("/configmaps/item%-%d+$") then reads = reads + 1 end
-      if cli.is_write(e) and not (e.query or ""):match("dryRun=All") then writes = writes + 1 end
+    -- one live read of each object, after the last write; nothing written
+    local c = requests(h)
+    assert.equal(N, #c.item_reads)
+    assert.is_true(c.item_reads[1] > c.last_write, "an object was read before the last write")
+    assert.equal(0, c.real_writes)
+  end)
+
+  it("reads a namespace's many live originals in a list, not one by one", function()
+    h:mark()
+    local r = h:cli(cli.args(h.srv, many, "plan", "--concurrency", "8"))
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches(("objects 0 created, %d changed, 0 deleted"):format(MANY + 1), r.stdout)
+    for i = 1, MANY do
+      local name = ("item-%02d"):format(i)
+      assert.same(labelled(name), block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
     end
-    assert.equal(N, reads)
-    assert.equal(0, writes)
+    -- the step's own list, then after the last write the rehearsal's; no object read by name
+    local c = requests(h)
+    assert.equal(0, #c.item_reads)
+    assert.equal(2, #c.lists)
+    assert.is_true(c.lists[2] > c.last_write, "the befores were listed before the last write")
+    assert.equal(0, c.real_writes)
+  end)
+
+  it("no diff for an object that changed on the live server after its write", function()
+    -- a concurrent writer changes item-05 as the rehearsal reads it for the diff: the version its
+    -- write was applied to is gone, and the plan says so rather than show the newer one as its before
+    h:faults { { method = "GET", path = "^/api/v1/namespaces/cozy-system/configmaps/item-05$",
+      bump = { merge = { data = { keep = "changed meanwhile" } } } } }
+    local r = h:cli(cli.args(h.srv, few, "plan", "--concurrency", "8"))
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.equal(1, #h:fired())
+    local shown = block(r.stdout, "object changed: ConfigMap cozy-system/item-05")
+    assert.equal(2, #shown, table.concat(shown, "\n"))
+    assert.matches("^  no diff: the live object changed during the rehearsal %(resourceVersion %d+ when "
+      .. "written, %d+ when read for the diff%)$", shown[2])
+    assert.same(labelled("item-06"), block(r.stdout, "object changed: ConfigMap cozy-system/item-06"))
   end)
 
   it("no diff, and the server's reason, for the one object whose live original it may not read #fakeonly", function()
     h:faults { { method = "GET", path = "^/api/v1/namespaces/cozy-system/configmaps/item-07$", status = {
       code = 403, reason = "Forbidden", message = "configmaps \"item-07\" is forbidden: no get" } } }
-    local r = h:cli(cli.args(h.srv, dir, "plan", "--concurrency", "8"))
+    local r = h:cli(cli.args(h.srv, few, "plan", "--concurrency", "8"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.equal(1, #h:fired())
     assert.same({ "object changed: ConfigMap cozy-system/item-07",
       '  no diff: the live object could not be read: configmaps "item-07" is forbidden: no get' },
       block(r.stdout, "object changed: ConfigMap cozy-system/item-07"))
-    assert.equal(15, #block(r.stdout, "object changed: ConfigMap cozy-system/item-06"))
-    local doc = json.decode(h:cli(cli.args(h.srv, dir, "plan", "-o", "json")).stdout)
+    assert.same(labelled("item-06"), block(r.stdout, "object changed: ConfigMap cozy-system/item-06"))
+    local doc = json.decode(h:cli(cli.args(h.srv, few, "plan", "-o", "json")).stdout)
     assert.equal(N + 1, doc.summary.rehearsal.changed)
+  end)
+
+  it("stops listing where few of a page are awaited, and reads the rest one by one", function()
+    -- 37 awaited (item-25 .. item-60 and the version ConfigMap), pages of 8: the third page leaves
+    -- 2 found in 24 listed, less than one in 16, and the rest are read one by one
+    h:mark()
+    local r = h:cli(cli.args(h.srv, migration(25, MANY), "plan", "--concurrency", "8"),
+      { COZY_MIGRATE_PAGE_LIMIT = "8" })
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    for i = 25, MANY do
+      local name = ("item-%02d"):format(i)
+      assert.same(labelled(name), block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
+    end
+    local c, after = requests(h), 0
+    for _, i in ipairs(c.lists) do
+      if i > c.last_write then after = after + 1 end
+    end
+    assert.equal(3, after)
+    assert.equal(MANY - 24, #c.item_reads)
+    assert.is_true(c.item_reads[1] > c.last_write, "an object was read before the last write")
+  end)
+
+  it("reads the many one by one when the list of them is refused #fakeonly", function()
+    -- the step's own list passes (skip), the rehearsal's is refused
+    h:faults { { method = "GET", path = "^/api/v1/namespaces/cozy-system/configmaps([?]|$)", skip = 1,
+      status = { code = 403, reason = "Forbidden", message = "configmaps is forbidden: no list" } } }
+    h:mark()
+    local r = h:cli(cli.args(h.srv, many, "plan", "--concurrency", "8"))
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.equal(1, #h:fired())
+    for i = 1, MANY do
+      local name = ("item-%02d"):format(i)
+      assert.same(labelled(name), block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
+    end
+    assert.equal(MANY, #requests(h).item_reads)
   end)
 end)
