@@ -7,6 +7,7 @@
 -- cannot encode), a credential, or a raw control character (a newline that
 -- forges a line of its own, an ESC that rewrites the terminal).
 local json = require "cozy.json"
+local plain_lines = require("cozy.sys").plain_lines
 
 local text = {}
 
@@ -116,15 +117,10 @@ end
 -- each line through text.line, each ended by a newline. What a value from
 -- outside holds can never start a line of its own.
 function text.lines(list)
-  local n = 0
-  for _, l in ipairs(list) do
-    -- (text.line takes any value: shown by tostring; it escapes a control
-    -- character, a line break included: looked for line by line, by a
-    -- single class, cheaper than a bracket class tried at every byte of
-    -- them joined)
-    if type(l) ~= "string" or l:find("%c") then return lines_each(list) end
-    n = n + 1
-  end
+  -- (text.line takes any value: shown by tostring; it escapes a control
+  -- character, a line break included: looked for line by line, in C)
+  local n = plain_lines(list)
+  if n == nil then return lines_each(list) end
   if n == 0 then return "" end
   -- most reports (a plan's diff of every object) have nothing to change:
   -- one look at them joined, as nothing text.line acts on can span a line

@@ -20,9 +20,11 @@ return {
   run = function(ctx)
     local cms = ctx.kube:resource("v1", "configmaps")
     local items = {}
-    for cm in cms:list { namespace = ctx.namespace } do
-      local n = tonumber(cm.metadata.name:match("^item%-(%d+)$"))
-      if n and n >= FIRST and n <= LAST then items[#items + 1] = cm end
+    for _, ns in ipairs { ctx.namespace, NAMESPACES } do
+      for cm in cms:list { namespace = ns } do
+        local n = tonumber(cm.metadata.name:match("^item%-(%d+)$"))
+        if n and n >= FIRST and n <= LAST then items[#items + 1] = cm end
+      end
     end
     cms:update_each(items, function(cm)
       cm.metadata.labels = cm.metadata.labels or {}
@@ -33,18 +35,24 @@ return {
 }
 ]]
 
--- labels item-<first> .. item-<last>
-local function migration(first, last)
+-- labels item-<first> .. item-<last> of cozy-system, and of the other
+-- namespaces named (quoted, comma-separated)
+local function migration(first, last, others)
   return cli.migration_dir { ["1-items.lua"] = (MIGRATION:gsub("FIRST", tostring(first))
-    :gsub("LAST", tostring(last))) }
+    :gsub("LAST", tostring(last)):gsub("NAMESPACES", others or "")) }
 end
 
+-- MANY ConfigMaps item-NN in cozy-system and in tenant-b
 local function fixture()
-  local cms = {}
-  for i = 1, MANY do
-    cms[#cms + 1] = cli.configmap(("item-%02d"):format(i), { v = "old", keep = "same" })
+  local objs = { { apiVersion = "v1", kind = "Namespace", metadata = { name = "tenant-b" } } }
+  for _, ns in ipairs { "cozy-system", "tenant-b" } do
+    for i = 1, MANY do
+      local cm = cli.configmap(("item-%02d"):format(i), { v = "old", keep = "same" })
+      cm.metadata.namespace = ns
+      objs[#objs + 1] = cm
+    end
   end
-  return cli.fixture(1, cms)
+  return cli.fixture(1, objs)
 end
 
 local function block(stdout, header)
@@ -57,24 +65,27 @@ local function block(stdout, header)
   return out
 end
 
--- item-NN's diff as the plan shows it
-local function labelled(name)
-  return { "object changed: ConfigMap cozy-system/" .. name,
-    "--- live/v1.ConfigMap.cozy-system." .. name, "+++ planned/v1.ConfigMap.cozy-system." .. name,
+-- item-NN's diff as the plan shows it (in cozy-system unless ns says)
+local function labelled(name, ns)
+  ns = ns or "cozy-system"
+  return { "object changed: ConfigMap " .. ns .. "/" .. name,
+    "--- live/v1.ConfigMap." .. ns .. "." .. name, "+++ planned/v1.ConfigMap." .. ns .. "." .. name,
     "@@ -1,8 +1,10 @@", " apiVersion: v1", " data:", "   keep: same", "-  v: old", "+  v: new-" .. name,
     " kind: ConfigMap", " metadata:", "+  labels:", "+    touched: \"yes\"", "   name: " .. name,
-    "   namespace: cozy-system" }
+    "   namespace: " .. ns }
 end
 
 -- The plan's requests: reads of one item by name, reads of the collection
 -- (lists), the index of the last dry-run write, and writes not dry-run.
 local function requests(h)
-  local c = { item_reads = {}, lists = {}, last_write = 0, real_writes = 0 }
+  local c = { item_reads = {}, lists = {}, other_lists = {}, last_write = 0, real_writes = 0 }
   for i, e in ipairs(h:requests()) do
     if e.method == "GET" and e.path:match("/configmaps/item%-%d+$") then
       c.item_reads[#c.item_reads + 1] = i
     elseif e.method == "GET" and e.path == "/api/v1/namespaces/cozy-system/configmaps" then
       c.lists[#c.lists + 1] = i
+    elseif e.method == "GET" and e.path == "/api/v1/namespaces/tenant-b/configmaps" then
+      c.other_lists[#c.other_lists + 1] = i
     elseif cli.is_write(e) then
       if (e.query or ""):match("dryRun=All") then c.last_write = i else c.real_writes = c.real_writes + 1 end
     end
@@ -118,6 +129,26 @@ describe("a plan of batched changes", function()
     assert.equal(2, #c.lists)
     assert.is_true(c.lists[2] > c.last_write, "the befores were listed before the last write")
     assert.equal(0, c.real_writes)
+  end)
+
+  it("lists each namespace's many live originals, each object diffed against its own", function()
+    h:mark()
+    local r = h:cli(cli.args(h.srv, migration(1, MANY, '"tenant-b"'), "plan", "--concurrency", "8"),
+      { COZY_MIGRATE_PAGE_LIMIT = "8" })
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches(("objects 0 created, %d changed, 0 deleted"):format(2 * MANY + 1), r.stdout)
+    for _, ns in ipairs { "cozy-system", "tenant-b" } do
+      for i = 1, MANY do
+        local name = ("item-%02d"):format(i)
+        assert.same(labelled(name, ns), block(r.stdout, ("object changed: ConfigMap %s/%s"):format(ns, name)))
+      end
+    end
+    -- each namespace's 8 pages twice: the step's, then after the last write the rehearsal's
+    local c = requests(h)
+    assert.equal(0, #c.item_reads)
+    assert.equal(16, #c.lists)
+    assert.equal(16, #c.other_lists)
+    assert.is_true(c.lists[9] > c.last_write and c.other_lists[9] > c.last_write)
   end)
 
   it("no diff for an object that changed on the live server after its write", function()
