@@ -211,8 +211,6 @@ function Binding:check_complete(number)
   end
 end
 
--- A read answered by the live server (a rehearsal's step under way):
--- method, path, encoded query, whether it succeeded and the answer.
 -- The object at path read at resourceVersion rv (false: absent; nil: an
 -- object that names none): the first read of it is the one bound. Also for
 -- a rehearsed write, whose answer names the live version it was applied to
@@ -223,6 +221,8 @@ function Binding:read_object(path, rv)
   self.read_order[#self.read_order + 1] = path
 end
 
+-- A read answered by the live server (a rehearsal's step under way):
+-- method, path, encoded query, whether it succeeded and the answer.
 function Binding:read(path, qs, ok, body)
   if self.mode ~= "record" or self.step == nil then return end
   local q = {}

@@ -97,11 +97,13 @@ local function resource_key(group, plural)
   return (group or "") .. "\0" .. plural
 end
 
--- The key the API server lists in: "namespace/name", or the name.
+-- The key the API server lists in: "namespace/name", or the name (an
+-- entry's key).
 local function list_key(ns, name)
   if ns ~= nil and ns ~= "" then return ns .. "/" .. name end
   return name
 end
+overlay.list_key = list_key
 
 local function le(a, b) return compare(a, b) <= 0 end
 local function lt(a, b) return compare(a, b) < 0 end
@@ -220,8 +222,8 @@ end
 -- object is not that one changed, api_version =, inexact = why, before =
 -- the live object as found before this first write, before_unknown = why
 -- it could not be read, which put takes as its own, before_due = the API
--- version to read it at later instead (the live object at live_rv) }. The overlay keeps
--- obj's text with a resourceVersion of its own, set in obj, which it
+-- version to read it at later instead (the live object at live_rv) }. The
+-- overlay keeps obj's text with a resourceVersion of its own, set in obj, which it
 -- returns: obj is the caller's, changed only there (no copy: each is a
 -- whole object, and a rehearsal puts one per write).
 function Overlay:put(group, plural, obj, o)

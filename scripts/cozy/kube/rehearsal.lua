@@ -154,6 +154,14 @@ local function live_original(client, t)
   end))
 end
 
+-- A view of client whose requests go to the live server as they are: not
+-- through the overlay, not recorded, not bound (the engine's own requests
+-- beside the rehearsal's).
+local function live_view(client)
+  return setmetatable({ dry_run = "server", record = false, binding = false, _internal = 0 },
+    { __index = client })
+end
+
 -- The befores still to be read (Overlay:awaiting_before), read once the
 -- steps are done. The live server holds each object at the
 -- resourceVersion the write's answer named, unless something else wrote it
@@ -203,7 +211,7 @@ local function list_befores(live, ov, g)
     for _, o in ipairs(items) do
       local md = type(o) == "table" and o.metadata
       local e = type(md) == "table" and type(md.name) == "string"
-        and g.due[md.namespace and (md.namespace .. "/" .. md.name) or md.name] or nil
+        and g.due[overlay.list_key(md.namespace, md.name)] or nil
       if e ~= nil then
         if o.kind == nil then o.kind, o.apiVersion = kind, page.apiVersion end
         settle_before(ov, e, o)
@@ -252,8 +260,7 @@ function rehearsal.read_befores(client)
   if state == nil then return end
   local due = state.overlay:awaiting_before()
   if #due == 0 then return end
-  local live = setmetatable({ dry_run = "server", record = false, binding = false, _internal = 0 },
-    { __index = client })
+  local live = live_view(client)
   local groups, order = {}, {}
   for _, e in ipairs(due) do
     local k = table.concat({ e.group, e.before_due, e.plural, e.ns or "" }, "\0")
@@ -420,10 +427,7 @@ local function merged_three_way(client, t, e, cur, path, query, body, ctype, sho
   if md and md.resourceVersion ~= nil and md.resourceVersion ~= cur.metadata.resourceVersion then
     refuse("PATCH", shown, conflict(t, t.name))
   end
-  -- the engine's own requests, to the live server as they are (not through the overlay, not
-  -- recorded)
-  local live = setmetatable({ dry_run = "server", record = false, binding = false },
-    { __index = client })
+  local live = live_view(client)
   local function call(...)
     local args = table.pack(...)
     return pcall(live._internally, live,
