@@ -12,6 +12,7 @@
 #include "lauxlib.h"
 #include "lualib.h"
 
+#include "heap.h"
 #include "host.h"
 #include "signals.h"
 
@@ -77,7 +78,7 @@ int main(int argc, char **argv) {
   int status, result;
   lua_State *L;
   cozy_signals_startup(); /* before anything opens a descriptor */
-  L = luaL_newstate();
+  L = cozy_state_new();
   if (L == NULL) {
     l_message(argv[0], "cannot create state: not enough memory");
     return EXIT_FAILURE;
@@ -90,6 +91,6 @@ int main(int argc, char **argv) {
   /* pmain returned an integer in 0..255, or failed: nothing here can raise */
   result = status == LUA_OK ? (int)lua_tointeger(L, -1) : EXIT_FAILURE;
   report(L, status);
-  lua_close(L);
+  cozy_state_close(L);
   return result;
 }

@@ -27,6 +27,7 @@
 #include "lualib.h"
 
 #include "clock.h"
+#include "heap.h"
 #include "host.h"
 
 #define WORKER_MT "cozy.worker"
@@ -159,7 +160,7 @@ static void *worker_main(void *arg) {
   lua_State *L;
   /* signals are blocked here from the start (worker_start): they are the
   ** main thread's, whose waits they interrupt */
-  L = luaL_newstate();
+  L = cozy_state_new();
   if (L == NULL) {
     pthread_mutex_lock(&sh->mu);
     sh->failed = 1;
@@ -174,7 +175,7 @@ static void *worker_main(void *arg) {
       set_message(sh, lua_tostring(L, -1));
       pthread_mutex_unlock(&sh->mu);
     }
-    lua_close(L);
+    cozy_state_close(L);
   }
   shared_release(sh);
   return NULL;
