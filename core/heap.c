@@ -65,6 +65,10 @@ static void *small_acquire(struct heap *h, size_t size) {
   void *p = h->free[c];
   if (p != NULL) {
     memcpy(&h->free[c], p, sizeof(void *));
+    /* the list's blocks lie anywhere in the heap, and reading the next
+    ** one's link when it is taken was a cache miss per block (most of the
+    ** allocator's time): fetch it now, while Lua fills this one */
+    if (h->free[c] != NULL) __builtin_prefetch(h->free[c]);
     return p;
   }
   if ((size_t)(h->end - h->bump) < bytes) {
