@@ -548,7 +548,7 @@ function cli.main(argv)
   -- last one kept (Lua's default waits until it doubles): a Job's memory limit
   -- is sized for what a migration holds. At 20,000 VMs migration 59 peaks at
   -- 42.5 MiB with it; 120 would save 6 MiB more for 40% more collector work
-  -- (bench/README.md)
+  -- (bench/README.md). A rehearsal collects generationally instead (cozy.runner).
   collectgarbage("incremental", 150)
   local found, impl = pcall(require, "cozy.cmd." .. command)
   if not found then
