@@ -263,8 +263,8 @@ function Run.new(opts, mode, observe, log)
     -- a rehearsal holds an overlay that grows to the end while each step's
     -- reads come and go: a generational collector leaves the old objects
     -- alone in most cycles, where the incremental one (cozy.cli) marks them
-    -- all in each (a seventh less CPU and RSS at 20,000 VMs: bench/README.md,
-    -- "A heap of its own")
+    -- all in each (at 20,000 VMs a seventh less peak RSS, and no more CPU:
+    -- bench/README.md, "A heap of its own")
     collectgarbage("generational")
   end
   -- a rehearsal's tally: steps exact, inexact (why), not rehearsed
