@@ -269,12 +269,17 @@ function Client:prepare(method, path, spec)
   return {
     method = method, path = path, shown = shown, write = write, budget = b, reserved = reserved,
     rehearse = rehearsed, bound = bound,
+    -- a rehearsed write's answer comes as text, which the overlay keeps as
+    -- it came, and is decoded in judge with this projection
+    -- (cozy.kube.rehearsal.answer_projection)
+    decode_text = rehearsed ~= nil and rehearsed.op ~= "list"
+      and rehearsal.answer_projection(rehearsed) or nil,
     options = {
       -- a successful answer comes back decoded by the transport, straight
       -- from its buffer; only these parts of it with a projection (a
-      -- rehearsed write's whole, for the overlay)
-      decode = not spec.first_line
-        and ((rehearsed == nil or rehearsed.op == "list") and spec.projection or true) or nil,
+      -- rehearsed write's as text: decode_text)
+      decode = not spec.first_line and (rehearsed == nil or rehearsed.op == "list")
+        and (spec.projection or true) or nil,
       -- a watch (cozy.kube.wait): its stream's first event, as text
       first_line = spec.first_line,
       query = qs,
@@ -296,7 +301,8 @@ end
 -- The answer to a prepared request (the transport's results): counted, its
 -- warnings logged once, decoded; raises kube.Error for any non-2xx answer or
 -- transport failure. A 2xx body arrives decoded (req.options.decode), or as
--- text with the decoder's message when it is not JSON.
+-- text with the decoder's message when it is not JSON; a rehearsed write's
+-- arrives as text and is decoded here (req.decode_text).
 local function judge(self, req, status, body, attempts, warnings, decode_error)
   -- kubectl's -v=6 request trace: here, where every request's result is known
   if self.log then trace.request(self.log, req, body, attempts) end
@@ -322,6 +328,14 @@ local function judge(self, req, status, body, attempts, warnings, decode_error)
     end
   end
   if status >= 200 and status < 300 then
+    if req.decode_text ~= nil and decode_error == nil and type(body) == "string" then
+      -- a rehearsed write's answer: decoded here, its text kept for the overlay
+      local text = body
+      if text == "" then body = nil else
+        local ok, v = pcall(json.decode, text, req.decode_text ~= true and req.decode_text or nil)
+        if ok then body, req.rehearse.text = v, text else decode_error = v end
+      end
+    end
     if decode_error ~= nil then
       error(errors.new { method = req.method, path = req.shown, code = status,
         reason = "InvalidResponse", message = "the server's answer is not JSON: " .. decode_error,

@@ -28,7 +28,12 @@
 -- What it keeps is text, not tables: a rehearsal of migration 59 at
 -- 20,000 VMs writes 10,000 of them, and their decoded before and after
 -- (about 30 KB each) would cost gigabytes and the collector's time on
--- them. An entry holds its object as JSON (text), the metadata its reads
+-- them. An entry holds its object as JSON (text): the server's answer to
+-- the write as it came, where the overlay holds nothing of the object yet
+-- (a decode and an encode of the whole object per write, which a run does
+-- not make, were a sixth of a rehearsal's steps), else the object as
+-- encoded; its own resourceVersion (rv) is set in every decode. Beside
+-- the text: the metadata its reads
 -- select on (md: namespace, name, labels), and its before without the
 -- metadata the server sets (SERVER_SET, which the plan never shows) as the
 -- JSON patch that turns the object into it (before_ops): the few fields a
@@ -126,7 +131,8 @@ function overlay.not_found(group, plural, name)
 end
 
 -- The entry the overlay holds for an object, or nil: { state = "present" |
--- "deleted", text (the object as JSON; Overlay:object decodes it), md
+-- "deleted", text (the object as JSON; Overlay:object decodes it), rv (its
+-- resourceVersion in the overlay), md
 -- (its namespace, name and labels), api_version, live (the live server
 -- holds an object of that identity, the one this entry replaces), live_rv,
 -- created (the entry's object is not the live one changed: created, or
@@ -141,10 +147,15 @@ function Overlay:entry(group, plural, ns, name)
 end
 
 -- A fresh copy of the object an entry holds, or nil when deleted; with a
--- decoder's projection (cozy.json), only those parts of it.
+-- decoder's projection (cozy.json), only those parts of it (and the
+-- overlay's resourceVersion).
 function Overlay.object(_, e, proj)
   if e.text == nil then return nil end
-  return json.decode(e.text, proj)
+  local obj = json.decode(e.text, proj)
+  if type(obj) == "table" and type(obj.metadata) == "table" then
+    obj.metadata.resourceVersion = e.rv
+  end
+  return obj
 end
 
 -- A fresh copy of an entry's before (without SERVER_SET), or nil.
@@ -192,9 +203,8 @@ local function keep_before(e, before, after)
   e.before_text = json.encode(before)
 end
 
-local function keep_object(e, obj)
-  local md = obj.metadata
-  e.text = json.encode(obj)
+-- the metadata the overlay's lists select on
+local function keep_md(e, md)
   e.md = { namespace = md.namespace, name = md.name,
     labels = type(md.labels) == "table" and json.copy(md.labels) or nil }
 end
@@ -222,9 +232,12 @@ end
 -- object is not that one changed, api_version =, inexact = why, before =
 -- the live object as found before this first write, before_unknown = why
 -- it could not be read, which put takes as its own, before_due = the API
--- version to read it at later instead (the live object at live_rv) }. The
--- overlay keeps obj's text with a resourceVersion of its own, set in obj, which it
--- returns: obj is the caller's, changed only there (no copy: each is a
+-- version to read it at later instead (the live object at live_rv), text
+-- = the server's answer as it came, which obj is decoded from (whole, or
+-- projected but with its namespace, name and labels): only for an object
+-- the overlay does not hold yet, without before }. The overlay keeps that
+-- text, else obj's, with a resourceVersion of its own, set in obj, which
+-- it returns: obj is the caller's, changed only there (no copy: each is a
 -- whole object, and a rehearsal puts one per write).
 function Overlay:put(group, plural, obj, o)
   o = o or {}
@@ -243,9 +256,15 @@ function Overlay:put(group, plural, obj, o)
     before = self:before(e)
   end
   self._serial = self._serial + 1
-  md.resourceVersion = ("rehearsal-%d"):format(self._serial)
-  keep_object(e, obj)
-  keep_before(e, before, obj)
+  e.rv = ("rehearsal-%d"):format(self._serial)
+  md.resourceVersion = e.rv
+  keep_md(e, md)
+  if o.text ~= nil then
+    e.text = o.text
+  else
+    e.text = json.encode(obj)
+    keep_before(e, before, obj)
+  end
   e.state, e.api_version = "present", o.api_version or obj.apiVersion
   if o.inexact then e.inexact = o.inexact end
   -- the overlay keeps text: the table stays the caller's
@@ -262,7 +281,7 @@ function Overlay:delete(group, plural, ns, name, live, before, before_unknown)
     before = self:before(e)
   end
   keep_before(e, before, nil)
-  e.state, e.text, e.md = "deleted", nil, nil
+  e.state, e.text, e.md, e.rv = "deleted", nil, nil, nil
 end
 
 -- The entries whose before is still to be read (before_due), in the

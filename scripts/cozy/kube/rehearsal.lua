@@ -625,10 +625,44 @@ end
 
 rehearsal.verdict = function(...) return verdict(...) end
 
+-- The projection a rehearsed write's answer is decoded with (its text is
+-- kept too: Client:prepare, take): the step's own and what the overlay
+-- needs of the object (kind, name, namespace, labels) for a put, else the
+-- whole object (true).
+local answer_projections = setmetatable({}, { __mode = "k" })
+function rehearsal.answer_projection(send)
+  local proj = send.op == "put" and send.projection or nil
+  if type(proj) ~= "table" then return true end
+  local u = answer_projections[proj]
+  if u == nil then
+    u = patch.deepcopy(proj)
+    u.kind, u.apiVersion = true, true
+    if type(u.metadata) ~= "table" and u.metadata ~= true then u.metadata = {} end
+    if u.metadata ~= true then
+      for _, k in ipairs { "name", "namespace", "labels", "resourceVersion" } do
+        u.metadata[k] = true
+      end
+    end
+    answer_projections[proj] = u
+  end
+  return u
+end
+
 -- The overlay's object after a write whose answer (or local result) is obj.
+-- A write's answer comes with its text (send.text; obj decoded from it,
+-- maybe projected: answer_projection), which the overlay keeps as it is
+-- where it can: the first write of an object, which keeps its name and
+-- namespace.
 local function take(client, send, obj)
   local state, t = client.rehearsal, send.t
   if send.op ~= "put" or type(obj) ~= "table" or type(obj.metadata) ~= "table" then return obj end
+  local text = send.text
+  if text ~= nil and (send.restore_name or send.restore_namespace or send.before ~= nil
+      or state.overlay:entry(t.group, t.plural, obj.metadata.namespace, obj.metadata.name)) then
+    -- the object the overlay keeps is not the answer as it came: the whole of it, to change
+    if type(send.projection) == "table" then obj = json.decode(text) end
+    text = nil
+  end
   if send.restore_name then
     obj.metadata.name, obj.metadata.generateName = send.restore_name, nil
   end
@@ -648,7 +682,7 @@ local function take(client, send, obj)
     live = send.live or (e and e.live) or false, created = send.created, live_rv = live_rv,
     api_version = t.group == "" and t.version or (t.group .. "/" .. t.version),
     inexact = send.inexact, before = send.before, before_unknown = send.before_unknown,
-    before_due = send.before_due })
+    before_due = send.before_due, text = text })
   if type(send.projection) == "table" then kept = projection.prune(kept, send.projection) end
   return kept
 end
