@@ -330,10 +330,10 @@ local function judge(self, req, status, body, attempts, warnings, decode_error)
   if status >= 200 and status < 300 then
     if req.decode_text ~= nil and decode_error == nil and type(body) == "string" then
       -- a rehearsed write's answer: decoded here, its text kept for the overlay
-      local text = body
-      if text == "" then body = nil else
-        local ok, v = pcall(json.decode, text, req.decode_text ~= true and req.decode_text or nil)
-        if ok then body, req.rehearse.text = v, text else decode_error = v end
+      local answer = body
+      if answer == "" then body = nil else
+        local ok, v = pcall(json.decode, answer, req.decode_text ~= true and req.decode_text or nil)
+        if ok then body, req.rehearse.text = v, answer else decode_error = v end
       end
     end
     if decode_error ~= nil then
