@@ -583,8 +583,9 @@ function Run:migrate()
   self.at = decision.current
   for _, m in ipairs(decision.steps) do cm = self:each_step(m, cm) end
   self:left_behind()
-  -- a rehearsal's live befores of what it patched, for the plan's diffs
-  if self.client.rehearsal then rehearsal.read_befores(self.client) end
+  -- a rehearsal's objects, whose live befores are read meanwhile: a stop
+  -- (a signal) stops those reads as it stops the steps'
+  if self.client.rehearsal then self:emit_objects(self.client.rehearsal) end
 end
 
 -- After the last step: the steps that did not stamp, and what the next
@@ -629,8 +630,11 @@ end
 
 -- A rehearsal's objects, each created, changed or deleted one with its
 -- before, after and diff: one `object` event each, before the summary.
+-- The befores still to be read are read as they are needed
+-- (cozy.kube.rehearsal.befores).
 function Run:emit_objects(r)
-  require("cozy.kube.changes").each(r.overlay, function(o) self:emit(o) end)
+  require("cozy.kube.changes").each(r.overlay, function(o) self:emit(o) end,
+    function(due) return rehearsal.befores(self.client, due) end)
 end
 
 -- Phase summarise: the summary event and line; the exit status, or what
@@ -644,7 +648,6 @@ function Run:summarise(ok, err)
     failures = self.failures }
   local r = self.client and self.client.rehearsal
   if r then
-    self:emit_objects(r)
     local c = r.overlay:changes()
     summary.rehearsal = { steps_exact = self.rehearsed.exact,
       steps_inexact = self.rehearsed.inexact, steps_not_rehearsed = self.rehearsed.not_rehearsed,

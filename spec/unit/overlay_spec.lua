@@ -324,28 +324,35 @@ describe("cozy.kube.overlay", function()
       ov:put("", "configmaps", cm("b", "y", nil, { data = json.object { v = "one" } }), due)
       ov:put("", "configmaps", cm("a", "x", nil, { data = json.object { v = "one", w = "1" } }), due)
       ov:put("", "configmaps", cm("a", "x", nil, { data = json.object { v = "two" } }), { live = true })
-      ov:put("", "configmaps", cm("a", "kept", nil, { data = json.object { v = "one" } }),
-        { live = true, before = cm("a", "kept") })
       ov:delete("", "configmaps", "b", "y", true)
-      local awaiting = {}
-      for _, e in ipairs(ov:awaiting_before()) do awaiting[#awaiting + 1] = e.key end
-      assert.same({ "a/x", "b/y" }, awaiting)
-      local x, y = ov:entry("", "configmaps", "a", "x"), ov:entry("", "configmaps", "b", "y")
-      assert.is_nil(ov:before(x))
-      assert.equal("v1", x.before_due)
-      assert.equal("7", x.live_rv)
-      -- read at the end: the before is kept against the object as the later writes left it
-      local live = cm("a", "x", nil, { data = json.object { v = "live", w = "1" } })
-      live.metadata.managedFields = json.array { json.object { manager = "m" } }
-      ov:settle_before(x, live)
-      ov:settle_before(y, nil, "the live object was deleted during the rehearsal")
-      assert.same({}, ov:awaiting_before())
-      assert.equal('{"v":"live","w":"1"}', json.encode(ov:before(x).data))
-      assert.is_nil(ov:before(x).metadata.managedFields)
-      assert.is_nil(ov:before(x).metadata.resourceVersion)
-      assert.equal("two", ov:object(x).data.v)
-      assert.is_nil(ov:before(y))
-      assert.equal("the live object was deleted during the rehearsal", y.before_unknown)
+      for _, e in ipairs { ov:entry("", "configmaps", "a", "x"), ov:entry("", "configmaps", "b", "y") } do
+        assert.is_nil(ov:before(e))
+        assert.equal("v1", e.before_due)
+        assert.equal("7", e.live_rv)
+      end
+      assert.equal("two", ov:object(ov:entry("", "configmaps", "a", "x")).data.v)
+    end)
+
+    it("makes the before shown beside an after from the after, sharing what the writes left alone", function()
+      local function decoded(data, extra)
+        local o = cm("a", "x", nil, { data = json.object(data),
+          spec = json.object { big = json.object { deep = json.array { 1, 2, 3 } } } })
+        for k, v in pairs(extra or {}) do o.metadata[k] = v end
+        return json.decode(json.encode(o))
+      end
+      local after = decoded({ v = "two", z = "new" })
+      local before = decoded({ v = "one" }, { resourceVersion = "7", uid = "u-1" })
+      local shown = overlay.shared_before(after, before)
+      assert.equal('{"v":"one"}', json.encode(shown.data))
+      assert.is_nil(shown.metadata.resourceVersion)
+      assert.is_nil(shown.metadata.uid)
+      assert.equal(after.spec, shown.spec) -- the same table: its YAML made once
+      assert.equal('{"v":"two","z":"new"}', json.encode(after.data))
+      -- a before the patch would not give back exactly (1.0 against 1) is itself
+      local b2 = decoded({ v = "one" })
+      b2.spec.big.deep[1] = 1.0
+      assert.equal(b2, overlay.shared_before(after, b2))
+      assert.equal("1.0", json.encode(b2.spec.big.deep[1]))
     end)
 
     it("hands out copies: changing what put or get returned leaves the overlay's object as it was", function()

@@ -61,17 +61,25 @@ local function label(api_version, kind, ns, name)
   return table.concat(parts, ".")
 end
 
--- One object's report (the event `object` of a plan).
-local function report(ov, e, action)
+-- One object's report (the event `object` of a plan). befores: the
+-- reader of the befores still to be read (rehearsal.befores), or nil.
+local function report(ov, e, action, befores)
   local secret = e.group == "" and e.plural == "secrets"
   local after_raw = action ~= "deleted" and ov:object(e, overlay.WITHOUT_MANAGED_FIELDS) or nil
   -- (before shown changes it)
   local terminating = after_raw ~= nil and type(after_raw.metadata) == "table"
     and after_raw.metadata.deletionTimestamp ~= nil or nil
   local after = shown(after_raw, secret)
-  local before_raw
-  if action ~= "created" then
+  local before_raw, before_unknown = nil, e.before_unknown
+  if action ~= "created" and e.before_due ~= nil then
+    -- read now, diffed and dropped
+    before_unknown = "the live object was not read"
+    if befores then before_raw, before_unknown = befores:take(e) end
     -- an after shown as it is: the before shares its tables, and their YAML
+    if before_raw ~= nil and after ~= nil and after == after_raw then
+      before_raw = overlay.shared_before(after, before_raw)
+    end
+  elseif action ~= "created" then
     if after ~= nil and after == after_raw then before_raw = ov:before_over(e,
       after) else before_raw = ov:before(e) end
   end
@@ -88,7 +96,7 @@ local function report(ov, e, action)
     before = before, after = after, inexact = e.inexact, terminating = terminating }
   if action ~= "created" and before_raw == nil then
     -- a live object the rehearsal could not read first: no diff to show
-    r.before_unknown = e.before_unknown
+    r.before_unknown = before_unknown
       or "the live object was not read before the rehearsal's first write"
     return r
   end
@@ -104,11 +112,21 @@ end
 -- Hands fn the report of every object the overlay created, changed or
 -- deleted, one at a time (made when handed: at 10,000 objects, all of
 -- them at once would hold every before and after decoded): created ones
--- first, then changed, then deleted, each in key order.
-function changes.each(ov, fn)
+-- first, then changed, then deleted, each in key order. read_befores
+-- (optional): given the entries whose before is still to be read, in that
+-- order, the reader that reads them (rehearsal.befores); without it their
+-- befores are not known.
+function changes.each(ov, fn, read_befores)
   local c = ov:changes()
+  local due = {}
+  for _, action in ipairs { "changed", "deleted" } do
+    for _, e in ipairs(c[action]) do
+      if e.before_due ~= nil then due[#due + 1] = e end
+    end
+  end
+  local befores <close> = read_befores and #due > 0 and read_befores(due) or nil
   for _, action in ipairs { "created", "changed", "deleted" } do
-    for _, e in ipairs(c[action]) do fn(report(ov, e, action)) end
+    for _, e in ipairs(c[action]) do fn(report(ov, e, action, befores)) end
   end
 end
 

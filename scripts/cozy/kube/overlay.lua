@@ -22,8 +22,8 @@
 -- kept, once each. A delete brings it along (the engine reads the object
 -- first); a patch or update of a live object does not: the server's
 -- answer names the live resourceVersion it was applied to (live_rv), and
--- the object at that version is read once the steps are done, many at a
--- time (cozy.kube.rehearsal.read_befores; before_due until then).
+-- the object at that version is read while the plan's report is made, many
+-- at a time, and not kept (before_due: cozy.kube.rehearsal.befores).
 --
 -- What it keeps is text, not tables: a rehearsal of migration 59 at
 -- 20,000 VMs writes 10,000 of them, and their decoded before and after
@@ -140,8 +140,8 @@ end
 -- be what the run would make), before_ops or before_text (the live object
 -- as first found, without SERVER_SET; Overlay:before decodes it; neither
 -- when absent or not known), before_unknown (why it is not known),
--- before_due (the API version to read the before at, while it is still to
--- be read: Overlay:awaiting_before) }.
+-- before_due (the API version to read the before at: it is read for the
+-- plan's report, not kept) }.
 function Overlay:entry(group, plural, ns, name)
   return self._entries[overlay.identity(group, plural, ns, name)]
 end
@@ -178,6 +178,19 @@ function Overlay.before_over(_, e, after)
   if e.before_text ~= nil then return json.decode(e.before_text) end
   if e.before_ops ~= nil then return patch.json_patch(after, json.decode(e.before_ops), true) end
   return nil
+end
+
+-- The before shown beside after (both the caller's, decoded without
+-- managedFields, after without SERVER_SET): before, without SERVER_SET,
+-- made from after by the patch between them where that gives it back
+-- exactly (json.diff's exact mode), so that it shares every table the
+-- writes left alone and the plan's YAML of the two is mostly made once;
+-- else before itself. Neither may change while both are in use.
+function overlay.shared_before(after, before)
+  take_server_set(before)
+  local ok, ops = pcall(json.diff, after, before, true)
+  if ok and ops ~= nil then return patch.json_patch(after, ops, true) end
+  return before
 end
 
 -- Keeps before (nil, or an object the caller gives away: its SERVER_SET
@@ -282,25 +295,6 @@ function Overlay:delete(group, plural, ns, name, live, before, before_unknown)
   end
   keep_before(e, before, nil)
   e.state, e.text, e.md, e.rv = "deleted", nil, nil, nil
-end
-
--- The entries whose before is still to be read (before_due), in the
--- order Overlay:changes gives.
-function Overlay:awaiting_before()
-  local due = {}
-  for _, e in pairs(self._entries) do
-    if e.before_due ~= nil then due[#due + 1] = e end
-  end
-  table.sort(due, in_order)
-  return due
-end
-
--- Settles an awaiting entry's before: the live object read for it (which
--- the caller gives away, decoded without managedFields), or nil and why it
--- is not known.
-function Overlay:settle_before(e, live, unknown)
-  e.before_due, e.before_unknown = nil, unknown
-  keep_before(e, live, e.text ~= nil and self:object(e, overlay.WITHOUT_MANAGED_FIELDS) or nil)
 end
 
 -- Marks an object the overlay holds inexact: its version may differ from

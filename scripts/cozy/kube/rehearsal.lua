@@ -34,8 +34,8 @@
 -- before), for the plan's per-object diff (cozy.kube.changes). Of a
 -- delete, the engine reads it first (its own GET). Of a patch or update,
 -- it does not: the server's answer names the resourceVersion the write
--- was applied to, and once the steps are done read_befores reads the
--- objects at those versions, a namespace's many in a list (a read per
+-- was applied to, and the plan's report reads the objects at those
+-- versions (rehearsal.befores), a namespace's many in a list (a read per
 -- write was half a rehearsal's requests: bench/README.md).
 local json = require "cozy.json"
 local errors = require "cozy.kube.errors"
@@ -162,125 +162,161 @@ local function live_view(client)
     { __index = client })
 end
 
--- The befores still to be read (Overlay:awaiting_before), read once the
--- steps are done. The live server holds each object at the
--- resourceVersion the write's answer named, unless something else wrote it
--- since: then the version the rehearsal started from is gone, and the
--- object's before is not known (never a later version shown as the one
--- the plan changed). A namespace (or cluster-scoped resource) with
--- BEFORES_LISTED or more awaited is listed, in the client's pages, for as
--- long as at least one in LISTED_DENSITY of what it has listed is awaited
--- (a list page costs the server about what a few dozen reads of one object
--- do); the rest are read one by one, up to the client's concurrency at
--- once. These are the engine's own reads, to the live server as they are
--- (not through the overlay, not recorded, not bound); a list that fails
--- (403, 410) leaves its objects to be read one by one.
+-- The befores still to be read (an entry's before_due), read while the
+-- plan's report is made, in its order (rehearsal.befores). The live server
+-- holds each object at the resourceVersion the write's answer named,
+-- unless something else wrote it since: then the version the rehearsal
+-- started from is gone, and the object's before is not known (never a
+-- later version shown as the one the plan changed). A namespace (or
+-- cluster-scoped resource) with BEFORES_LISTED or more awaited is listed,
+-- in the client's pages, for as long as at least one in LISTED_DENSITY of
+-- what it has listed is awaited (a list page costs the server about what a
+-- few dozen reads of one object do); the rest are read one by one, up to
+-- the client's concurrency at once, ahead of the report. These are the
+-- engine's own reads, to the live server as they are (not through the
+-- overlay, not recorded, not bound); a list that fails (403, 410) leaves
+-- its objects to be read one by one.
+--
+-- Read where the report needs it, a before is diffed and dropped: kept
+-- until the end (as the JSON patch from the object's after back to it)
+-- it cost a decode of every after and a patch each way (bench/README.md).
 local BEFORES_LISTED, LISTED_DENSITY = 32, 16
 
 local BEFORES_LIST_PROJECTION = { kind = true, apiVersion = true, metadata = true,
   items = { ["*"] = overlay.WITHOUT_MANAGED_FIELDS } }
 
-local function settle_before(ov, e, live, unknown)
+-- The live object read for e (or nil, and why not), judged against the
+-- version e's write was applied to.
+local function judged(e, live, unknown)
   local md = type(live) == "table" and type(live.metadata) == "table" and live.metadata or nil
   if md and e.live_rv ~= nil and md.resourceVersion ~= e.live_rv then
-    live, unknown = nil, ("the live object changed during the rehearsal "
+    return nil, ("the live object changed during the rehearsal "
       .. "(resourceVersion %s when written, %s when read for the diff)")
       :format(e.live_rv, tostring(md.resourceVersion))
   elseif live == nil and unknown == nil then
-    unknown = "the live object was deleted during the rehearsal"
+    return nil, "the live object was deleted during the rehearsal"
   end
-  ov:settle_before(e, live, unknown)
+  return live, unknown
 end
 
--- Lists a namespace's (or a cluster-scoped resource's) awaited befores:
--- g = { t, ns, due = key -> entry, n }; settles what it finds, leaves the rest in g.due.
-local function list_befores(live, ov, g)
-  local path, cont, listed, found = collection(g.t, g.ns), nil, 0, 0
-  repeat
-    local query = { { "limit", tostring(live.page_limit) }, { "continue", cont } }
-    local ok, page = pcall(live._internally, live, function()
-      return (live:call("GET", path, { query = query, projection = BEFORES_LIST_PROJECTION }))
-    end)
-    if not ok then
-      if not errors.is_item_error(page) then error(page, 0) end
-      return
-    end
-    local items = type(page) == "table" and type(page.items) == "table" and page.items or {}
-    -- a built-in kind's items name no kind: the list's does
-    local kind = type(page.kind) == "string" and page.kind:match("^(.*)List$") or nil
-    for _, o in ipairs(items) do
-      local md = type(o) == "table" and o.metadata
-      local e = type(md) == "table" and type(md.name) == "string"
-        and g.due[overlay.list_key(md.namespace, md.name)] or nil
-      if e ~= nil then
-        if o.kind == nil then o.kind, o.apiVersion = kind, page.apiVersion end
-        settle_before(ov, e, o)
-        g.due[e.key], g.n, found = nil, g.n - 1, found + 1
-      end
-    end
-    listed = listed + #items
-    cont = type(page) == "table" and type(page.metadata) == "table" and page.metadata["continue"]
-      or nil
-  until cont == nil or cont == "" or g.n == 0 or found * LISTED_DENSITY < listed
-end
+local Befores = {}
+Befores.__index = Befores
 
--- Reads each entry's before by itself, up to the client's concurrency at once.
-local function get_befores(live, ov, entries)
-  if #entries == 0 then return end
-  local concurrency = math.max(1, math.min(64, math.tointeger(live.concurrency) or 1))
-  local m <close> = live._t:multi { concurrency = concurrency }
-  local held, next_i = {}, 1
-  local function submit()
-    local e = entries[next_i]
-    next_i = next_i + 1
-    local t = { group = e.group, version = e.before_due, plural = e.plural, ns = e.ns,
-      name = e.name }
-    local req = live:_internally(function()
-      return live:prepare("GET", live_path(t), { projection = overlay.WITHOUT_MANAGED_FIELDS })
-    end)
-    held[m:submit(req.method, req.path, req.options)] = { req = req, e = e }
-  end
-  while next_i <= #entries and m:pending() < 2 * concurrency do submit() end
-  while true do
-    local id, code, body, attempts, warnings, decode_error = m:wait()
-    if id == nil then break end
-    local h = held[id]
-    held[id] = nil
-    settle_before(ov, h.e, original_of(pcall(live._internally, live, function()
-      return (live:finish(h.req, code, body, attempts, warnings, decode_error))
-    end)))
-    if next_i <= #entries then submit() end
-  end
-end
-
--- Reads every awaited before (above): once the last step is done, before
--- the plan's objects are shown.
-function rehearsal.read_befores(client)
-  local state = client.rehearsal
-  if state == nil then return end
-  local due = state.overlay:awaiting_before()
-  if #due == 0 then return end
+-- The reader of the befores of `due` (entries, in the order they will be
+-- taken: Befores:take), or nil outside a rehearsal. To-be-closed: its reads
+-- in flight end with it.
+function rehearsal.befores(client, due)
+  if client.rehearsal == nil then return nil end
   local live = live_view(client)
-  local groups, order = {}, {}
-  for _, e in ipairs(due) do
+  local r = setmetatable({ live = live, due = due, index = {}, group_of = {}, ahead = 1,
+    concurrency = math.max(1, math.min(64, math.tointeger(live.concurrency) or 1)),
+    held = {}, got = {}, n_got = 0 }, Befores)
+  local groups = {}
+  for i, e in ipairs(due) do
     local k = table.concat({ e.group, e.before_due, e.plural, e.ns or "" }, "\0")
     local g = groups[k]
     if g == nil then
       g = { t = { group = e.group, version = e.before_due, plural = e.plural }, ns = e.ns,
-        due = {}, n = 0 }
-      groups[k], order[#order + 1] = g, k
+        due = {}, n = 0, found = {}, listed = 0, n_found = 0 }
+      groups[k] = g
     end
     g.due[e.key], g.n = e, g.n + 1
+    r.index[e], r.group_of[e] = i, g
   end
-  for _, k in ipairs(order) do
-    local g = groups[k]
-    if g.n >= BEFORES_LISTED then list_befores(live, state.overlay, g) end
+  for _, g in pairs(groups) do g.listing = g.n >= BEFORES_LISTED end
+  r.m = live._t:multi { concurrency = r.concurrency }
+  return r
+end
+
+function Befores:__close()
+  self.m:close()
+end
+
+-- The next page of g's list: the awaited objects in it kept in g.found;
+-- the listing stops at its end, when too few of it are awaited, or when
+-- it fails.
+function Befores:list_page(g)
+  local live = self.live
+  local query = { { "limit", tostring(live.page_limit) }, { "continue", g.continue } }
+  local ok, page = pcall(live._internally, live, function()
+    return (live:call("GET", collection(g.t, g.ns), { query = query,
+      projection = BEFORES_LIST_PROJECTION }))
+  end)
+  if not ok then
+    if not errors.is_item_error(page) then error(page, 0) end
+    g.listing = false
+    return
   end
-  local rest = {}
-  for _, e in ipairs(due) do
-    if e.before_due ~= nil then rest[#rest + 1] = e end
+  local items = type(page) == "table" and type(page.items) == "table" and page.items or {}
+  -- a built-in kind's items name no kind: the list's does
+  local kind = type(page.kind) == "string" and page.kind:match("^(.*)List$") or nil
+  for _, o in ipairs(items) do
+    local md = type(o) == "table" and o.metadata
+    local e = type(md) == "table" and type(md.name) == "string"
+      and g.due[overlay.list_key(md.namespace, md.name)] or nil
+    if e ~= nil and g.found[e] == nil then
+      if o.kind == nil then o.kind, o.apiVersion = kind, page.apiVersion end
+      g.found[e], g.n_found = o, g.n_found + 1
+    end
   end
-  get_befores(live, state.overlay, rest)
+  g.listed = g.listed + #items
+  g.continue = type(page) == "table" and type(page.metadata) == "table"
+    and page.metadata["continue"] or nil
+  if g.continue == nil or g.continue == "" or g.n_found == g.n
+      or g.n_found * LISTED_DENSITY < g.listed then
+    g.listing = false
+  end
+end
+
+-- Reads ahead, one by one, the befores to come that no list will find,
+-- from the one taken (at) on, up to twice the concurrency read and not
+-- yet taken; it stops at one whose namespace is still being listed.
+function Befores:read_ahead(at)
+  if self.ahead < at then self.ahead = at end
+  local live = self.live
+  while self.ahead <= #self.due and self.m:pending() + self.n_got < 2 * self.concurrency do
+    local e = self.due[self.ahead]
+    local g = self.group_of[e]
+    if g.listing then return end
+    if g.found[e] == nil then
+      local t = { group = e.group, version = e.before_due, plural = e.plural, ns = e.ns,
+        name = e.name }
+      local req = live:_internally(function()
+        return live:prepare("GET", live_path(t), { projection = overlay.WITHOUT_MANAGED_FIELDS })
+      end)
+      self.held[self.m:submit(req.method, req.path, req.options)] = { req = req, e = e }
+      self.got[e] = false
+    end
+    self.ahead = self.ahead + 1
+  end
+end
+
+-- e's before: the live object (decoded without managedFields, its
+-- SERVER_SET metadata kept), or nil and why it is not known. The entries
+-- are taken in the order `due` gives.
+function Befores:take(e)
+  local g, live = self.group_of[e], self.live
+  while g.listing and g.found[e] == nil do self:list_page(g) end
+  local o = g.found[e]
+  if o ~= nil then
+    g.found[e] = nil
+    return judged(e, o)
+  end
+  self:read_ahead(self.index[e])
+  while not self.got[e] do
+    local id, code, body, attempts, warnings, decode_error = self.m:wait()
+    if id == nil then break end -- (nothing in flight: never, as e is)
+    local h = self.held[id]
+    self.held[id] = nil
+    self.got[h.e] = table.pack(original_of(pcall(live._internally, live, function()
+      return (live:finish(h.req, code, body, attempts, warnings, decode_error))
+    end)))
+    self.n_got = self.n_got + 1
+  end
+  local r = self.got[e] or {}
+  if self.got[e] then self.got[e], self.n_got = nil, self.n_got - 1 end
+  self:read_ahead(self.index[e] + 1)
+  return judged(e, r[1], r[2])
 end
 
 -- Where an object to be created in namespace ns is sent for validation:
@@ -586,7 +622,7 @@ function prepare(client, method, path, query, body, ctype, spec, write, shown)
   send.op = "put"
   if e == nil then
     -- the live object is the base: the server applies the write to it,
-    -- exactly; what it was is read at the end (read_befores)
+    -- exactly; what it was is read for the plan's report (rehearsal.befores)
     send.live, send.from_live, send.before_due = true, true, t.version
     return send
   end
