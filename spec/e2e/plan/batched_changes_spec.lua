@@ -200,6 +200,55 @@ describe("a plan of batched changes", function()
     assert.is_true(c.item_reads[1] > c.last_write, "an object was read before the last write")
   end)
 
+  it("shows the live original of an object it patched and then deleted, found by its namespace's list", function()
+    local dir = cli.migration_dir { ["1-items.lua"] = [=[
+return {
+  description = "labels the ConfigMaps named item-*, then deletes item-05",
+  permissions = { { verb = "list", group = "", resource = "configmaps" },
+    { verb = "get", group = "", resource = "configmaps" }, { verb = "patch", group = "", resource = "configmaps" },
+    { verb = "delete", group = "", resource = "configmaps" } },
+  run = function(ctx)
+    local cms = ctx.kube:resource("v1", "configmaps")
+    local items = {}
+    for cm in cms:list { namespace = ctx.namespace } do
+      if cm.metadata.name:match("^item%-%d+$") then items[#items + 1] = cm end
+    end
+    cms:update_each(items, function(cm)
+      cm.metadata.labels = cm.metadata.labels or {}
+      cm.metadata.labels.touched = "yes"
+      cm.data.v = "new-" .. cm.metadata.name
+    end, { label = "items", concurrency = 8 })
+    cms:delete(ctx.namespace, "item-05")
+  end,
+}
+]=] }
+    h:mark()
+    local r = h:cli(cli.args(h.srv, dir, "plan", "--concurrency", "8"), { COZY_MIGRATE_PAGE_LIMIT = "8" })
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches(("objects 0 created, %d changed, 1 deleted"):format(MANY), r.stdout)
+    -- its before is the live original the patch was applied to, not the patched one
+    assert.same({ "object deleted: ConfigMap cozy-system/item-05",
+      "--- live/v1.ConfigMap.cozy-system.item-05", "+++ planned/v1.ConfigMap.cozy-system.item-05",
+      "@@ -1,8 +0,0 @@", "-apiVersion: v1", "-data:", "-  keep: same", "-  v: old", "-kind: ConfigMap",
+      "-metadata:", "-  name: item-05", "-  namespace: cozy-system" },
+      block(r.stdout, "object deleted: ConfigMap cozy-system/item-05"))
+    assert.same(labelled("item-06"), block(r.stdout, "object changed: ConfigMap cozy-system/item-06"))
+    -- found in the list read for the others: no read of it by itself
+    assert.equal(0, #requests(h).item_reads)
+  end)
+
+  it("reads more objects one by one than it reads ahead, each diffed against its own", function()
+    -- at --concurrency 2 it reads 4 ahead of the report: 12 to read
+    h:mark()
+    local r = h:cli(cli.args(h.srv, few, "plan", "--concurrency", "2"))
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    for i = 1, N do
+      local name = ("item-%02d"):format(i)
+      assert.same(labelled(name), block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
+    end
+    assert.equal(N, #requests(h).item_reads)
+  end)
+
   it("reads the many one by one when the list of them is refused #fakeonly", function()
     -- the step's own list passes (skip), the rehearsal's is refused
     h:faults { { method = "GET", path = "^/api/v1/namespaces/cozy-system/configmaps([?]|$)", skip = 1,
