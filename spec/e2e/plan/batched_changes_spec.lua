@@ -16,7 +16,8 @@ local MIGRATION = [[
 return {
   description = "labels the first ConfigMaps named item-*",
   permissions = { { verb = "list", group = "", resource = "configmaps" },
-    { verb = "get", group = "", resource = "configmaps" }, { verb = "patch", group = "", resource = "configmaps" } },
+    { verb = "get", group = "", resource = "configmaps" }, { verb = "patch", group = "", resource = "configmaps" },
+    { verb = "delete", group = "", resource = "configmaps" } },
   run = function(ctx)
     local cms = ctx.kube:resource("v1", "configmaps")
     local items = {}
@@ -31,15 +32,16 @@ return {
       cm.metadata.labels.touched = "yes"
       cm.data.v = "new-" .. cm.metadata.name
     end, { label = "items", concurrency = 8 })
+    THEN
   end,
 }
 ]]
 
 -- labels item-<first> .. item-<last> of cozy-system, and of the other
--- namespaces named (quoted, comma-separated)
-local function migration(first, last, others)
+-- namespaces named (quoted, comma-separated), then runs `after` (Lua)
+local function migration(first, last, others, after)
   return cli.migration_dir { ["1-items.lua"] = (MIGRATION:gsub("FIRST", tostring(first))
-    :gsub("LAST", tostring(last)):gsub("NAMESPACES", others or "")) }
+    :gsub("LAST", tostring(last)):gsub("NAMESPACES", others or ""):gsub("THEN", after or "")) }
 end
 
 -- MANY ConfigMaps item-NN in cozy-system and in tenant-b
@@ -75,6 +77,15 @@ local function labelled(name, ns)
     "   namespace: " .. ns }
 end
 
+-- each of item-<first> .. item-<last> (of cozy-system unless ns says) shown with its own diff
+local function assert_labelled(stdout, first, last, ns)
+  ns = ns or "cozy-system"
+  for i = first, last do
+    local name = ("item-%02d"):format(i)
+    assert.same(labelled(name, ns), block(stdout, ("object changed: ConfigMap %s/%s"):format(ns, name)))
+  end
+end
+
 -- The plan's requests: reads of one item by name, reads of the collection
 -- (lists), the index of the last dry-run write, and writes not dry-run.
 local function requests(h)
@@ -103,10 +114,7 @@ describe("a plan of batched changes", function()
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.matches(("writes %d admitted, 0 refused, 0 not validated; objects 0 created, %d changed, 0 deleted")
       :format(N + 1, N + 1), r.stdout)
-    for i = 1, N do
-      local name = ("item-%02d"):format(i)
-      assert.same(labelled(name), block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
-    end
+    assert_labelled(r.stdout, 1, N)
     -- one live read of each object, after the last write; nothing written
     local c = requests(h)
     assert.equal(N, #c.item_reads)
@@ -119,10 +127,7 @@ describe("a plan of batched changes", function()
     local r = h:cli(cli.args(h.srv, many, "plan", "--concurrency", "8"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.matches(("objects 0 created, %d changed, 0 deleted"):format(MANY + 1), r.stdout)
-    for i = 1, MANY do
-      local name = ("item-%02d"):format(i)
-      assert.same(labelled(name), block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
-    end
+    assert_labelled(r.stdout, 1, MANY)
     -- the step's own list, then after the last write the rehearsal's; no object read by name
     local c = requests(h)
     assert.equal(0, #c.item_reads)
@@ -138,10 +143,7 @@ describe("a plan of batched changes", function()
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.matches(("objects 0 created, %d changed, 0 deleted"):format(2 * MANY + 1), r.stdout)
     for _, ns in ipairs { "cozy-system", "tenant-b" } do
-      for i = 1, MANY do
-        local name = ("item-%02d"):format(i)
-        assert.same(labelled(name, ns), block(r.stdout, ("object changed: ConfigMap %s/%s"):format(ns, name)))
-      end
+      assert_labelled(r.stdout, 1, MANY, ns)
     end
     -- each namespace's 8 pages twice: the step's, then after the last write the rehearsal's
     local c = requests(h)
@@ -187,10 +189,7 @@ describe("a plan of batched changes", function()
     local r = h:cli(cli.args(h.srv, migration(25, MANY), "plan", "--concurrency", "8"),
       { COZY_MIGRATE_PAGE_LIMIT = "8" })
     assert.equal(0, r.code, r.stdout .. r.stderr)
-    for i = 25, MANY do
-      local name = ("item-%02d"):format(i)
-      assert.same(labelled(name), block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
-    end
+    assert_labelled(r.stdout, 25, MANY)
     local c, after = requests(h), 0
     for _, i in ipairs(c.lists) do
       if i > c.last_write then after = after + 1 end
@@ -201,27 +200,7 @@ describe("a plan of batched changes", function()
   end)
 
   it("shows the live original of an object it patched and then deleted, found by its namespace's list", function()
-    local dir = cli.migration_dir { ["1-items.lua"] = [=[
-return {
-  description = "labels the ConfigMaps named item-*, then deletes item-05",
-  permissions = { { verb = "list", group = "", resource = "configmaps" },
-    { verb = "get", group = "", resource = "configmaps" }, { verb = "patch", group = "", resource = "configmaps" },
-    { verb = "delete", group = "", resource = "configmaps" } },
-  run = function(ctx)
-    local cms = ctx.kube:resource("v1", "configmaps")
-    local items = {}
-    for cm in cms:list { namespace = ctx.namespace } do
-      if cm.metadata.name:match("^item%-%d+$") then items[#items + 1] = cm end
-    end
-    cms:update_each(items, function(cm)
-      cm.metadata.labels = cm.metadata.labels or {}
-      cm.metadata.labels.touched = "yes"
-      cm.data.v = "new-" .. cm.metadata.name
-    end, { label = "items", concurrency = 8 })
-    cms:delete(ctx.namespace, "item-05")
-  end,
-}
-]=] }
+    local dir = migration(1, MANY, nil, 'cms:delete(ctx.namespace, "item-05")')
     h:mark()
     local r = h:cli(cli.args(h.srv, dir, "plan", "--concurrency", "8"), { COZY_MIGRATE_PAGE_LIMIT = "8" })
     assert.equal(0, r.code, r.stdout .. r.stderr)
@@ -242,10 +221,7 @@ return {
     h:mark()
     local r = h:cli(cli.args(h.srv, few, "plan", "--concurrency", "2"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
-    for i = 1, N do
-      local name = ("item-%02d"):format(i)
-      assert.same(labelled(name), block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
-    end
+    assert_labelled(r.stdout, 1, N)
     assert.equal(N, #requests(h).item_reads)
   end)
 
@@ -257,10 +233,7 @@ return {
     local r = h:cli(cli.args(h.srv, many, "plan", "--concurrency", "8"))
     assert.equal(0, r.code, r.stdout .. r.stderr)
     assert.equal(1, #h:fired())
-    for i = 1, MANY do
-      local name = ("item-%02d"):format(i)
-      assert.same(labelled(name), block(r.stdout, "object changed: ConfigMap cozy-system/" .. name))
-    end
+    assert_labelled(r.stdout, 1, MANY)
     assert.equal(MANY, #requests(h).item_reads)
   end)
 end)
